@@ -1,0 +1,30 @@
+"""topoplan's planner: model specs, FLOPs, memory, the step-time model, plan/predict, emitters, CLI.
+
+Python API (for launchers)::
+
+    import planner, topologies
+    model = planner.load_model("deepseek-v3")
+    cluster = topologies.load_cluster("gb300-nvl72", gpus=256)
+    training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8")
+    pred = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
+    best = planner.plan(model, cluster, training, top=3)
+"""
+
+from planner.config import ParallelConfig, Training  # noqa: F401
+from planner.errors import InfeasibleError, InputError, TopoplanError  # noqa: F401
+
+
+def __getattr__(name):  # lazy: keep `import planner` cheap and free of import cycles
+    if name == "load_model":
+        from planner.model import load_model
+
+        return load_model
+    if name == "predict":
+        from planner.predict import predict
+
+        return predict
+    if name == "plan":
+        from planner.plan import plan
+
+        return plan
+    raise AttributeError(name)

@@ -1,0 +1,158 @@
+"""The parallel layout and the training setup: small validated values shared by every module.
+
+``ParallelConfig`` holds the degrees a user (or the solver) chooses. Data parallelism is derived
+from the world size: ``dp = world / (tp * cp * pp)`` and, on Megatron's expert grid (MoE parallel
+folding), ``edp = world / (etp * ep * pp)``. The trainers' divisibility rules live in
+``planner.rules``; this module only checks what makes a value meaningless on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PRECISIONS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
+Precision = Literal["bf16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
+
+# Megatron's --recompute-modules vocabulary (megatron-core 0.19.2).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "layernorm", "shared_experts")
+DISPATCHERS = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
+TRAINERS = ("megatron", "torchtitan", "maxtext")
+
+
+def normalize_recompute(value: str) -> str:
+    """Canonical recompute string: ``none``, ``full`` or a sorted ``+``-joined module list.
+
+    Accepts ``none``, ``full``, ``selective`` (Megatron's default selective set: ``core_attn``) and
+    module lists separated by ``,`` ``+`` or spaces, e.g. ``mla_up_proj,moe_act``.
+    """
+    v = (value or "none").strip().lower()
+    if v in ("", "none", "no", "off"):
+        return "none"
+    if v == "full":
+        return "full"
+    if v == "selective":
+        return "core_attn"
+    parts = sorted({p for p in v.replace(",", " ").replace("+", " ").split() if p})
+    bad = [p for p in parts if p not in RECOMPUTE_MODULES]
+    if bad:
+        raise ValueError(
+            f"unknown recompute module {bad[0]!r}; use none, full, selective or modules from "
+            + ", ".join(RECOMPUTE_MODULES)
+        )
+    return "+".join(parts)
+
+
+class ParallelConfig(BaseModel):
+    """One parallel layout. ``etp`` None means the trainer default (Megatron: ETP = TP).
+
+    ``dp`` None means "all the GPUs the cluster offers": dp = world / (tp*cp*pp). ``pp_first`` /
+    ``pp_last`` are the decoder layers on the first / last pipeline stage when the split is uneven
+    (Megatron's pipeline layout); None lets the pipeline module balance them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(1, ge=1, description="tensor parallel degree")
+    pp: int = Field(1, ge=1, description="pipeline parallel degree")
+    vpp: int = Field(1, ge=1, description="virtual pipeline stages per pipeline rank (1 = none)")
+    cp: int = Field(1, ge=1, description="context parallel degree")
+    ep: int = Field(1, ge=1, description="expert parallel degree")
+    etp: int | None = Field(None, ge=1, description="expert tensor parallel degree (None = TP)")
+    dp: int | None = Field(None, ge=1, description="data parallel degree (None = derived from world size)")
+    mbs: int = Field(1, ge=1, description="micro-batch size")
+    fsdp: bool = Field(False, description="fully sharded data parallel instead of the distributed optimizer")
+    recompute: str = Field("none", description="none | full | '+'-joined selective modules")
+    dispatcher: str = Field("alltoall", description="MoE token dispatcher: " + ", ".join(DISPATCHERS))
+    pp_first: int | None = Field(None, ge=0, description="decoder layers on the first pipeline stage")
+    pp_last: int | None = Field(None, ge=0, description="decoder layers on the last pipeline stage")
+
+    @field_validator("recompute", mode="before")
+    @classmethod
+    def _recompute(cls, v):
+        return normalize_recompute(str(v))
+
+    @field_validator("dispatcher")
+    @classmethod
+    def _dispatcher(cls, v):
+        if v not in DISPATCHERS:
+            raise ValueError(f"unknown dispatcher {v!r}; use one of {', '.join(DISPATCHERS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _vpp(self):
+        if self.vpp > 1 and self.pp < 2:
+            raise ValueError(f"vpp={self.vpp} needs pp >= 2 (virtual stages interleave over pipeline ranks)")
+        return self
+
+    @property
+    def etp_eff(self) -> int:
+        """Expert tensor parallel degree as the trainer applies it (Megatron default ETP = TP)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs in one model replica of the attention grid: tp * cp * pp."""
+        return self.tp * self.cp * self.pp
+
+    def world(self, default_world: int | None = None) -> int:
+        """World size: tp*cp*pp*dp when dp is set, else ``default_world``."""
+        if self.dp is not None:
+            return self.model_parallel * self.dp
+        if default_world is None:
+            raise ValueError("dp is not set and no world size was given")
+        return default_world
+
+    def dp_for(self, world: int) -> int:
+        return world // self.model_parallel
+
+    def edp_for(self, world: int) -> int:
+        """Expert data parallel degree on Megatron's expert grid: world / (etp * ep * pp)."""
+        return world // (self.etp_eff * self.ep * self.pp)
+
+    @property
+    def recompute_modules(self) -> tuple[str, ...]:
+        if self.recompute in ("none", "full"):
+            return ()
+        return tuple(self.recompute.split("+"))
+
+    def short(self) -> str:
+        """Compact label, e.g. ``TP1 PP2 VPP8 EP32 MBS1``."""
+        parts = [f"TP{self.tp}", f"PP{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"VPP{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"ETP{self.etp}")
+        if self.dp is not None:
+            parts.append(f"DP{self.dp}")
+        if self.fsdp:
+            parts.append("FSDP")
+        parts.append(f"MBS{self.mbs}")
+        if self.recompute != "none":
+            parts.append(f"RC:{self.recompute}")
+        return " ".join(parts)
+
+
+class Training(BaseModel):
+    """The training setup a plan serves: sequence length, global batch (sequences), precision,
+    software stack profile and the trainer the launch configs are for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_len: int = Field(4096, ge=1, description="sequence length in tokens")
+    global_batch: int = Field(..., ge=1, description="global batch size in sequences")
+    precision: Precision = Field("bf16", description="bf16 | fp8 | fp8-block | mxfp8 | nvfp4")
+    stack: str = Field("megatron-26.08", description="software stack profile name")
+    trainer: str = Field("megatron", description="megatron | torchtitan | maxtext")
+
+    @field_validator("trainer")
+    @classmethod
+    def _trainer(cls, v):
+        if v not in TRAINERS:
+            raise ValueError(f"unknown trainer {v!r}; use one of {', '.join(TRAINERS)}")
+        return v

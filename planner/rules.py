@@ -1,0 +1,152 @@
+"""The trainers' own rules for a parallel layout, said once, shared by the solver and the emitters.
+
+Each rule is a named predicate over (model, layout, training, world size). Messages follow the
+trainer's wording where it has one (megatron-core 0.19.2 ``validate_args`` / ``TransformerConfig`` /
+``initialize_model_parallel``; torchtitan 0.3.0 ``ParallelDims``), with the numbers involved, so a
+refusal reads like the trainer's own. Sources: ../shared/reference/trainers.md sections 1.2 and 2.3.
+
+The model only needs these attributes: ``num_layers``, ``num_attention_heads``, ``num_kv_heads``,
+``num_experts`` (0 for dense) and ``mtp_layers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    trainers: tuple[str, ...]
+    check: Callable[..., str | None]  # returns a message when violated, None when satisfied
+
+
+def _world_div_model_parallel(m, c, t, world):
+    mp = c.tp * c.pp * c.cp
+    if world % mp:
+        return f"world size ({world}) is not divisible by total_model_size (total_model_size={mp}) [tp*pp*cp]"
+
+
+def _dp_matches(m, c, t, world):
+    if c.dp is not None and c.tp * c.pp * c.cp * c.dp != world:
+        return f"tp({c.tp}) * pp({c.pp}) * cp({c.cp}) * dp({c.dp}) != world size ({world})"
+
+
+def _heads_div_tp(m, c, t, world):
+    if m.num_attention_heads % c.tp:
+        return f"num_attention_heads ({m.num_attention_heads}) must be a multiple of tensor_model_parallel_size ({c.tp})"
+
+
+def _kv_heads_div_tp(m, c, t, world):
+    if m.num_kv_heads % c.tp:
+        return f"num_query_groups ({m.num_kv_heads}) must be a multiple of tensor_model_parallel_size ({c.tp})"
+
+
+def _experts_div_ep(m, c, t, world):
+    if c.ep > 1 and not m.num_experts:
+        return f"expert_model_parallel_size ({c.ep}) > 1 needs a MoE model (num_moe_experts is not set)"
+    if c.ep > 1 and m.num_experts % c.ep:
+        return f"Number of experts ({m.num_experts}) should be a multiple of expert model parallel_size ({c.ep})"
+
+
+def _expert_grid(m, c, t, world):
+    g = c.etp_eff * c.ep * c.pp
+    if world % g:
+        return (f"world_size ({world}) is not divisible by expert_tensor_model_pipeline_parallel size ({g}) "
+                f"[etp({c.etp_eff}) * ep({c.ep}) * pp({c.pp})]")
+
+
+def _etp_only_for_moe(m, c, t, world):
+    if c.etp is not None and c.etp != c.tp and not m.num_experts:
+        return f"expert_tensor_parallel_size ({c.etp}) is set on a dense model"
+
+
+def _pipeline_stages(m, c, t, world):
+    stages = c.pp * c.vpp
+    layers = m.num_layers
+    if stages > layers:
+        return f"pipeline stages pp*vpp ({c.pp}*{c.vpp}={stages}) exceed the decoder layers ({layers})"
+    if c.pp_first is not None or c.pp_last is not None:
+        first = c.pp_first or 0
+        last = c.pp_last or 0
+        if c.pp < 2:
+            return "pp_first/pp_last need pp >= 2"
+        if first + last > layers:
+            return f"pp_first ({first}) + pp_last ({last}) exceed the decoder layers ({layers})"
+
+
+def _seq_div_cp(m, c, t, world):
+    if c.cp > 1 and t.seq_len % (2 * c.cp):
+        return f"seq_length ({t.seq_len}) must be divisible by 2 * context_parallel_size ({2 * c.cp})"
+
+
+def _gbs_div(m, c, t, world):
+    dp = world // (c.tp * c.pp * c.cp) if world % (c.tp * c.pp * c.cp) == 0 else None
+    if dp and t.global_batch % (c.mbs * dp):
+        return (f"global batch size ({t.global_batch}) is not divisible by micro batch size ({c.mbs}) "
+                f"times data parallel size ({dp})")
+
+
+def _fsdp_recompute(m, c, t, world):
+    return None
+
+
+def _tt_no_etp(m, c, t, world):
+    if c.etp is not None and c.etp not in (1, c.tp) and c.ep > 1:
+        return f"torchtitan has no expert tensor parallel degree (etp={c.etp}); use etp=1 or etp=tp"
+
+
+def _tt_ep_divides(m, c, t, world):
+    # ParallelDims.build_mesh: efsdp = dp_shard * cp * tp / ep must be a positive integer.
+    if c.ep > 1:
+        dp_shard = world // (c.tp * c.pp * c.cp) if world % (c.tp * c.pp * c.cp) == 0 else 0
+        prod = dp_shard * c.cp * c.tp
+        if prod == 0 or prod % c.ep:
+            return (f"expert_parallel_degree ({c.ep}) must divide dp_shard({dp_shard}) * cp({c.cp}) * tp({c.tp}) "
+                    f"= {prod}")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("world_div_model_parallel", ("megatron", "torchtitan", "maxtext"), _world_div_model_parallel),
+    Rule("dp_matches_world", ("megatron", "torchtitan", "maxtext"), _dp_matches),
+    Rule("heads_div_tp", ("megatron", "torchtitan", "maxtext"), _heads_div_tp),
+    Rule("kv_heads_div_tp", ("megatron", "torchtitan", "maxtext"), _kv_heads_div_tp),
+    Rule("experts_div_ep", ("megatron", "torchtitan", "maxtext"), _experts_div_ep),
+    Rule("expert_grid_div_world", ("megatron",), _expert_grid),
+    Rule("etp_only_for_moe", ("megatron",), _etp_only_for_moe),
+    Rule("pipeline_stages", ("megatron", "torchtitan", "maxtext"), _pipeline_stages),
+    Rule("seq_div_2cp", ("megatron", "torchtitan", "maxtext"), _seq_div_cp),
+    Rule("gbs_div_mbs_dp", ("megatron", "torchtitan", "maxtext"), _gbs_div),
+    Rule("torchtitan_no_etp", ("torchtitan",), _tt_no_etp),
+    Rule("torchtitan_ep_divides", ("torchtitan",), _tt_ep_divides),
+)
+
+
+def violations(model, config: ParallelConfig, training: Training, world: int,
+               trainer: str | None = None) -> list[Violation]:
+    """Every rule of ``trainer`` (default: ``training.trainer``) that the layout breaks."""
+    trainer = trainer or training.trainer
+    out = []
+    for rule in RULES:
+        if trainer in rule.trainers:
+            msg = rule.check(model, config, training, world)
+            if msg:
+                out.append(Violation(rule.name, msg))
+    return out
+
+
+def check(model, config: ParallelConfig, training: Training, world: int, trainer: str | None = None) -> None:
+    """Raise ``InputError`` naming the first broken rule (exit code 2 on the CLI)."""
+    v = violations(model, config, training, world, trainer)
+    if v:
+        raise InputError(f"{config.short()}: {v[0].message} (rule {v[0].rule})")
