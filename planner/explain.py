@@ -1,0 +1,520 @@
+"""Terminal explanations of a plan: why the winner wins, where its time and memory go, where it sits.
+
+Everything here reads the **plan.json document** (``PlanResult.to_dict()``, see docs/architecture.md)
+or parts of it, so the same code explains a fresh ``topoplan plan`` and a saved plan file. Nothing
+here predicts or solves; it only renders numbers that the planner already computed.
+
+The API, for ``topoplan plan`` and friends (all renderables are ``rich`` objects; ``.plain`` gives
+the text without colour):
+
+``categorize(breakdown, step_time_s=None) -> dict[str, float]``
+    Folds a prediction's ``breakdown`` (term -> seconds, any term names) into the six categories
+    in ``CATEGORIES``: compute, exposed TP, exposed EP all-to-all, pipeline bubble, exposed DP,
+    other. With ``step_time_s`` the gap between the step time and the sum of the terms goes to
+    "other" (when positive), so the bar adds up to the step time.
+``breakdown_bar(breakdown, step_time_s=None, width=40) -> Text``
+    One stacked bar of those categories plus a legend with milliseconds and percentages.
+``memory_bar(used_gib, hbm_gib, width=30) -> Text``
+    Memory per GPU against HBM; red and marked "does not fit" above capacity.
+``why_not(best, alt, domain_word="domains") -> str``
+    One line saying why ``alt`` (a plan entry) lost to ``best``: "TP2 PP8 EP32: 6% slower, EP
+    all-to-all crosses racks". The reason is the breakdown category that grew most, made concrete
+    with the placement (a group spanning several domains) or the layout (PP, VPP, DP degree).
+``why_not_lines(doc, n=3, rejected=None) -> list[str]``
+    Those lines for the runners-up in ``doc["plans"][1:]`` and for any extra alternatives a caller
+    passes in ``rejected`` (plan entries that may carry a ``"reason"`` string, e.g. "does not fit:
+    212 GiB > 186 GiB"; a given reason is used verbatim).
+``placement_map(plan, domain_sizes, max_rows=12) -> Text``
+    A compact map: one row per NVLink domain (rack or node), one glyph per GPU showing its
+    pipeline stage (0-9, a-z), unused or failed GPUs as ``.``; runs of identical rows collapse.
+``domain_sizes_of(doc) -> list[int]``
+    Healthy GPUs per NVLink domain from the document's ``cluster`` (several shapes accepted).
+``render_plan(doc, console=None, top=None, hbm_gib=None, rejected=None)``
+    Prints all of the above for the top plans: a table, then per plan its bar, memory and map,
+    then the "why not" lines.
+
+Rank arithmetic follows Megatron's ``RankGenerator``: in the order string (default
+``tp-cp-ep-dp-pp``) the first axis varies fastest. The attention grid uses tp, cp, dp, pp (ep is
+1 there); the expert grid uses etp (in tp's place), ep, edp (in dp's place), pp.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+# The six categories of a step, in drawing order, with their label and colour (rich and matplotlib
+# both understand these names).
+CATEGORIES: tuple[str, ...] = ("compute", "tp", "ep", "bubble", "dp", "other")
+CATEGORY_LABELS: dict[str, str] = {
+    "compute": "compute",
+    "tp": "exposed TP",
+    "ep": "exposed EP all-to-all",
+    "bubble": "pipeline bubble",
+    "dp": "exposed DP",
+    "other": "other",
+}
+CATEGORY_COLORS: dict[str, str] = {
+    "compute": "#4c78a8",
+    "tp": "#f58518",
+    "ep": "#e45756",
+    "bubble": "#72b7b2",
+    "dp": "#54a24b",
+    "other": "#b8b8b8",
+}
+
+_STAGE_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_STAGE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
+
+# Token -> category. A term name is split on anything that is not a letter or digit; the first rule
+# whose token set meets the name's tokens wins, so "ep_a2a" -> ep and "mlp_expert" -> compute.
+_RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("bubble", frozenset({"bubble", "pipeline", "pp", "p2p", "imbalance"})),
+    ("ep", frozenset({"ep", "a2a", "alltoall", "all2all", "dispatch", "combine", "moe_comm", "expert_comm"})),
+    ("tp", frozenset({"tp", "tensor", "sp", "etp"})),
+    ("dp", frozenset({"dp", "data", "grad", "grads", "fsdp", "edp", "allreduce", "reduce_scatter"})),
+    ("compute", frozenset({"compute", "gemm", "gemms", "attn", "attention", "mlp", "expert", "experts",
+                           "elementwise", "recompute", "flops", "math", "router", "logits", "embedding"})),
+)
+
+
+def _tokens(name: str) -> set[str]:
+    parts = [p for p in re.split(r"[^a-z0-9]+", name.lower()) if p]
+    toks = set(parts)
+    toks.update(f"{a}_{b}" for a, b in zip(parts, parts[1:]))
+    return toks
+
+
+def category_of(term: str) -> str:
+    """The category (one of ``CATEGORIES``) that a breakdown term name belongs to."""
+    toks = _tokens(term)
+    if "all_to_all" in re.sub(r"[^a-z0-9]+", "_", term.lower()):
+        return "ep"
+    for cat, words in _RULES:
+        if toks & words:
+            return cat
+    return "other"
+
+
+def _flatten(breakdown: Mapping, prefix: str = "") -> Iterable[tuple[str, float]]:
+    for key, val in breakdown.items():
+        name = f"{prefix}{key}"
+        if isinstance(val, Mapping):
+            yield from _flatten(val, prefix=f"{name}.")
+        elif isinstance(val, (int, float)) and not isinstance(val, bool):
+            yield name, float(val)
+
+
+def categorize(breakdown: Mapping | None, step_time_s: float | None = None) -> dict[str, float]:
+    """Seconds per category (all six keys present). Negative terms (credits) count against their
+    category but a category never goes below zero. With ``step_time_s`` any positive remainder
+    goes to "other"."""
+    out = {c: 0.0 for c in CATEGORIES}
+    for name, secs in _flatten(breakdown or {}):
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("total", "step", "step_time", "step_time_s"):
+            continue
+        out[category_of(name)] += secs
+    for c in out:
+        out[c] = max(out[c], 0.0)
+    if step_time_s is not None:
+        gap = float(step_time_s) - sum(out.values())
+        if gap > 1e-12:
+            out["other"] += gap
+    return out
+
+
+def _fmt_s(secs: float) -> str:
+    if secs >= 1.0:
+        return f"{secs:.2f} s"
+    return f"{secs * 1e3:.1f} ms"
+
+
+def breakdown_bar(breakdown: Mapping | None, step_time_s: float | None = None, width: int = 40) -> Text:
+    """A stacked bar of the six categories (``width`` cells) followed by a legend line."""
+    cats = categorize(breakdown, step_time_s)
+    total = sum(cats.values())
+    text = Text()
+    if total <= 0:
+        text.append("(no breakdown)", style="dim")
+        return text
+    # largest-remainder rounding so that the cells add up to exactly ``width``
+    raw = {c: cats[c] / total * width for c in CATEGORIES}
+    cells = {c: int(raw[c]) for c in CATEGORIES}
+    for c in sorted(CATEGORIES, key=lambda c: raw[c] - cells[c], reverse=True)[: width - sum(cells.values())]:
+        cells[c] += 1
+    for c in CATEGORIES:
+        if cells[c]:
+            text.append("█" * cells[c], style=CATEGORY_COLORS[c])
+    text.append(f"  {_fmt_s(total)}\n")
+    legend = []
+    for c in CATEGORIES:
+        if cats[c] > 0:
+            legend.append((c, f"{CATEGORY_LABELS[c]} {_fmt_s(cats[c])} ({cats[c] / total:.0%})"))
+    for i, (c, label) in enumerate(legend):
+        text.append("■ ", style=CATEGORY_COLORS[c])
+        text.append(label)
+        if i < len(legend) - 1:
+            text.append("  ")
+    return text
+
+
+def memory_bar(used_gib: float, hbm_gib: float | None, width: int = 30) -> Text:
+    """``[██████░░░░] 162.0 / 288 GiB (56%)``; red with "does not fit" above capacity."""
+    text = Text()
+    if not hbm_gib or hbm_gib <= 0:
+        text.append(f"{used_gib:.1f} GiB per GPU (HBM capacity unknown)")
+        return text
+    frac = used_gib / hbm_gib
+    fits = frac <= 1.0
+    filled = min(width, round(frac * width))
+    style = "green" if frac <= 0.9 else ("yellow" if fits else "red")
+    text.append("[")
+    text.append("█" * filled, style=style)
+    text.append("░" * (width - filled), style="dim")
+    text.append("]")
+    text.append(f" {used_gib:.1f} / {hbm_gib:.0f} GiB ({frac:.0%})")
+    if not fits:
+        text.append(f"  does not fit: {used_gib - hbm_gib:.1f} GiB over", style="bold red")
+    return text
+
+
+# ---------------------------------------------------------------------------------------- layouts
+
+def config_label(config: Mapping) -> str:
+    """``TP1 PP2 VPP8 EP32`` from a plan's ``config`` dict (degrees of 1 left out except TP and PP)."""
+    parts = [f"TP{config.get('tp', 1)}", f"PP{config.get('pp', 1)}"]
+    for key in ("vpp", "cp", "ep"):
+        v = config.get(key) or 1
+        if v > 1:
+            parts.append(f"{key.upper()}{v}")
+    etp = config.get("etp")
+    if etp is not None and etp != config.get("tp", 1):
+        parts.append(f"ETP{etp}")
+    if config.get("fsdp"):
+        parts.append("FSDP")
+    if config.get("mbs"):
+        parts.append(f"MBS{config['mbs']}")
+    rc = config.get("recompute")
+    if rc and rc != "none":
+        parts.append(f"RC:{rc}")
+    return " ".join(parts)
+
+
+def _grid_sizes(config: Mapping, world: int, grid: str) -> dict[str, int]:
+    tp, pp, cp, ep = (int(config.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
+    if grid == "attention":
+        dp = int(config.get("dp") or world // (tp * cp * pp))
+        return {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    etp = int(config.get("etp") or tp)
+    edp = world // (etp * ep * pp)
+    return {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+
+
+def rank_coords(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-pp",
+                grid: str = "attention") -> dict[str, int]:
+    """Coordinates of a global rank on Megatron's attention or expert grid (first axis fastest)."""
+    sizes = _grid_sizes(config, world, grid)
+    coords = {}
+    rest = rank
+    for axis in order.split("-"):
+        coords[axis] = rest % sizes[axis]
+        rest //= sizes[axis]
+    return coords
+
+
+def pipeline_stage(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-pp") -> int:
+    return rank_coords(rank, config, world, order)["pp"]
+
+
+def ep_group(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-pp") -> int:
+    """Index of the EP group a rank belongs to (ranks sharing every expert-grid coordinate but ep)."""
+    sizes = _grid_sizes(config, world, "expert")
+    c = rank_coords(rank, config, world, order, grid="expert")
+    idx = 0
+    for axis in order.split("-"):
+        if axis == "ep":
+            continue
+        idx = idx * sizes[axis] + c[axis]
+    return idx
+
+
+def domain_sizes_of(doc: Mapping) -> list[int]:
+    """Healthy GPUs per NVLink domain for the plan document's cluster.
+
+    Accepts ``cluster["nvlink_domains"]`` (as ``topology show --json`` prints), a full
+    ``Cluster.model_dump()`` (validated through ``topologies.cluster.Cluster`` when that module is
+    present), or falls back to the first plan's ``placement["gpus_per_domain"]`` and world size."""
+    cluster = doc.get("cluster") or {}
+    sizes = cluster.get("nvlink_domains") or cluster.get("domain_sizes")
+    if isinstance(sizes, list) and sizes and all(isinstance(s, int) for s in sizes):
+        return list(sizes)
+    if cluster:
+        try:
+            from topologies.cluster import Cluster  # type: ignore
+
+            return list(Cluster.model_validate(cluster).domain_sizes())
+        except Exception:  # noqa: BLE001 - a partial cluster dict: fall back below
+            pass
+    plans = doc.get("plans") or []
+    if plans:
+        pl = plans[0].get("placement") or {}
+        world = len(pl.get("rank_to_gpu") or []) or int(plans[0].get("world") or 0)
+        per = pl.get("gpus_per_domain")
+        if world and per:
+            per = int(per)
+            return [per] * (world // per) + ([world % per] if world % per else [])
+        if world:
+            return [world]
+    return []
+
+
+def _stage_glyph(stage: int) -> str:
+    return _STAGE_GLYPHS[stage] if stage < len(_STAGE_GLYPHS) else "#"
+
+
+def gpu_stage_grid(plan: Mapping, domain_sizes: Sequence[int]) -> list[list[int]]:
+    """Per domain, per GPU (canonical order): the pipeline stage on it, or -1 when unused."""
+    config = plan.get("config") or {}
+    pl = plan.get("placement") or {}
+    rank_to_gpu = list(pl.get("rank_to_gpu") or [])
+    order = pl.get("order") or "tp-cp-ep-dp-pp"
+    world = len(rank_to_gpu)
+    total = sum(domain_sizes)
+    flat = [-1] * total
+    for rank, gpu in enumerate(rank_to_gpu):
+        if 0 <= gpu < total:
+            flat[gpu] = pipeline_stage(rank, config, world, order)
+    grid, start = [], 0
+    for n in domain_sizes:
+        grid.append(flat[start:start + n])
+        start += n
+    return grid
+
+
+def gpu_ep_grid(plan: Mapping, domain_sizes: Sequence[int]) -> list[list[int]]:
+    """Per domain, per GPU: the EP group index on it, or -1 when unused."""
+    config = plan.get("config") or {}
+    pl = plan.get("placement") or {}
+    rank_to_gpu = list(pl.get("rank_to_gpu") or [])
+    order = pl.get("order") or "tp-cp-ep-dp-pp"
+    world = len(rank_to_gpu)
+    total = sum(domain_sizes)
+    flat = [-1] * total
+    for rank, gpu in enumerate(rank_to_gpu):
+        if 0 <= gpu < total:
+            flat[gpu] = ep_group(rank, config, world, order)
+    grid, start = [], 0
+    for n in domain_sizes:
+        grid.append(flat[start:start + n])
+        start += n
+    return grid
+
+
+def domain_word(domain_sizes: Sequence[int], plural: bool = True) -> str:
+    """"racks" for NVL72-sized domains, "nodes" for HGX-sized ones."""
+    big = max(domain_sizes, default=8) > 8
+    return ("racks" if plural else "rack") if big else ("nodes" if plural else "node")
+
+
+def placement_map(plan: Mapping, domain_sizes: Sequence[int], max_rows: int = 12) -> Text:
+    """One row per domain, one glyph per GPU = its pipeline stage; identical neighbours collapse."""
+    grid = gpu_stage_grid(plan, domain_sizes)
+    word = domain_word(domain_sizes, plural=False)
+    rows: list[tuple[int, int, list[int]]] = []  # (first, last, pattern)
+    for i, row in enumerate(grid):
+        if rows and rows[-1][2] == row:
+            rows[-1] = (rows[-1][0], i, row)
+        else:
+            rows.append((i, i, row))
+    text = Text()
+    shown = rows if len(rows) <= max_rows else rows[: max_rows - 1]
+    label_w = max(len(f"{word}s {a}-{b}") if a != b else len(f"{word} {a}") for a, b, _ in shown) if shown else 0
+    for a, b, row in shown:
+        label = f"{word} {a}" if a == b else f"{word}s {a}-{b}"
+        used = sum(1 for s in row if s >= 0)
+        text.append(label.ljust(label_w) + "  ")
+        for s in row:
+            if s < 0:
+                text.append(".", style="dim")
+            else:
+                text.append(_stage_glyph(s), style=_STAGE_STYLES[s % len(_STAGE_STYLES)])
+        text.append(f"  {used}/{len(row)} GPUs\n")
+    if len(rows) > len(shown):
+        hidden = rows[len(shown):]
+        text.append(f"... {sum(b - a + 1 for a, b, _ in hidden)} more {word}s\n", style="dim")
+    text.append("glyph = pipeline stage, . = unused", style="dim")
+    domains = (plan.get("placement") or {}).get("domains") or {}
+    if domains:
+        spans = ", ".join(f"{k.upper()} {v}" for k, v in domains.items())
+        text.append(f"; NVLink {word}s per group: {spans}", style="dim")
+    return text
+
+
+# ---------------------------------------------------------------------------------------- why not
+
+def _pred(entry: Mapping) -> Mapping:
+    return entry.get("prediction") or {}
+
+
+def _throughput(entry: Mapping) -> float:
+    p = _pred(entry)
+    return float(p.get("tokens_per_s_per_gpu") or p.get("tflops_per_gpu") or 0.0)
+
+
+def why_not(best: Mapping, alt: Mapping, domain_word: str = "domains", hbm_gib: float | None = None) -> str:
+    """One line: why ``alt`` lost to ``best`` (both plan entries of the plan.json document)."""
+    label = config_label(alt.get("config") or {})
+    if alt.get("reason"):
+        return f"{label}: {alt['reason']}"
+    pa = _pred(alt)
+    mem = pa.get("memory_gib_per_gpu")
+    cap = pa.get("hbm_gib") or hbm_gib
+    if pa.get("fits") is False or (mem is not None and cap and mem > cap):
+        if mem is not None and cap:
+            return f"{label}: does not fit, {mem:.0f} GiB per GPU > {cap:.0f} GiB HBM"
+        return f"{label}: does not fit in HBM"
+    tb, ta = _throughput(best), _throughput(alt)
+    if tb <= 0 or ta <= 0:
+        return f"{label}: no prediction"
+    slower = 1.0 - ta / tb
+    head = f"{label}: {slower:.0%} slower" if slower >= 0.005 else f"{label}: as fast (within 0.5%)"
+    # per-token time per category, so that plans with different batch shapes compare fairly
+    cb = categorize(_pred(best).get("breakdown"), _pred(best).get("step_time_s"))
+    ca = categorize(pa.get("breakdown"), pa.get("step_time_s"))
+    sb = float(_pred(best).get("step_time_s") or sum(cb.values()) or 1.0)
+    sa = float(pa.get("step_time_s") or sum(ca.values()) or 1.0)
+    fb = {c: cb[c] / sb for c in CATEGORIES}
+    fa = {c: ca[c] / sa for c in CATEGORIES}
+    # the category whose share of the step grew most; compute share shrinking is a symptom
+    grew = max((c for c in CATEGORIES if c != "compute"), key=lambda c: fa[c] - fb[c])
+    if fa[grew] - fb[grew] <= 0.005:
+        return head
+    return f"{head}, {_reason(grew, alt, best, domain_word, fa[grew], fb[grew])}"
+
+
+def _reason(cat: str, alt: Mapping, best: Mapping, word: str, fa: float, fb: float) -> str:
+    cfg = alt.get("config") or {}
+    doms = (alt.get("placement") or {}).get("domains") or {}
+    share = f" ({fa:.0%} of the step vs {fb:.0%})"
+    if cat == "ep":
+        if int(doms.get("ep") or 1) > 1:
+            return f"EP all-to-all crosses {word}{share}"
+        return f"more exposed EP all-to-all{share}"
+    if cat == "tp":
+        if int(doms.get("tp") or 1) > 1:
+            return f"TP collectives cross {word}{share}"
+        return f"more exposed TP communication{share}"
+    if cat == "bubble":
+        pp, vpp = int(cfg.get("pp") or 1), int(cfg.get("vpp") or 1)
+        return f"larger pipeline bubble with PP{pp}" + (f" VPP{vpp}" if vpp > 1 else "") + share
+    if cat == "dp":
+        if int(doms.get("dp") or 1) > 1:
+            return f"exposed data-parallel traffic over the scale-out fabric{share}"
+        return f"more exposed data-parallel traffic{share}"
+    return f"more time outside the modelled terms{share}"
+
+
+def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None = None,
+                  hbm_gib: float | None = None) -> list[str]:
+    """"Why not" lines for the best ``n`` alternatives (runners-up first, then ``rejected``)."""
+    plans = list(doc.get("plans") or [])
+    if not plans:
+        return []
+    sizes = domain_sizes_of(doc)
+    word = domain_word(sizes) if sizes else "domains"
+    cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
+    alts = plans[1:] + list(rejected or doc.get("rejected") or [])
+    return [why_not(plans[0], a, word, cap) for a in alts[:n]]
+
+
+def hbm_of(doc: Mapping) -> float | None:
+    """HBM per GPU (GiB) for the document's cluster, from the prediction or the GPU catalog."""
+    for entry in doc.get("plans") or []:
+        cap = _pred(entry).get("hbm_gib")
+        if cap:
+            return float(cap)
+    cluster = doc.get("cluster") or {}
+    spec = cluster.get("gpu_spec")
+    if isinstance(spec, Mapping) and spec.get("hbm_gib"):
+        return float(spec["hbm_gib"])
+    gpu = cluster.get("gpu")
+    if isinstance(gpu, str):
+        try:
+            from topologies.gpus import get_gpu  # type: ignore
+
+            return float(get_gpu(gpu).hbm_gib)
+        except Exception:  # noqa: BLE001 - unknown GPU or catalog not present: no capacity shown
+            return None
+    return None
+
+
+# ---------------------------------------------------------------------------------------- render
+
+def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = None) -> Table:
+    """The top plans as a table: layout, TFLOP/s per GPU, tokens/s, step time, memory."""
+    cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
+    table = Table(title="plans", show_lines=False)
+    for col, just in (("#", "right"), ("layout", "left"), ("TFLOP/s/GPU", "right"),
+                      ("tokens/s/GPU", "right"), ("step", "right"), ("memory/GPU", "right")):
+        table.add_column(col, justify=just)
+    for i, entry in enumerate((doc.get("plans") or [])[: top or None]):
+        p = _pred(entry)
+        mem = p.get("memory_gib_per_gpu")
+        mem_s = "-" if mem is None else (f"{mem:.0f}/{cap:.0f} GiB" if cap else f"{mem:.0f} GiB")
+        table.add_row(
+            str(i + 1),
+            config_label(entry.get("config") or {}),
+            f"{p.get('tflops_per_gpu', 0):,.0f}",
+            f"{p.get('tokens_per_s_per_gpu', 0):,.0f}",
+            _fmt_s(float(p.get("step_time_s") or 0.0)),
+            mem_s,
+        )
+    return table
+
+
+def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: int = 40) -> Group:
+    """Breakdown bar, memory bar and placement map of plan ``index``."""
+    entry = doc["plans"][index]
+    p = _pred(entry)
+    cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
+    title = Text(f"#{index + 1} {config_label(entry.get('config') or {})}", style="bold")
+    parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width)]
+    if p.get("memory_gib_per_gpu") is not None:
+        parts.append(Text("memory ") + memory_bar(float(p["memory_gib_per_gpu"]), cap, width=width))
+    sizes = domain_sizes_of(doc)
+    if sizes and (entry.get("placement") or {}).get("rank_to_gpu"):
+        parts.append(placement_map(entry, sizes))
+    return Group(*parts)
+
+
+def render_plan(doc: Mapping, console: Console | None = None, top: int | None = None,
+                hbm_gib: float | None = None, rejected: Sequence[Mapping] | None = None) -> None:
+    """Print the whole explanation of a plan document to ``console`` (stdout by default)."""
+    console = console or Console()
+    plans = doc.get("plans") or []
+    if not plans:
+        console.print("no plans")
+        return
+    console.print(plans_table(doc, top, hbm_gib))
+    for i in range(min(len(plans), top or len(plans))):
+        console.print(plan_details(doc, i, hbm_gib))
+        console.print()
+    lines = why_not_lines(doc, n=3, rejected=rejected, hbm_gib=hbm_gib)
+    if lines:
+        console.print(Text("why not", style="bold"))
+        for line in lines:
+            console.print(Text(f"  {line}"))
+    solver = doc.get("solver") or {}
+    if solver:
+        gap = ""
+        if solver.get("objective") and solver.get("bound"):
+            obj, bound = float(solver["objective"]), float(solver["bound"])
+            if obj:
+                gap = f", gap {abs(bound - obj) / abs(obj):.2%}"
+        console.print(Text(f"solver: {solver.get('status', '?')} in {float(solver.get('wall_s') or 0):.2f} s{gap}",
+                           style="dim"))
