@@ -1,0 +1,238 @@
+"""Where each rank of a parallel layout runs: Megatron's rank groups and the rank -> GPU map.
+
+``rank_groups`` re-implements Megatron Core's ``RankGenerator`` /
+``generate_masked_orthogonal_rank_groups`` (megatron-core 0.19.2, ``parallel_state.py``): the
+parallel axes are laid out in ``order`` (default ``"tp-cp-ep-dp-pp"``), the leftmost axis has the
+smallest stride, and a group of an axis is the set of ranks that differ only in that axis. Two grids
+share the ranks: the dense (attention) grid ``tp x cp x dp x pp`` and, for MoE layers, the expert grid
+``etp x ep x edp x pp`` (MoE parallel folding; ``edp = world / (etp * ep * pp)``). Axis names
+"tp", "cp", "dp", "pp" refer to the dense grid and "etp", "ep", "edp" to the expert grid; combined
+names such as "tp-pp" or "etp-ep" give the product groups, as ``RankGenerator.get_ranks`` does.
+Verified outputs: ../shared/reference/trainers.md section 1.4(a).
+
+``make_placement`` maps global rank r onto the healthy GPUs of a cluster: it fills
+``gpus_per_domain`` GPUs of each NVLink domain in the cluster's canonical order (domain by domain,
+node by node, local index ascending), which is what a launcher does when consecutive global ranks are
+given consecutive GPUs of a Slurm block / NVL72 rack. Running 64 of the 72 GPUs of each rack keeps an
+EP64 group inside one NVLink domain.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict
+
+from planner.config import ParallelConfig
+from planner.errors import InfeasibleError, InputError
+
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+_DENSE_AXES = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp"}
+_EXPERT_AXES = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
+
+
+class Placement(BaseModel):
+    """Rank r of the job runs on healthy GPU ``rank_to_gpu[r]`` (an index into ``cluster.gpus()``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    world: int
+    order: str = DEFAULT_ORDER
+    gpus_per_domain: int | None = None
+    rank_to_gpu: tuple[int, ...]
+
+
+def _prefix_product(a, init=1):
+    out = [init]
+    for v in a:
+        init *= v
+        out.append(init)
+    return out
+
+
+def _decompose(index, shape):
+    stride = _prefix_product(shape)
+    return [(index // d) % s for s, d in zip(shape, stride)]
+
+
+def masked_orthogonal_groups(world: int, sizes: list[int], mask: list[bool]) -> list[list[int]]:
+    """Megatron's ``generate_masked_orthogonal_rank_groups``: the groups spanned by the masked axes."""
+    masked_shape = [s for s, m in zip(sizes, mask) if m]
+    unmasked_shape = [s for s, m in zip(sizes, mask) if not m]
+    stride = _prefix_product(sizes)
+    masked_stride = [d for d, m in zip(stride, mask) if m]
+    unmasked_stride = [d for d, m in zip(stride, mask) if not m]
+    group_size = _prefix_product(masked_shape)[-1]
+    groups = []
+    for g in range(world // group_size):
+        gi = _decompose(g, unmasked_shape)
+        base = sum(i * d for i, d in zip(gi, unmasked_stride))
+        groups.append([base + sum(i * d for i, d in zip(_decompose(r, masked_shape), masked_stride))
+                       for r in range(group_size)])
+    return groups
+
+
+def _check_order(order: str) -> list[str]:
+    tokens = order.split("-")
+    if sorted(tokens) != sorted(["tp", "cp", "ep", "dp", "pp"]):
+        raise InputError(f"order {order!r}: must be a permutation of tp-cp-ep-dp-pp (Megatron default tp-cp-ep-dp-pp)")
+    return tokens
+
+
+@lru_cache(maxsize=4096)
+def _groups_cached(tp, cp, ep, etp, pp, world, axis, order):
+    tokens = _check_order(order)
+    parts = axis.split("-")
+    if all(p in _DENSE_AXES for p in parts):
+        dp = world // (tp * cp * pp)
+        sizes = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+        names = [_DENSE_AXES[p] for p in parts]
+    elif all(p in _EXPERT_AXES for p in parts):
+        edp = world // (etp * ep * pp)
+        sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+        names = [_EXPERT_AXES[p] for p in parts]
+    else:
+        raise InputError(f"axis {axis!r}: use tp, cp, dp, pp (dense grid) or etp, ep, edp, pp (expert grid)")
+    ordered = [sizes[t] for t in tokens]
+    if _prefix_product(ordered)[-1] != world:
+        raise InputError(f"{'x'.join(map(str, ordered))} ({order}) does not multiply to the world size {world}")
+    mask = [t in names for t in tokens]
+    return tuple(tuple(g) for g in masked_orthogonal_groups(world, ordered, mask))
+
+
+def rank_groups(config: ParallelConfig, world: int, axis: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
+    """The rank groups of ``axis`` (Megatron ``RankGenerator.get_ranks``) for ``config`` on ``world`` ranks."""
+    mp = config.tp * config.cp * config.pp
+    eg = config.etp_eff * config.ep * config.pp
+    if world % mp or world % eg:
+        raise InputError(f"world size {world} is not divisible by tp*cp*pp ({mp}) and etp*ep*pp ({eg})")
+    return [list(g) for g in _groups_cached(config.tp, config.cp, config.ep, config.etp_eff, config.pp,
+                                            world, axis, order)]
+
+
+def domain_slots(domain_sizes: list[int], gpus_per_domain: int | None) -> list[tuple[int, int]]:
+    """(first GPU index, usable count) per domain when ``gpus_per_domain`` of each are used."""
+    out, start = [], 0
+    for size in domain_sizes:
+        use = size if gpus_per_domain is None else min(size, gpus_per_domain)
+        out.append((start, use))
+        start += size
+    return out
+
+
+def inner_block(config: ParallelConfig) -> int:
+    """Ranks of the innermost axes that should share an NVLink domain: tp*cp (dense) and etp*ep (experts).
+
+    With the default order tp-cp-ep-dp-pp a TP group is ``tp`` consecutive ranks and an EP group spans
+    ``tp*cp*ep`` consecutive ranks when etp = tp (``etp*ep`` when etp differs on a folded grid).
+    """
+    dense = config.tp * config.cp
+    expert = config.etp_eff * config.ep
+    big, small = max(dense, expert), min(dense, expert)
+    return big if big % small == 0 else big * small
+
+
+def default_gpus_per_domain(domain_sizes: list[int], config: ParallelConfig, world: int) -> int | None:
+    """The largest per-domain count that keeps the inner block (tp*cp, etp*ep) whole inside domains.
+
+    Returns None (use every GPU) when that already keeps blocks whole or when nothing smaller works.
+    """
+    if not domain_sizes:
+        return None
+    block = inner_block(config)
+    dmax = max(domain_sizes)
+
+    def capacity(g):
+        return sum(min(s, g) for s in domain_sizes)
+
+    def aligned(g):
+        return g % block == 0 or block % g == 0
+
+    if all(aligned(s) for s in domain_sizes) and sum(domain_sizes) >= world:
+        return None
+    for g in range(dmax, 0, -1):
+        if aligned(g) and capacity(g) >= world:
+            return None if g >= dmax else g
+    return None
+
+
+def make_placement(cluster, config: ParallelConfig, world: int, gpus_per_domain: int | None = None,
+                   order: str = DEFAULT_ORDER) -> Placement:
+    """Rank r -> the r-th usable GPU, taking ``gpus_per_domain`` GPUs of each domain in canonical order.
+
+    ``gpus_per_domain`` None uses every healthy GPU of each domain. Raises ``InfeasibleError`` when
+    the usable GPUs are fewer than ``world``.
+    """
+    _check_order(order)
+    if gpus_per_domain is not None and gpus_per_domain < 1:
+        raise InputError(f"gpus_per_domain={gpus_per_domain}: must be at least 1")
+    sizes = list(cluster.domain_sizes())
+    slots = domain_slots(sizes, gpus_per_domain)
+    usable = sum(n for _, n in slots)
+    if usable < world:
+        per = "all" if gpus_per_domain is None else str(gpus_per_domain)
+        raise InfeasibleError(
+            f"placement needs {world} GPUs but cluster {cluster.name!r} offers {usable} "
+            f"({per} per NVLink domain over {len(sizes)} domains); use more GPUs or a larger gpus_per_domain")
+    r2g = []
+    for start, n in slots:
+        take = min(n, world - len(r2g))
+        r2g.extend(range(start, start + take))
+        if len(r2g) == world:
+            break
+    return Placement(world=world, order=order, gpus_per_domain=gpus_per_domain, rank_to_gpu=tuple(r2g))
+
+
+AXES = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
+
+
+def _worse(a, b):
+    """True when GroupShape a is costlier than b: crosses a higher tier, more domains, fewer per domain."""
+    return (a.tier, a.domains, -a.per_domain) > (b.tier, b.domains, -b.per_domain)
+
+
+def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
+    """The worst group (highest tier crossed, most domains) of every axis, as ``GroupShape``."""
+    key = (id(cluster), getattr(cluster, "name", ""), config.tp, config.cp, config.ep, config.etp_eff,
+           config.pp, placement.world, placement.order, placement.rank_to_gpu)
+    hit = _SHAPES_CACHE.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    from topologies.collectives import shape_of
+
+    out = {}
+    for axis in AXES:
+        worst = None
+        seen = set()
+        for group in rank_groups(config, placement.world, axis, placement.order):
+            gpus = tuple(placement.rank_to_gpu[r] for r in group)
+            sig = _domain_signature(cluster, gpus)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            shape = shape_of(cluster, list(gpus))
+            if worst is None or _worse(shape, worst):
+                worst = shape
+        out[axis] = worst
+    if len(_SHAPES_CACHE) > 2048:
+        _SHAPES_CACHE.clear()
+    _SHAPES_CACHE[key] = (cluster, out)
+    return out
+
+
+_SHAPES_CACHE: dict = {}
+_GPU_DOMAIN_CACHE: dict = {}
+
+
+def _domain_signature(cluster, gpus):
+    """Groups with the same per-domain multiset of counts (and the same domains touched) cost the same
+    unless the scale-out tiers differ; keep the domains themselves so tier differences are seen."""
+    dom = _GPU_DOMAIN_CACHE.get(id(cluster))
+    if dom is None or dom[0] is not cluster:
+        dom = (cluster, [g.domain for g in cluster.gpus()])
+        _GPU_DOMAIN_CACHE[id(cluster)] = dom
+    d = dom[1]
+    counts: dict[int, int] = {}
+    for g in gpus:
+        counts[d[g]] = counts.get(d[g], 0) + 1
+    return tuple(sorted(counts.items()))
