@@ -1,0 +1,417 @@
+"""The layout integer program: discrete choices, table constraints and tabulated cost terms.
+
+Plain data in, plain result out. A :class:`Program` holds
+
+* **decision variables** ``x_i`` in ``{0, ..., n_i - 1}`` (indices into the caller's candidate
+  lists: TP degree, PP degree, GPUs used per NVLink domain, ...), each one-hot encoded;
+* **compatibility tables**: the tuples a subset of variables may take (``allow``) or must not take
+  (``forbid``); trainer rules and memory limits arrive this way;
+* **cost nodes**, integers built from
+
+  - ``table(vars, values)``: the value of a term as a function of a few variables, given as a
+    dict ``{tuple of indices: int}``; a tuple missing from the dict is infeasible (so a term
+    that is only defined where memory fits carries that constraint with it),
+  - ``sum(nodes, weights, const)``, ``max(nodes)``, ``product(a, b)``, ``const(c)``;
+
+* an **objective**: minimise ``weight(x) * node(x)``, where ``weight`` is an optional positive
+  integer table over a few variables. That covers "minimise time per sequence" when the global
+  batch is free (weight = L / gbs) and "maximise TFLOP/s per GPU" (weight proportional to
+  world / gbs) while keeping the program linear in the objective: for every distinct weight
+  value w_j there is a copy y_j of the node that equals it when the weight is w_j and 0
+  otherwise, and the objective is sum_j w_j y_j.
+
+Every nonlinear function of the cost model enters as a table over the discrete choices (CP-SAT
+table constraints on the one-hot-decoded indices), sums, maxima and products of integer
+variables are exact in CP-SAT, so the optimum of the program is the optimum of the tabulated
+model over the declared space, not an approximation of it.
+
+Top-K: after the optimum is found, a no-good cut forbids that exact assignment of the decision
+variables and the program is solved again; the k-th solve proves the k-th best. :func:`evaluate`
+computes a node for one assignment in plain Python, the oracle the tests compare against.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ortools.sat.python import cp_model
+
+__all__ = ["Program", "Solution", "LayoutResult", "solve", "evaluate", "brute_force"]
+
+
+@dataclass
+class _Node:
+    kind: str                      # "table" | "sum" | "max" | "product" | "const"
+    vars: tuple[int, ...] = ()     # table: decision variables
+    values: dict | None = None     # table: {tuple: int}
+    args: tuple[int, ...] = ()     # sum/max/product: child node ids
+    weights: tuple[int, ...] = ()  # sum
+    const: int = 0                 # sum / const
+
+
+@dataclass
+class Program:
+    """Decision variables with ``domains[i]`` choices each, constraints and cost nodes."""
+
+    domains: Sequence[int]
+    names: Sequence[str] | None = None
+    allowed: list = field(default_factory=list)     # (vars, frozenset of tuples)
+    forbidden: list = field(default_factory=list)   # (vars, frozenset of tuples)
+    nodes: list = field(default_factory=list)
+    objective: int | None = None
+    weight: tuple | None = None                     # (vars, {tuple: positive int})
+
+    def __post_init__(self):
+        self.domains = [int(d) for d in self.domains]
+        if any(d < 1 for d in self.domains):
+            raise ValueError("every decision variable needs at least one choice")
+        if self.names is None:
+            self.names = [f"x{i}" for i in range(len(self.domains))]
+
+    # -- constraints -----------------------------------------------------------------------
+    def _check_vars(self, vars_):
+        vars_ = tuple(int(v) for v in vars_)
+        if len(set(vars_)) != len(vars_) or any(v < 0 or v >= len(self.domains) for v in vars_):
+            raise ValueError(f"bad variable list {vars_}")
+        return vars_
+
+    def allow(self, vars_, tuples) -> None:
+        """Only these tuples of choices are allowed for ``vars_``."""
+        vars_ = self._check_vars(vars_)
+        self.allowed.append((vars_, frozenset(tuple(int(a) for a in t) for t in tuples)))
+
+    def forbid(self, vars_, tuples) -> None:
+        """These tuples of choices are not allowed for ``vars_``."""
+        vars_ = self._check_vars(vars_)
+        self.forbidden.append((vars_, frozenset(tuple(int(a) for a in t) for t in tuples)))
+
+    # -- cost nodes --------------------------------------------------------------------------
+    def _add(self, node: _Node) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def table(self, vars_, values: dict) -> int:
+        """A term tabulated over ``vars_``: ``values[(a_0, a_1, ...)]`` is its integer value when
+        ``x[vars_[k]] == a_k``; tuples missing from ``values`` are infeasible."""
+        vars_ = self._check_vars(vars_)
+        vals = {tuple(int(a) for a in k): int(v) for k, v in values.items()}
+        if not vals:
+            raise ValueError("a table needs at least one feasible entry")
+        return self._add(_Node("table", vars=vars_, values=vals))
+
+    def const(self, c: int) -> int:
+        return self._add(_Node("const", const=int(c)))
+
+    def sum(self, nodes, weights=None, const: int = 0) -> int:
+        nodes = tuple(int(n) for n in nodes)
+        weights = tuple(int(w) for w in (weights or [1] * len(nodes)))
+        if len(weights) != len(nodes):
+            raise ValueError("one weight per node")
+        return self._add(_Node("sum", args=nodes, weights=weights, const=int(const)))
+
+    def max(self, nodes) -> int:
+        nodes = tuple(int(n) for n in nodes)
+        if not nodes:
+            raise ValueError("max of nothing")
+        return self._add(_Node("max", args=nodes))
+
+    def product(self, a: int, b: int) -> int:
+        return self._add(_Node("product", args=(int(a), int(b))))
+
+    def minimize(self, node: int, weight_vars=None, weight_values: dict | None = None) -> None:
+        """Objective: minimise ``weight(x) * node(x)``; weight defaults to 1."""
+        self.objective = int(node)
+        if weight_vars is not None:
+            wv = self._check_vars(weight_vars)
+            vals = {tuple(int(a) for a in k): int(v) for k, v in weight_values.items()}
+            if any(v <= 0 for v in vals.values()):
+                raise ValueError("objective weights must be positive integers")
+            self.weight = (wv, vals)
+        else:
+            self.weight = None
+
+
+@dataclass
+class Solution:
+    choice: tuple[int, ...]     # index chosen for each decision variable
+    objective: int              # weight * node, as evaluated by the program
+    node_value: int             # the objective node alone
+
+
+@dataclass
+class LayoutResult:
+    status: str                 # "OPTIMAL" | "FEASIBLE" | "INFEASIBLE" | "UNKNOWN" | "MODEL_INVALID"
+    objective: int | None       # best objective found (minimised)
+    bound: float | None         # proven lower bound on the objective
+    wall_s: float
+    solutions: list[Solution]   # best first; solutions[k] is proven k-th best when status_k OPTIMAL
+    statuses: list[str] = field(default_factory=list)  # status of each top-K solve
+    num_vars: int = 0
+    num_constraints: int = 0
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None or self.objective == 0:
+            return None
+        return max(0.0, (self.objective - self.bound) / abs(self.objective))
+
+
+# -- plain-Python semantics (the oracle) ----------------------------------------------------------
+
+def _feasible(prog: Program, x: Sequence[int]) -> bool:
+    for vars_, tuples in prog.allowed:
+        if tuple(x[v] for v in vars_) not in tuples:
+            return False
+    for vars_, tuples in prog.forbidden:
+        if tuple(x[v] for v in vars_) in tuples:
+            return False
+    return True
+
+
+def _node_values(prog: Program, x: Sequence[int]) -> list[int] | None:
+    out: list[int] = []
+    for nd in prog.nodes:
+        if nd.kind == "table":
+            key = tuple(x[v] for v in nd.vars)
+            if key not in nd.values:
+                return None
+            out.append(nd.values[key])
+        elif nd.kind == "const":
+            out.append(nd.const)
+        elif nd.kind == "sum":
+            out.append(nd.const + sum(w * out[a] for a, w in zip(nd.args, nd.weights)))
+        elif nd.kind == "max":
+            out.append(max(out[a] for a in nd.args))
+        elif nd.kind == "product":
+            out.append(out[nd.args[0]] * out[nd.args[1]])
+        else:  # pragma: no cover
+            raise ValueError(nd.kind)
+    return out
+
+
+def evaluate(prog: Program, x: Sequence[int]) -> int | None:
+    """Objective of one assignment in plain Python; None when it breaks a constraint."""
+    x = tuple(int(a) for a in x)
+    if not _feasible(prog, x):
+        return None
+    vals = _node_values(prog, x)
+    if vals is None:
+        return None
+    w = 1
+    if prog.weight is not None:
+        wv, table = prog.weight
+        key = tuple(x[v] for v in wv)
+        if key not in table:
+            return None
+        w = table[key]
+    return w * vals[prog.objective]
+
+
+def brute_force(prog: Program) -> tuple[int | None, list[tuple[int, ...]]]:
+    """Best objective and every assignment achieving it, by enumerating all assignments."""
+    best, arg = None, []
+    for x in itertools.product(*(range(d) for d in prog.domains)):
+        v = evaluate(prog, x)
+        if v is None:
+            continue
+        if best is None or v < best:
+            best, arg = v, [x]
+        elif v == best:
+            arg.append(x)
+    return best, arg
+
+
+# -- the CP-SAT model -----------------------------------------------------------------------------
+
+def _bounds(prog: Program) -> list[tuple[int, int]]:
+    b: list[tuple[int, int]] = []
+    for nd in prog.nodes:
+        if nd.kind == "table":
+            vs = nd.values.values()
+            b.append((min(vs), max(vs)))
+        elif nd.kind == "const":
+            b.append((nd.const, nd.const))
+        elif nd.kind == "sum":
+            lo = hi = nd.const
+            for a, w in zip(nd.args, nd.weights):
+                l, h = b[a]
+                lo += min(w * l, w * h)
+                hi += max(w * l, w * h)
+            b.append((lo, hi))
+        elif nd.kind == "max":
+            b.append((max(b[a][0] for a in nd.args), max(b[a][1] for a in nd.args)))
+        elif nd.kind == "product":
+            (l1, h1), (l2, h2) = b[nd.args[0]], b[nd.args[1]]
+            c = (l1 * l2, l1 * h2, h1 * l2, h1 * h2)
+            b.append((min(c), max(c)))
+    return b
+
+
+def _build(prog: Program):
+    if prog.objective is None:
+        raise ValueError("the program has no objective")
+    m = cp_model.CpModel()
+    # Decision variables, one-hot encoded: z[i][v] <=> (x_i == v). The channel is written as
+    # reified equalities: the linear form x_i == sum_v v * z[i][v] next to a table constraint
+    # makes OR-Tools 9.15's presolve return a wrong optimum (reproduced in tests/test_solver_layout.py).
+    xs, zs = [], []
+    for i, d in enumerate(prog.domains):
+        x = m.NewIntVar(0, d - 1, prog.names[i])
+        z = [m.NewBoolVar(f"{prog.names[i]}={v}") for v in range(d)]
+        m.AddExactlyOne(z)
+        for v, zv in enumerate(z):
+            m.Add(x == v).OnlyEnforceIf(zv)
+            m.Add(x != v).OnlyEnforceIf(zv.Not())
+        xs.append(x)
+        zs.append(z)
+
+    def lit_tuple_constraint(vars_, tuples, allowed: bool):
+        if len(vars_) == 1:
+            # One variable: fix the forbidden one-hot literals directly.
+            v = vars_[0]
+            keep = {t[0] for t in tuples}
+            for a in range(prog.domains[v]):
+                if (a in keep) != allowed:
+                    m.Add(zs[v][a] == 0)
+            return
+        if allowed:
+            m.AddAllowedAssignments([xs[v] for v in vars_], sorted(tuples))
+        else:
+            m.AddForbiddenAssignments([xs[v] for v in vars_], sorted(tuples))
+
+    # Compatibility tables (trainer rules, memory, placement).
+    for vars_, tuples in prog.allowed:
+        lit_tuple_constraint(vars_, tuples, True)
+    for vars_, tuples in prog.forbidden:
+        if tuples:
+            lit_tuple_constraint(vars_, tuples, False)
+
+    # Cost nodes.
+    bounds = _bounds(prog)
+    nv = []
+    for k, nd in enumerate(prog.nodes):
+        lo, hi = bounds[k]
+        if nd.kind == "table":
+            t = m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(nd.values.values()))), f"n{k}")
+            if len(nd.vars) == 1:
+                v = nd.vars[0]
+                # Linear over the one-hot literals; missing entries are infeasible.
+                for a in range(prog.domains[v]):
+                    if (a,) not in nd.values:
+                        m.Add(zs[v][a] == 0)
+                m.Add(t == sum(nd.values[(a,)] * zs[v][a] for a in range(prog.domains[v]) if (a,) in nd.values))
+            else:
+                m.AddAllowedAssignments([xs[v] for v in nd.vars] + [t],
+                                        [key + (val,) for key, val in sorted(nd.values.items())])
+        elif nd.kind == "const":
+            t = m.NewConstant(nd.const)
+        elif nd.kind == "sum":
+            t = m.NewIntVar(lo, hi, f"n{k}")
+            m.Add(t == nd.const + sum(w * nv[a] for a, w in zip(nd.args, nd.weights)))
+        elif nd.kind == "max":
+            t = m.NewIntVar(lo, hi, f"n{k}")
+            m.AddMaxEquality(t, [nv[a] for a in nd.args])
+        elif nd.kind == "product":
+            t = m.NewIntVar(lo, hi, f"n{k}")
+            m.AddMultiplicationEquality(t, [nv[nd.args[0]], nv[nd.args[1]]])
+        nv.append(t)
+
+    # Objective: weight(x) * node(x), linearised over the distinct weight values.
+    obj_node = nv[prog.objective]
+    olo, ohi = bounds[prog.objective]
+    if prog.weight is None:
+        m.Minimize(obj_node)
+    else:
+        wvars, wtable = prog.weight
+        distinct = sorted(set(wtable.values()))
+        terms = []
+        sel = []
+        for w in distinct:
+            b = m.NewBoolVar(f"w={w}")
+            keys = [k for k, v in wtable.items() if v == w]
+            # b <=> the weight variables take one of the tuples with weight w
+            if len(wvars) == 1:
+                lits = [zs[wvars[0]][k[0]] for k in keys]
+                m.Add(sum(lits) == b)
+            else:
+                m.AddAllowedAssignments([xs[v] for v in wvars] + [b],
+                                        [k + (1,) for k in keys]
+                                        + [k + (0,) for k, v in wtable.items() if v != w])
+            y = m.NewIntVar(min(0, olo), max(0, ohi), f"obj_w{w}")
+            m.Add(y == obj_node).OnlyEnforceIf(b)
+            m.Add(y == 0).OnlyEnforceIf(b.Not())
+            terms.append(w * y)
+            sel.append(b)
+        m.AddExactlyOne(sel)
+        m.Minimize(sum(terms))
+    return m, xs, zs, nv
+
+
+_STATUS = {
+    cp_model.OPTIMAL: "OPTIMAL",
+    cp_model.FEASIBLE: "FEASIBLE",
+    cp_model.INFEASIBLE: "INFEASIBLE",
+    cp_model.UNKNOWN: "UNKNOWN",
+    cp_model.MODEL_INVALID: "MODEL_INVALID",
+}
+
+
+def solve(prog: Program, top: int = 1, time_limit: float | None = None, workers: int = 2,
+          hint: Sequence[int] | None = None, seed: int = 0) -> LayoutResult:
+    """Solve ``prog``; return up to ``top`` best assignments, best first.
+
+    ``time_limit`` (seconds) bounds the whole call, top-K re-solves included. With a limit the
+    first solve may end FEASIBLE: the best assignment found, and ``bound`` the proven bound.
+    """
+    t0 = time.perf_counter()
+    m, xs, zs, nv = _build(prog)
+    proto = m.Proto()
+    nvars, ncons = len(proto.variables), len(proto.constraints)
+    if hint is not None:
+        for x, a in zip(xs, hint):
+            m.AddHint(x, int(a))
+    sols: list[Solution] = []
+    statuses: list[str] = []
+    first_obj = first_bound = None
+    first_status = "UNKNOWN"
+    for k in range(max(1, top)):
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = max(1, int(workers))
+        solver.parameters.random_seed = seed
+        if time_limit is not None:
+            left = time_limit - (time.perf_counter() - t0)
+            if left <= 0 and k > 0:
+                break
+            solver.parameters.max_time_in_seconds = max(0.01, left)
+        st = solver.Solve(m)
+        status = _STATUS.get(st, "UNKNOWN")
+        if k == 0:
+            first_status = status
+            if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                first_obj = int(round(solver.ObjectiveValue()))
+                first_bound = float(solver.BestObjectiveBound())
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if k == 0 and st == cp_model.INFEASIBLE:
+                first_bound = None
+            break
+        statuses.append(status)
+        choice = tuple(int(solver.Value(x)) for x in xs)
+        sols.append(Solution(choice=choice, objective=int(round(solver.ObjectiveValue())),
+                             node_value=int(solver.Value(nv[prog.objective]))))
+        # No-good cut: this exact assignment is not allowed in the next solve.
+        m.AddBoolOr([zs[i][a].Not() for i, a in enumerate(choice)])
+        m.ClearHints()
+        if status != "OPTIMAL":
+            break   # the next solve could not prove anything the first did not
+    return LayoutResult(status=first_status, objective=first_obj, bound=first_bound,
+                        wall_s=time.perf_counter() - t0, solutions=sols, statuses=statuses,
+                        num_vars=nvars, num_constraints=ncons)
+
+
+def scale_to_int(values, unit: float) -> dict:
+    """Round a dict of floats to integers in units of ``unit`` (e.g. 1e-9 s = ns)."""
+    return {k: int(math.floor(v / unit + 0.5)) for k, v in values.items()}
