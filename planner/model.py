@@ -1,0 +1,459 @@
+"""Model specs: one frozen pydantic value per decoder-only transformer, read from a Hugging Face
+style ``config.json``.
+
+A :class:`ModelSpec` holds what the cost model needs and nothing else: layer counts and widths,
+the attention kind (MHA/GQA or Multi-head Latent Attention), the MLP (gated or not), the experts
+(routed, shared, top-k, group-limited routing), which layers are MoE, multi-token-prediction
+(MTP) layers, which layers use a sliding window, and the vocabulary with Megatron's padding rule.
+
+Families read from ``model_type`` (the HF config field):
+
+============================  =====================================================================
+``llama``, ``mistral``,       dense, GQA; ``head_dim`` defaults to hidden/heads; ``mistral`` honours
+``qwen2``, ``qwen3``          ``sliding_window`` on every layer, ``qwen2/3`` only with
+                              ``use_sliding_window`` (layers >= ``max_window_layers``)
+``deepseek_v3``, ``deepseek_  MLA (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+v2``, ``kimi_k2``             ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_experts``,
+                              ``n_shared_experts`` x ``moe_intermediate_size``, dense layers
+                              ``i < first_k_dense_replace`` (and ``i % moe_layer_freq != 0``),
+                              ``n_group``/``topk_group``, MTP ``num_nextn_predict_layers``;
+                              Megatron pads the vocabulary to a multiple of 1280
+``qwen3_moe``, ``qwen2_moe``  every layer MoE unless in ``mlp_only_layers`` or
+                              ``(i+1) % decoder_sparse_step != 0``; ``num_experts``,
+                              ``moe_intermediate_size``; qwen2_moe adds
+                              ``shared_expert_intermediate_size``
+``mixtral``                   every layer MoE, ``num_local_experts`` experts of ``intermediate_size``
+``gpt_oss``                   every layer MoE (``num_local_experts``, ``intermediate_size``),
+                              biases, attention sinks, sliding window on even layers (or as
+                              ``layer_types`` says); Megatron's activation is a clamped quick-GELU GLU
+============================  =====================================================================
+
+Any other ``model_type`` is read generically (standard HF keys; experts from ``num_experts`` /
+``num_local_experts`` / ``n_routed_experts``; MLA when ``kv_lora_rank`` is set); a config that
+lacks a field the cost model needs is refused with an :class:`~planner.errors.InputError` that names
+the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import InputError, pydantic_message
+
+# Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
+# everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
+_VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
+_MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
+_QWEN_MOE = ("qwen3_moe", "qwen2_moe")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss")
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer as the cost model sees it (HF field names in brackets).
+
+    Widths are per token; per-layer facts are tuples with one entry per decoder layer. MTP layers
+    (``mtp_layers``) come after the decoder layers and copy the type (MoE or dense) of the last
+    decoder layer, as Megatron builds them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(..., description="catalog key or the config's name")
+    family: str = Field(..., description="HF model_type: llama, deepseek_v3, kimi_k2, qwen3_moe, gpt_oss, mixtral, ...")
+    num_layers: int = Field(..., ge=1, description="decoder layers [num_hidden_layers]")
+    hidden_size: int = Field(..., ge=1, description="model width h [hidden_size]")
+    vocab_size: int = Field(..., ge=1, description="tokenizer vocabulary [vocab_size]")
+    make_vocab_divisible_by: int = Field(128, ge=1, description="Megatron make_vocab_size_divisible_by")
+    tied_embeddings: bool = Field(False, description="output head shares the input embedding [tie_word_embeddings]")
+    num_attention_heads: int = Field(..., ge=1, description="query heads [num_attention_heads]")
+    num_kv_heads: int = Field(..., ge=1, description="key/value heads [num_key_value_heads]")
+    head_dim: int = Field(..., ge=1, description="per-head width [head_dim]; MLA: v_head_dim (Megatron kv_channels)")
+    attention: str = Field("gqa", description="'gqa' (MHA/GQA/MQA) or 'mla' (Multi-head Latent Attention)")
+    q_lora_rank: int | None = Field(None, ge=1, description="MLA query low-rank width (None: full-rank query)")
+    kv_lora_rank: int | None = Field(None, ge=1, description="MLA compressed KV width")
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k width without RoPE")
+    qk_rope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k RoPE width")
+    v_head_dim: int | None = Field(None, ge=1, description="MLA per-head value width")
+    ffn_hidden_size: int = Field(..., ge=0, description="dense MLP width [intermediate_size]")
+    gated_mlp: bool = Field(True, description="gated linear unit (SwiGLU etc.): 3 matrices per MLP, else 2")
+    activation: str = Field("silu", description="MLP activation as Megatron runs it (silu, gelu, quick_gelu, ...)")
+    num_experts: int = Field(0, ge=0, description="routed experts per MoE layer; 0 = dense model")
+    moe_ffn_hidden_size: int = Field(0, ge=0, description="routed expert width [moe_intermediate_size]")
+    top_k: int = Field(0, ge=0, description="experts per token [num_experts_per_tok]")
+    shared_ffn_hidden_size: int = Field(0, ge=0, description="shared-expert width (n_shared_experts x moe_intermediate_size)")
+    moe_layers: tuple[bool, ...] = Field((), description="per decoder layer: True when the layer is MoE")
+    n_group: int = Field(1, ge=1, description="expert groups for group-limited routing [n_group]")
+    topk_group: int = Field(1, ge=1, description="groups a token may route to [topk_group]")
+    mtp_layers: int = Field(0, ge=0, description="multi-token-prediction layers [num_nextn_predict_layers]")
+    sliding_window: int | None = Field(None, ge=1, description="sliding-window width W (tokens)")
+    swa_layers: tuple[bool, ...] = Field((), description="per decoder layer: True when the layer uses the window")
+    qk_norm: bool = Field(False, description="RMSNorm on q and k per head (Qwen3) or on the MLA latents")
+    attention_bias: bool = Field(False, description="biases on the q, k, v, o projections")
+    mlp_bias: bool = Field(False, description="biases on the expert / MLP projections (GPT-OSS)")
+    router_bias: bool = Field(False, description="trained per-expert router bias (GPT-OSS)")
+    attention_sinks: bool = Field(False, description="one learnable sink logit per head and layer (GPT-OSS)")
+    source: str = Field("", description="where the numbers came from (catalog source or the file path)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        n = self.num_layers
+        if not self.moe_layers:
+            object.__setattr__(self, "moe_layers", tuple([self.num_experts > 0] * n))
+        if not self.swa_layers:
+            object.__setattr__(self, "swa_layers", tuple([self.sliding_window is not None] * n))
+        if len(self.moe_layers) != n:
+            raise ValueError(f"moe_layers has {len(self.moe_layers)} entries, num_layers is {n}")
+        if len(self.swa_layers) != n:
+            raise ValueError(f"swa_layers has {len(self.swa_layers)} entries, num_layers is {n}")
+        if self.attention not in ("gqa", "mla"):
+            raise ValueError(f"attention must be 'gqa' or 'mla', got {self.attention!r}")
+        if self.attention == "gqa" and self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_key_value_heads ({self.num_kv_heads}) must divide num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.attention == "mla":
+            for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, f) is None:
+                    raise ValueError(f"Multi-head Latent Attention needs {f}")
+        if any(self.moe_layers):
+            if self.num_experts < 1:
+                raise ValueError("MoE layers need num_experts >= 1")
+            if self.moe_ffn_hidden_size < 1:
+                raise ValueError("MoE layers need moe_intermediate_size >= 1")
+            if not 1 <= self.top_k <= self.num_experts:
+                raise ValueError(
+                    f"num_experts_per_tok ({self.top_k}) must be between 1 and the number of experts ({self.num_experts})"
+                )
+            if self.num_experts % self.n_group:
+                raise ValueError(f"n_group ({self.n_group}) must divide the number of experts ({self.num_experts})")
+            if self.topk_group > self.n_group:
+                raise ValueError(f"topk_group ({self.topk_group}) must not exceed n_group ({self.n_group})")
+        if not all(self.moe_layers) and self.ffn_hidden_size < 1:
+            raise ValueError("dense layers need intermediate_size >= 1")
+        if any(self.swa_layers) and self.sliding_window is None:
+            raise ValueError("swa_layers marks sliding-window layers but sliding_window is not set")
+        return self
+
+    # ----- derived facts -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return any(self.moe_layers)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.moe_layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        """MTP layers copy the type of the last decoder layer (Megatron)."""
+        return bool(self.moe_layers[-1])
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices per MLP: 3 for a gated linear unit, 2 otherwise."""
+        return 3 if self.gated_mlp else 2
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        """Megatron's padded vocabulary: ceil(V / (D*TP)) * D*TP."""
+        m = self.make_vocab_divisible_by * max(1, int(tp))
+        return -(-self.vocab_size // m) * m
+
+    def summary(self) -> str:
+        kind = f"MoE {self.num_experts}x top-{self.top_k}" if self.is_moe else "dense"
+        return f"{self.name}: {self.family}, {self.num_layers} layers, h={self.hidden_size}, {self.attention.upper()}, {kind}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a config.json
+
+
+class _Reader:
+    """Field access on one config dict that turns a missing or malformed field into an
+    InputError naming the file and the field."""
+
+    def __init__(self, cfg: dict, source: str):
+        self.cfg = cfg
+        self.source = source
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def err(self, key: str, problem: str) -> InputError:
+        return InputError(f"{self.source}: field '{key}' {problem}")
+
+    def int(self, key: str, default: Any = ..., minimum: int = 0) -> Any:
+        v = self.cfg.get(key)
+        if v is None:
+            if default is ...:
+                fam = self.cfg.get("model_type")
+                hint = "" if fam in KNOWN_FAMILIES else f" (model_type {fam!r} is read generically; add the field)"
+                raise self.err(key, "is missing" + hint)
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+            raise self.err(key, f"must be an integer, got {v!r}")
+        if int(v) < minimum:
+            raise self.err(key, f"must be >= {minimum}, got {v!r}")
+        return int(v)
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.err(key, f"must be true or false, got {v!r}")
+        return v
+
+
+def _first_key(r: _Reader, keys: tuple[str, ...]) -> str | None:
+    for k in keys:
+        if r.has(k):
+            return k
+    return None
+
+
+def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.json") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face style config dict; InputError names the field."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
+    if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    r = _Reader(cfg, source)
+    family = str(cfg.get("model_type") or "").strip().lower()
+    if not family:
+        archs = cfg.get("architectures") or []
+        raise r.err("model_type", f"is missing (architectures {archs!r}); add model_type, e.g. \"llama\"")
+
+    L = r.int("num_hidden_layers", minimum=1)
+    h = r.int("hidden_size", minimum=1)
+    n_h = r.int("num_attention_heads", minimum=1)
+    n_kv = r.int("num_key_value_heads", n_h, minimum=1)
+    vocab = r.int("vocab_size", minimum=1)
+
+    # --- attention -------------------------------------------------------------------------
+    mla = family in _MLA_FAMILIES or r.has("kv_lora_rank")
+    fields: dict[str, Any] = {}
+    if mla:
+        fields.update(
+            attention="mla",
+            q_lora_rank=r.int("q_lora_rank", None, minimum=1),
+            kv_lora_rank=r.int("kv_lora_rank", minimum=1),
+            qk_nope_head_dim=r.int("qk_nope_head_dim", minimum=1),
+            qk_rope_head_dim=r.int("qk_rope_head_dim", minimum=1),
+            v_head_dim=r.int("v_head_dim", minimum=1),
+        )
+        head_dim = fields["v_head_dim"]
+        n_kv = n_h  # MLA has no key/value groups: every head gets its own K and V from the latent
+    else:
+        if r.has("head_dim"):
+            head_dim = r.int("head_dim", minimum=1)
+        else:
+            if h % n_h:
+                raise r.err(
+                    "num_attention_heads",
+                    f"({n_h}) must divide hidden_size ({h}) when head_dim is not given; set head_dim",
+                )
+            head_dim = h // n_h
+        if n_h % n_kv:
+            raise r.err("num_key_value_heads", f"({n_kv}) must divide num_attention_heads ({n_h})")
+
+    # --- experts -----------------------------------------------------------------------------
+    ek = _first_key(r, ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"))
+    n_exp = r.int(ek, 0) if ek else 0
+    top_k = 0
+    moe_ffn = 0
+    shared = 0
+    n_group = topk_group = 1
+    if n_exp > 0:
+        top_k = r.int(_first_key(r, ("num_experts_per_tok", "moe_topk", "top_k")) or "num_experts_per_tok", minimum=1)
+        if top_k > n_exp:
+            raise r.err("num_experts_per_tok", f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
+        if family in ("mixtral", "gpt_oss"):
+            moe_ffn = r.int("intermediate_size", minimum=1)
+        else:
+            moe_ffn = r.int("moe_intermediate_size", minimum=1)
+        if r.has("n_shared_experts"):
+            shared = r.int("n_shared_experts") * moe_ffn
+        elif r.has("shared_expert_intermediate_size"):
+            shared = r.int("shared_expert_intermediate_size")
+        n_group = r.int("n_group", 1, minimum=1)
+        topk_group = r.int("topk_group", 1, minimum=1)
+        if n_exp % n_group:
+            raise r.err("n_group", f"({n_group}) must divide the number of experts ({n_exp})")
+        if topk_group > n_group:
+            raise r.err("topk_group", f"({topk_group}) must not exceed n_group ({n_group})")
+
+    # which layers are MoE
+    if n_exp == 0:
+        moe = [False] * L
+    elif family in _MLA_FAMILIES or r.has("first_k_dense_replace"):
+        k = r.int("first_k_dense_replace", 0)
+        freq = r.int("moe_layer_freq", 1, minimum=1)
+        if k > L:
+            raise r.err("first_k_dense_replace", f"({k}) exceeds num_hidden_layers ({L})")
+        moe = [i >= k and i % freq == 0 for i in range(L)]
+    elif family in _QWEN_MOE or r.has("decoder_sparse_step") or r.has("mlp_only_layers"):
+        step = r.int("decoder_sparse_step", 1, minimum=1)
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < L for i in only):
+            raise r.err("mlp_only_layers", f"must be a list of layer indices in [0, {L}), got {only!r}")
+        moe = [(i not in only) and (i + 1) % step == 0 for i in range(L)]
+    else:
+        moe = [True] * L
+
+    # dense MLP width: needed only when some layer is dense
+    if all(moe):
+        ffn = r.int("intermediate_size", 0) if family not in ("mixtral", "gpt_oss") else 0
+    else:
+        ffn = r.int("intermediate_size", minimum=1)
+
+    # --- sliding window ------------------------------------------------------------------------
+    window = None
+    swa = [False] * L
+    lt = cfg.get("layer_types")
+    if family == "gpt_oss" or isinstance(lt, list):
+        window = r.int("sliding_window", None, minimum=1)
+        if isinstance(lt, list):
+            if len(lt) != L:
+                raise r.err("layer_types", f"has {len(lt)} entries, num_hidden_layers is {L}")
+            swa = [t == "sliding_attention" for t in lt]
+        elif window is not None:
+            swa = [i % 2 == 0 for i in range(L)]  # GPT-OSS: even layers slide, odd layers are full
+        if any(swa) and window is None:
+            raise r.err("sliding_window", "is missing but layer_types has sliding_attention layers")
+    elif family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        if r.bool("use_sliding_window", False) and r.has("sliding_window"):
+            window = r.int("sliding_window", minimum=1)
+            first = r.int("max_window_layers", L)
+            swa = [i >= first for i in range(L)]
+    elif r.has("sliding_window"):  # mistral / mixtral semantics: every layer slides
+        window = r.int("sliding_window", minimum=1)
+        swa = [True] * L
+    if not any(swa):
+        window = None
+
+    # --- MLP / activation ------------------------------------------------------------------------
+    act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu").lower()
+    gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh") or family in KNOWN_FAMILIES)
+    if family == "gpt_oss":
+        act = "quick_gelu"  # Megatron: quick_gelu GLU with offset 1.0 and clamp 7.0 (models.json)
+    if act == "swiglu":
+        act = "silu"
+
+    div = r.int("megatron_make_vocab_size_divisible_by", 1280 if family in _VOCAB_DIVISOR_1280 else 128, minimum=1)
+    mtp = r.int("num_nextn_predict_layers", None) if r.has("num_nextn_predict_layers") else r.int("mtp_num_layers", 0)
+
+    try:
+        return ModelSpec(
+            name=name or str(cfg.get("_name_or_path") or family),
+            family=family,
+            num_layers=L,
+            hidden_size=h,
+            vocab_size=vocab,
+            make_vocab_divisible_by=div,
+            tied_embeddings=r.bool("tie_word_embeddings", False),
+            num_attention_heads=n_h,
+            num_kv_heads=n_kv,
+            head_dim=head_dim,
+            ffn_hidden_size=ffn,
+            gated_mlp=gated,
+            activation=act,
+            num_experts=n_exp,
+            moe_ffn_hidden_size=moe_ffn,
+            top_k=top_k,
+            shared_ffn_hidden_size=shared,
+            moe_layers=tuple(moe),
+            n_group=n_group,
+            topk_group=topk_group,
+            mtp_layers=mtp,
+            sliding_window=window,
+            swa_layers=tuple(swa),
+            qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")),
+            attention_bias=r.bool("attention_bias", family == "gpt_oss"),
+            mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),
+            # GPT-OSS routers have a trained bias; DeepSeek's e_score_correction_bias is a buffer
+            # updated outside the optimizer, so it is not a parameter (models.json counts agree).
+            router_bias=family == "gpt_oss",
+            attention_sinks=family == "gpt_oss",
+            source=str(cfg.get("source") or source),
+            **fields,
+        )
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, source)) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Catalog
+
+
+@lru_cache(maxsize=1)
+def _catalog_raw() -> dict[str, dict]:
+    text = resources.files("planner").joinpath("data/models.json").read_text()
+    data = json.loads(text)
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def catalog() -> list[str]:
+    """Names of the built-in models (planner/data/models.json, a copy of the reference catalog)."""
+    return list(_catalog_raw())
+
+
+def catalog_entry(name: str) -> dict:
+    """The raw catalog record (HF fields plus sources and the computed parameter counts)."""
+    key = _catalog_key(name)
+    if key is None:
+        raise InputError(f"unknown model {name!r}; use one of {', '.join(catalog())} or a config.json path")
+    return dict(_catalog_raw()[key])
+
+
+def _norm(s: str) -> str:
+    return s.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _catalog_key(name: str) -> str | None:
+    want = _norm(name)
+    for k in _catalog_raw():
+        if _norm(k) == want:
+            return k
+    return None
+
+
+@lru_cache(maxsize=64)
+def _load_catalog(key: str) -> ModelSpec:
+    return spec_from_config(_catalog_raw()[key], name=key, source=f"catalog:{key}")
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """A catalog name (``deepseek-v3``, case-insensitive) or a path to a ``config.json`` (or a
+    directory holding one). Raises InputError naming the file and the field it cannot model."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    s = str(name_or_path)
+    key = _catalog_key(s)
+    if key is not None:
+        return _load_catalog(key)
+    p = Path(s).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise InputError(f"unknown model {s!r}: not a catalog name ({', '.join(catalog())}) and no such file")
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
+    name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    if isinstance(cfg, dict) and cfg.get("_name_or_path"):
+        name = str(cfg["_name_or_path"]).rstrip("/").split("/")[-1]
+    return spec_from_config(cfg, name=name, source=str(p))
