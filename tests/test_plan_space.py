@@ -1,0 +1,71 @@
+"""planner/space.py: the rule tables over a few variables agree with planner.rules on full layouts.
+
+Oracle: ``planner.rules.violations`` evaluated on the whole ParallelConfig with the world size
+tp*cp*pp*dp. Property: for random assignments of every variable, "every rule table allows its
+projection" iff "violations() is empty" (structural canonical-form constraints aside).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given, settings, strategies as st
+
+from planner import rules
+from planner.config import Training
+from planner.space import (RULE_VARS, VARIABLES, build_space, config_of, gbs_candidates, gpd_candidates,
+                           rule_tables, split_layers, structural_ok)
+
+
+def _model(layers, heads, kv, experts):
+    return SimpleNamespace(num_layers=layers, num_attention_heads=heads, num_kv_heads=kv,
+                           num_experts=experts, mtp_layers=0, is_moe=experts > 0,
+                           attention="gqa")
+
+
+def test_every_rule_has_a_variable_map():
+    assert {r.name for r in rules.RULES} <= set(RULE_VARS)
+    for vars_ in RULE_VARS.values():
+        assert set(vars_) <= set(VARIABLES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(2, 20), heads=st.sampled_from([4, 6, 8, 12]), experts=st.sampled_from([0, 4, 6, 8]),
+       gpus=st.sampled_from([8, 12, 16, 24]), trainer=st.sampled_from(["megatron", "torchtitan"]),
+       seq=st.sampled_from([6, 8, 12, 4096]), gbs=st.sampled_from([6, 8, 16, 24]), data=st.data())
+def test_rule_tables_equal_rules_on_full_layouts(layers, heads, experts, gpus, trainer, seq, gbs, data):
+    model = _model(layers, heads, heads // 2 if heads % 2 == 0 else heads, experts)
+    training = Training(seq_len=seq, global_batch=gbs, trainer=trainer)
+    space = build_space(model, training, gpus, [8] * (gpus // 8 or 1), trainer=trainer,
+                        gbs_range=(gbs // 2, gbs * 2) if data.draw(st.booleans()) else None)
+    tables = rule_tables(space, model, training)
+    index = {v: i for i, v in enumerate(VARIABLES)}
+    del index
+    for _ in range(25):
+        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
+        a = {v: space.values[v][i] for v, i in idx.items()}
+        if not structural_ok(space, a):
+            continue
+        cfg, world, g, _ = config_of(space, a)
+        tr = training.model_copy(update={"global_batch": g})
+        want = not rules.violations(model, cfg, tr, world, trainer)
+        got = all(tuple(idx[v] for v in vars_) in set(allowed) for vars_, allowed in tables)
+        assert got == want, (cfg, world, g, rules.violations(model, cfg, tr, world, trainer))
+
+
+def test_split_layers_reproduces_nvidia_layouts():
+    # DeepSeek-V3, 61 layers: PP8 "Et*8|(t*8|)*6t*5mL" = first 8, last 5 (split 1)
+    assert split_layers(61, 8, 1, 1) == (8, 5)
+    # PP4 VPP4 (GB200 recipe) "[E+t*4]+[t*4]*14+[t,m,L]": 16 stages of 4, last 1
+    assert split_layers(61, 4, 4, 1) == (4, 1)
+    # an even split has no light last stage
+    assert split_layers(64, 8, 1, 1) is None
+    assert split_layers(61, 1, 1, 1) is None
+    assert split_layers(61, 2, 1, 0) == (None, None)
+
+
+def test_candidate_helpers_by_hand():
+    assert gbs_candidates(4096, None) == [4096]
+    assert gbs_candidates(4096, (1000, 5000)) == [1000, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 5000]
+    assert gpd_candidates([72, 72]) == [None, 64]
+    assert gpd_candidates([8, 8]) == [None]
