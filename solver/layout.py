@@ -47,7 +47,8 @@ __all__ = ["Program", "Solution", "LayoutResult", "solve", "evaluate", "brute_fo
 class _Node:
     kind: str                      # "table" | "sum" | "max" | "product" | "const"
     vars: tuple[int, ...] = ()     # table: decision variables
-    values: dict | None = None     # table: {tuple: int}
+    values: dict | None = None     # table: {tuple: int} keyed by (vars..., node values...)
+    keys: tuple[int, ...] = ()     # table: earlier nodes whose values also key the table
     args: tuple[int, ...] = ()     # sum/max/product: child node ids
     weights: tuple[int, ...] = ()  # sum
     const: int = 0                 # sum / const
@@ -94,14 +95,23 @@ class Program:
         self.nodes.append(node)
         return len(self.nodes) - 1
 
-    def table(self, vars_, values: dict) -> int:
+    def table(self, vars_, values: dict, nodes=()) -> int:
         """A term tabulated over ``vars_``: ``values[(a_0, a_1, ...)]`` is its integer value when
-        ``x[vars_[k]] == a_k``; tuples missing from ``values`` are infeasible."""
-        vars_ = self._check_vars(vars_)
+        ``x[vars_[k]] == a_k``; tuples missing from ``values`` are infeasible.
+
+        ``nodes``: earlier nodes whose values follow the decision variables in each key, so a
+        table can read a derived quantity (the world size, a group's shape class) instead of every
+        variable that quantity depends on."""
+        vars_ = self._check_vars(vars_) if vars_ else ()
+        nodes = tuple(int(n) for n in nodes)
+        if any(n < 0 or n >= len(self.nodes) for n in nodes):
+            raise ValueError(f"bad node list {nodes}")
+        if not vars_ and not nodes:
+            raise ValueError("a table needs at least one variable or node")
         vals = {tuple(int(a) for a in k): int(v) for k, v in values.items()}
         if not vals:
             raise ValueError("a table needs at least one feasible entry")
-        return self._add(_Node("table", vars=vars_, values=vals))
+        return self._add(_Node("table", vars=vars_, values=vals, keys=nodes))
 
     def const(self, c: int) -> int:
         return self._add(_Node("const", const=int(c)))
@@ -176,7 +186,7 @@ def _node_values(prog: Program, x: Sequence[int]) -> list[int] | None:
     out: list[int] = []
     for nd in prog.nodes:
         if nd.kind == "table":
-            key = tuple(x[v] for v in nd.vars)
+            key = tuple(x[v] for v in nd.vars) + tuple(out[n] for n in nd.keys)
             if key not in nd.values:
                 return None
             out.append(nd.values[key])
@@ -297,7 +307,7 @@ def _build(prog: Program):
         lo, hi = bounds[k]
         if nd.kind == "table":
             t = m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(nd.values.values()))), f"n{k}")
-            if len(nd.vars) == 1:
+            if len(nd.vars) == 1 and not nd.keys:
                 v = nd.vars[0]
                 # Linear over the one-hot literals; missing entries are infeasible.
                 for a in range(prog.domains[v]):
@@ -305,7 +315,7 @@ def _build(prog: Program):
                         m.Add(zs[v][a] == 0)
                 m.Add(t == sum(nd.values[(a,)] * zs[v][a] for a in range(prog.domains[v]) if (a,) in nd.values))
             else:
-                m.AddAllowedAssignments([xs[v] for v in nd.vars] + [t],
+                m.AddAllowedAssignments([xs[v] for v in nd.vars] + [nv[n] for n in nd.keys] + [t],
                                         [key + (val,) for key, val in sorted(nd.values.items())])
         elif nd.kind == "const":
             t = m.NewConstant(nd.const)

@@ -46,6 +46,15 @@ def programs(draw):
         if not vals:
             vals = {all_tuples(vs)[0]: 7}
         tables.append(prog.table(vs, vals))
+    # derived tables: keyed by a variable and the value of an earlier table node
+    for _ in range(draw(st.integers(0, 2))):
+        src = rnd.choice(tables)
+        src_vals = sorted(set(prog.nodes[src].values.values()))
+        v = rnd.randrange(n)
+        vals = {(a, sv): rnd.randint(0, 40) for a in range(domains[v]) for sv in src_vals
+                if rnd.random() < 0.9}
+        if vals:
+            tables.append(prog.table([v], vals, nodes=[src]))
     nodes = list(tables)
     # combinators
     for _ in range(draw(st.integers(0, 3))):
