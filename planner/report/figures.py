@@ -29,9 +29,11 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def breakdown_figure(plans: Sequence[Mapping], path: Path) -> Path:
+def breakdown_figure(plans: Sequence[Mapping], path: Path, labels: Sequence[str] | None = None,
+                     title: str = "Step-time breakdown of the top plans") -> Path:
     """Stacked horizontal bars: the step time of each plan split into the six categories."""
-    labels = [f"#{i + 1} {config_label(p.get('config') or {})}" for i, p in enumerate(plans)]
+    labels = list(labels) if labels else [f"#{i + 1} {config_label(p.get('config') or {})}"
+                                          for i, p in enumerate(plans)]
     cats = [categorize((p.get("prediction") or {}).get("breakdown"),
                        (p.get("prediction") or {}).get("step_time_s")) for p in plans]
     fig = Figure(figsize=(9, 0.8 + 0.55 * len(plans)))
@@ -51,7 +53,7 @@ def breakdown_figure(plans: Sequence[Mapping], path: Path) -> Path:
     ax.set_yticks(ys, labels, fontsize=9)
     ax.set_xlabel("step time (s)")
     ax.set_xlim(0, max(left + [1e-9]) * 1.35)
-    ax.set_title("Step-time breakdown of the top plans")
+    ax.set_title(title)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / len(plans)), fontsize=8, ncol=6,
               frameon=False)
     return _save(fig, path)
@@ -96,8 +98,7 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
             arr[i, j] = v if v >= 0 else np.nan
     n = int(np.nanmax(arr)) + 1 if np.isfinite(arr).any() else 1
     colors = [_TAB20[(2 * k) % 20] if n <= 10 else _TAB20[k % 20] for k in range(n)]
-    cmap = ListedColormap(colors)
-    cmap.set_bad("#eeeeee")
+    cmap = ListedColormap(colors).with_extremes(bad="#eeeeee")
     ax.imshow(np.ma.masked_invalid(arr), cmap=cmap, vmin=-0.5, vmax=n - 0.5, aspect="auto",
               interpolation="nearest")
     ax.set_title(title, fontsize=10)

@@ -165,7 +165,7 @@ def scale_page(doc, stage: Path) -> tuple[str, list[Path]]:
     # stacked breakdown of each size's best plan, when the rows carry plans
     rows = meta.get("points") or meta.get("sizes") or meta.get("rows") or meta.get("results") or (
         doc if isinstance(doc, list) else [])
-    entries = []
+    entries, labels = [], []
     for r in rows:
         if not isinstance(r, Mapping):
             continue
@@ -174,8 +174,14 @@ def scale_page(doc, stage: Path) -> tuple[str, list[Path]]:
             entries.append(src["plans"][0])
         elif isinstance(r.get("prediction"), Mapping) and isinstance(r.get("config"), Mapping):
             entries.append({"config": r["config"], "prediction": r["prediction"]})
+        else:
+            continue
+        gpus = r.get("gpus", r.get("num_gpus", r.get("world")))
+        labels.append(f"{gpus} GPUs: {explain.config_label(entries[-1].get('config') or {})}")
     if entries and all((e.get("prediction") or {}).get("breakdown") for e in entries):
-        figs.append(fg.breakdown_figure(entries, stage / "breakdown.png"))
+        order = sorted(range(len(entries)), key=lambda i: int(str(labels[i]).split()[0]))
+        figs.append(fg.breakdown_figure([entries[i] for i in order], stage / "breakdown.png",
+                                        [labels[i] for i in order], "Step-time breakdown at each size"))
         body.append(_figure("breakdown.png", "step-time breakdown per size",
                             "Step-time breakdown of the best plan at each size (bars in the order of the table)."))
     return _page(f"topoplan scale: {mname}", f"{mname} on {cname}, {points[0]['gpus']} to "

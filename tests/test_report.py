@@ -1,0 +1,330 @@
+"""The HTML report and the terminal explanations: figures written, referenced and non-empty, the page
+opens in a headless browser, explanations add up, rank arithmetic matches Megatron's RankGenerator.
+
+The plan documents here are built by hand in the plan.json shape of docs/architecture.md, so these
+tests do not depend on the planner's own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from matplotlib.image import imread
+from rich.console import Console
+
+from planner import explain
+from planner.errors import InputError
+from planner.report import write_report
+from planner.report import figures as fg
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+def _entry(cfg, tflops, step, breakdown, mem, domains, rank_to_gpu, per_stage=None):
+    pred = {"tflops_per_gpu": tflops, "tokens_per_s_per_gpu": tflops * 3.85, "step_time_s": step,
+            "memory_gib_per_gpu": mem, "breakdown": breakdown}
+    if per_stage is not None:
+        pred["memory"] = {"per_stage": per_stage}
+    return {"config": cfg, "prediction": pred,
+            "placement": {"order": "tp-cp-ep-dp-pp", "gpus_per_domain": 64, "rank_to_gpu": rank_to_gpu,
+                          "domains": domains}}
+
+
+def plan_doc() -> dict:
+    """DeepSeek-V3-like plan on four NVL72 racks run with 64 of 72 GPUs each (256 GPUs)."""
+    r2g = [d * 72 + j for d in range(4) for j in range(64)]
+    base = dict(tp=1, pp=2, vpp=8, cp=1, ep=32, etp=1, dp=128, mbs=1, gbs=4096, fsdp=False,
+                recompute="none", dispatcher="flex-deepep")
+    stages = [{"weights": 41.0, "grads": 20.5, "optimizer": 31.0, "activations": 96.0},
+              {"weights": 39.0, "grads": 19.5, "optimizer": 29.0, "activations": 60.0}]
+    p1 = _entry(base, 1650, 10.2, {"compute": 8.0, "exposed_tp": 0.0, "ep_a2a": 0.9, "pipeline_bubble": 0.6,
+                                   "dp_exposed": 0.3, "optimizer": 0.4}, 188.5, {"tp": 1, "ep": 1, "pp": 2}, r2g,
+                stages)
+    p2 = _entry({**base, "pp": 4, "vpp": 4, "dp": 64}, 1560, 10.8,
+                {"compute": 8.0, "ep_a2a": 0.9, "pipeline_bubble": 1.2, "dp_exposed": 0.3, "optimizer": 0.4},
+                150.0, {"ep": 1, "pp": 4}, r2g)
+    p3 = _entry({**base, "ep": 64}, 1500, 11.2,
+                {"compute": 8.0, "ep_a2a": 2.0, "pipeline_bubble": 0.6, "dp_exposed": 0.2, "optimizer": 0.4},
+                170.0, {"ep": 2, "pp": 2}, r2g)
+    return {"version": 1, "model": {"name": "deepseek-v3"},
+            "cluster": {"name": "gb300-nvl72", "gpu": "gb300", "nvlink_domains": [72, 72, 72, 72],
+                        "gpu_spec": {"hbm_gib": 268.0}},
+            "training": {"seq_len": 4096, "global_batch": 4096, "precision": "mxfp8", "stack": "megatron-26.08",
+                         "trainer": "megatron"},
+            "plans": [p1, p2, p3], "solver": {"status": "OPTIMAL", "wall_s": 1.3, "objective": 1650, "bound": 1650}}
+
+
+def scale_doc() -> dict:
+    pts = []
+    for gpus, tfl in ((256, 1650.0), (512, 1640.0), (1024, 1625.0)):
+        pts.append({"gpus": gpus, "tokens_per_s_per_gpu": tfl * 3.85, "tflops_per_gpu": tfl,
+                    "config": {"tp": 1, "pp": 2, "vpp": 8, "ep": 32, "mbs": 1},
+                    "prediction": {"tflops_per_gpu": tfl, "tokens_per_s_per_gpu": tfl * 3.85, "step_time_s": 10.0,
+                                   "breakdown": {"compute": 8.0, "ep_a2a": 1.0, "pipeline_bubble": 0.6}}})
+    return {"model": {"name": "deepseek-v3"}, "cluster": {"name": "gb300-nvl72"}, "points": pts}
+
+
+def experts_doc(layers=6, ranks=16, k=2, experts=24) -> dict:
+    import random
+
+    rng = random.Random(3)
+    out = []
+    for i in range(layers):
+        slots = list(range(experts)) + [rng.randrange(experts) for _ in range(ranks * k - experts)]
+        out.append({"physical_to_logical": slots, "ep_rank_domain": [r // 8 for r in range(ranks)],
+                    "metrics": {"balance": 1.02 + 0.01 * i, "remote_domains_per_token": 0.8 + 0.02 * i}})
+    eplb = {"hierarchical": {"layers": [{"metrics": {"balance": 1.5 + 0.05 * i, "remote_domains_per_token": 0.9}}
+                                        for i in range(layers)]},
+            "global": {"layers": [{"metrics": {"balance": 1.01, "remote_domains_per_token": 1.3}}
+                                  for i in range(layers)]}}
+    return {"model": {"name": "deepseek-v3"}, "cluster": {"name": "dgx-h100"}, "slots_per_gpu": k,
+            "layers": out, "eplb": eplb, "metrics": {"solve_s": 1.5}}
+
+
+# ------------------------------------------------------------------------------------------ explain
+
+def test_categorize_folds_terms_and_puts_the_remainder_into_other():
+    bd = {"compute": 5.0, "exposed_tp": 0.5, "ep_a2a": 1.0, "expert_all_to_all": 0.25, "pipeline_bubble": 0.75,
+          "dp_grad_reduce_scatter": 0.2, "optimizer": 0.3, "mlp_expert": 1.0}
+    cats = explain.categorize(bd, step_time_s=10.0)
+    assert cats["compute"] == pytest.approx(6.0)  # compute + mlp_expert (expert GEMMs are compute)
+    assert cats["tp"] == pytest.approx(0.5)
+    assert cats["ep"] == pytest.approx(1.25)
+    assert cats["bubble"] == pytest.approx(0.75)
+    assert cats["dp"] == pytest.approx(0.2)
+    # 10 - (6 + .5 + 1.25 + .75 + .2 + .3) = 1.0 unexplained, plus 0.3 optimizer
+    assert cats["other"] == pytest.approx(1.3)
+    assert sum(cats.values()) == pytest.approx(10.0)
+
+
+def test_categorize_nested_and_never_negative():
+    cats = explain.categorize({"comm": {"tp": 0.2, "ep": 0.3}, "overlap_credit_dp": -0.5, "total": 99})
+    assert cats["tp"] == pytest.approx(0.2) and cats["ep"] == pytest.approx(0.3)
+    assert cats["dp"] == 0.0  # a negative credit does not make a category negative
+    assert "total" not in cats and sum(cats.values()) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("width", [10, 40, 73])
+def test_breakdown_bar_cells_add_up_and_are_proportional(width):
+    text = explain.breakdown_bar({"compute": 6.0, "ep_a2a": 3.0, "pipeline_bubble": 1.0}, width=width)
+    bar = text.plain
+    cells = bar.split("\n")[0].split(" ")[0]
+    assert cells == "█" * width
+    # each category's run of cells is its share of the step, within one cell of rounding
+    runs = {str(s.style): s.end - s.start for s in text.spans if s.end <= width}
+    assert abs(runs[explain.CATEGORY_COLORS["compute"]] - 0.6 * width) < 1
+    assert abs(runs[explain.CATEGORY_COLORS["ep"]] - 0.3 * width) < 1
+    assert abs(runs[explain.CATEGORY_COLORS["bubble"]] - 0.1 * width) < 1
+    assert sum(runs.values()) == width
+    legend = bar.split("\n")[1]
+    assert "compute 6.00 s (60%)" in legend and "exposed EP all-to-all 3.00 s (30%)" in legend
+    assert "pipeline bubble 1.00 s (10%)" in legend and "exposed TP" not in legend
+
+
+def test_memory_bar_marks_overflow():
+    assert "does not fit" not in explain.memory_bar(100, 186).plain
+    over = explain.memory_bar(200, 186).plain
+    assert "does not fit: 14.0 GiB over" in over and "(108%)" in over
+
+
+def test_rank_coords_match_megatron_rank_generator_by_hand():
+    # tp2 pp2 dp2, order tp-cp-ep-dp-pp: Megatron's pipeline groups are [0,4],[1,5],[2,6],[3,7]
+    cfg = {"tp": 2, "pp": 2, "cp": 1, "ep": 1}
+    groups: dict[tuple, list[int]] = {}
+    for r in range(8):
+        c = explain.rank_coords(r, cfg, 8)
+        groups.setdefault((c["tp"], c["dp"]), []).append(r)
+    assert sorted(groups.values()) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # expert grid ep4 etp1 pp2 on 8 ranks: EP groups [0..3] and [4..7]
+    ecfg = {"tp": 2, "pp": 2, "ep": 4, "etp": 1}
+    assert [explain.ep_group(r, ecfg, 8) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # order tp-dp-pp with cp2: cp varies right after tp
+    cfg2 = {"tp": 2, "cp": 2, "pp": 2}
+    assert explain.rank_coords(3, cfg2, 16) == {"tp": 1, "cp": 1, "ep": 0, "dp": 0, "pp": 0}
+    assert explain.rank_coords(9, cfg2, 16)["pp"] == 1
+
+
+def test_placement_map_rows_glyphs_and_collapse():
+    doc = plan_doc()
+    text = explain.placement_map(doc["plans"][0], [72] * 4).plain
+    lines = text.splitlines()
+    assert lines[0].startswith("racks 0-1") and lines[1].startswith("racks 2-3")
+    glyphs = lines[0].split()[2]
+    assert glyphs == "0" * 64 + "." * 8
+    assert lines[1].split()[2] == "1" * 64 + "." * 8
+    assert "EP 1" in lines[-1]
+
+
+def test_placement_map_hgx_word_and_unused_gpus():
+    plan = {"config": {"tp": 8, "pp": 1}, "placement": {"rank_to_gpu": list(range(8, 16))}}
+    text = explain.placement_map(plan, [8, 8]).plain
+    assert text.splitlines()[0].split()[:3] == ["node", "0", "........"]
+    assert text.splitlines()[1].split()[:3] == ["node", "1", "00000000"]
+
+
+def test_why_not_names_the_cause():
+    doc = plan_doc()
+    lines = explain.why_not_lines(doc, n=5)
+    assert lines[0].startswith("TP1 PP4 VPP4 EP32 MBS1: 5% slower, larger pipeline bubble with PP4 VPP4")
+    assert lines[1].startswith("TP1 PP2 VPP8 EP64 MBS1: 9% slower, EP all-to-all crosses racks")
+    rej = [{"config": {"tp": 2, "pp": 8, "ep": 32}, "prediction": {"memory_gib_per_gpu": 300.0}},
+           {"config": {"tp": 4, "pp": 1}, "reason": "breaks a rule: heads not divisible"}]
+    more = explain.why_not_lines(doc, n=5, rejected=rej)
+    assert more[2] == "TP2 PP8 EP32: does not fit, 300 GiB per GPU > 268 GiB HBM"
+    assert more[3] == "TP4 PP1: breaks a rule: heads not divisible"
+
+
+def test_render_plan_prints_everything():
+    console = Console(record=True, width=140, force_terminal=False)
+    explain.render_plan(plan_doc(), console=console)
+    out = console.export_text()
+    for needle in ("TP1 PP2 VPP8 EP32 MBS1", "1,650", "exposed EP all-to-all", "188.5 / 268 GiB",
+                   "racks 0-1", "why not", "solver: OPTIMAL"):
+        assert needle in out
+
+
+def test_domain_sizes_fallbacks():
+    doc = plan_doc()
+    assert explain.domain_sizes_of(doc) == [72] * 4
+    doc["cluster"] = {}
+    assert explain.domain_sizes_of(doc) == [64] * 4  # from gpus_per_domain and the world size
+
+
+# ------------------------------------------------------------------------------------------ report
+
+def _check_report(out: Path, paths: list[Path], expect: set[str]) -> str:
+    assert paths[0] == out / "index.html"
+    page = (out / "index.html").read_text()
+    refs = set(re.findall(r'<img src="([^"]+)"', page))
+    pngs = {p.name for p in out.glob("*.png")}
+    assert refs == pngs == expect, (refs, pngs)  # every figure referenced, every reference present
+    for name in pngs:
+        raw = (out / name).read_bytes()
+        assert raw[:8] == PNG_MAGIC and len(raw) > 5000
+        img = imread(out / name)
+        assert img.shape[0] > 100 and img.shape[1] > 200
+        assert img[..., :3].std() > 0.05  # not a blank canvas
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from the network
+    assert not list(out.parent.glob(f".{out.name}.staging.*"))
+    return page
+
+
+def test_plan_report_files(tmp_path):
+    out = tmp_path / "rep"
+    paths = write_report("plan", plan_doc(), out)
+    page = _check_report(out, paths, {"breakdown.png", "memory.png", "placement.png"})
+    assert json.loads((out / "data.json").read_text()) == plan_doc()
+    assert "TP1 PP2 VPP8 EP32 MBS1" in page and "EP all-to-all crosses racks" in page
+    # the memory figure shows both stages: a wider image than a one-stage figure
+    one = tmp_path / "one"
+    doc = plan_doc()
+    del doc["plans"][0]["prediction"]["memory"]
+    write_report("plan", doc, one)
+    assert imread(out / "memory.png").shape[1] >= imread(one / "memory.png").shape[1]
+
+
+def test_scale_report_files(tmp_path):
+    out = tmp_path / "scale"
+    page = _check_report(out, write_report("scale", scale_doc(), out), {"scaling.png", "breakdown.png"})
+    # retention against 256 GPUs: 1625/1650 = 98.5%
+    assert "98.5%" in page and "100.0%" in page
+
+
+def test_scale_rows_accept_nested_plans_and_compute_retention():
+    from planner.report.data import scale_points
+
+    doc = {"sizes": [{"gpus": 1024, "plan": plan_doc() | {"plans": [{"config": {"tp": 1},
+                      "prediction": {"tflops_per_gpu": 900, "tokens_per_s_per_gpu": 90.0}}]}},
+                     {"num_gpus": 512, "tokens_per_s": 512 * 100.0, "tflops_per_gpu": 1000, "retention": 100}]}
+    pts = scale_points(doc)
+    assert [p["gpus"] for p in pts] == [512, 1024]
+    assert pts[1]["tokens_per_s"] == pytest.approx(90.0 * 1024)
+    assert pts[1]["retention"] == pytest.approx(0.9) and pts[0]["retention"] == pytest.approx(1.0)
+
+
+def test_experts_report_files(tmp_path):
+    out = tmp_path / "ex"
+    page = _check_report(out, write_report("place-experts", experts_doc(), out), {"experts.png", "expert_slots.png"})
+    assert "EPLB hierarchical" in page and "EPLB global" in page
+    # mean balance of topoplan: 1.02 + .01 * mean(0..5) = 1.045
+    assert "1.045" in page
+
+
+@pytest.mark.parametrize("kind,doc,needle", [
+    ("plan", {"plans": []}, "'plans' is missing or empty"),
+    ("plan", {"plans": [{"config": {}}]}, "plans[0] has no 'prediction'"),
+    ("scale", {"points": [{"gpus": 8}]}, "needs 'tokens_per_s'"),
+    ("scale", {"foo": 1}, "no 'points'"),
+    ("place-experts", {"layers": [{}]}, "no per-layer 'balance'"),
+    ("bogus", {}, "report kind 'bogus' is unknown"),
+])
+def test_bad_documents_are_refused_before_writing(tmp_path, kind, doc, needle):
+    out = tmp_path / "rep"
+    with pytest.raises(InputError) as exc:
+        write_report(kind, doc, out)
+    assert needle in str(exc.value)
+    assert not out.exists()
+
+
+def test_report_is_atomic_on_failure(tmp_path, monkeypatch):
+    out = tmp_path / "rep"
+    write_report("plan", plan_doc(), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(fg, "placement_figure", boom)
+    doc = plan_doc()
+    doc["model"]["name"] = "changed"
+    with pytest.raises(RuntimeError):
+        write_report("plan", doc, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no staging left behind
+
+
+# ------------------------------------------------------------------------------------------ browser
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    exe = _chromium()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (apt-get install -y chromium); "
+                    "the headless-browser check of the report did not run")
+@pytest.mark.parametrize("kind,doc,color", [
+    ("plan", plan_doc, "#4c78a8"), ("scale", scale_doc, "#e45756"), ("place-experts", experts_doc, "#4c78a8")])
+def test_report_opens_in_headless_chromium(tmp_path, kind, doc, color):
+    import numpy as np
+
+    out = tmp_path / "rep"
+    write_report(kind, doc(), out)
+    url = (out / "index.html").resolve().as_uri()
+    dom = _run_chromium(tmp_path, "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    srcs = re.findall(r'<img src="([^"]+)"', dom.stdout)
+    assert srcs and all((out / s).stat().st_size > 0 for s in srcs)
+    assert "<h1>topoplan" in dom.stdout
+    shot = tmp_path / "shot.png"
+    res = _run_chromium(tmp_path, "--window-size=1200,2400", f"--screenshot={shot}", url)
+    assert res.returncode == 0 and shot.stat().st_size > 0, res.stderr[-2000:]
+    img = imread(shot)[..., :3]
+    # the page itself uses no saturated colour: pixels of the figures' series colour prove that the
+    # browser loaded and drew the PNGs
+    rgb = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    hits = (np.abs(img - rgb).max(axis=2) < 0.03).sum()
+    assert hits > 200, f"figure colour {color} found in only {hits} screenshot pixels"
