@@ -1,0 +1,471 @@
+"""The cluster file format: a pydantic schema that is also the YAML layout.
+
+```yaml
+name: my-gb300
+gpu: gb300                      # catalog key or alias (topologies.gpus)
+nodes:                          # hosts; ``name`` may be a hostlist expression
+  - {name: "gb300-r01-t[01-18]", gpus: 4}
+  - {name: "gb300-r02-t[01-18]", gpus: 4}
+domains:                        # NVLink domains: which nodes share one NVLink fabric
+  - {name: r01, nodes: "gb300-r01-t[01-18]"}
+  - {name: r02, nodes: "gb300-r02-t[01-18]"}
+tiers:                          # scale-out fabric, lowest first
+  - {name: leaf, gbps_per_gpu: 800, latency_us: 0.6, oversubscription: 1, unit_gpus: 576}
+  - {name: spine, gbps_per_gpu: 800, latency_us: 1.8, oversubscription: 1}
+health:                         # excluded from planning
+  failed_nodes: ["gb300-r02-t07"]
+  failed_gpus: ["gb300-r01-t03:2"]     # host:local-index
+```
+
+Rules: ``domains`` omitted means every node is its own domain (HGX); when given, every node is
+in exactly one domain. A domain may not hold more GPUs than the GPU type's NVLink domain allows.
+A tier's *unit* is the set of GPUs that reach each other through that tier's switches without
+going higher: ``unit_gpus`` consecutive GPUs in physical order (failed GPUs count: they still
+occupy ports), or explicit ``groups`` of nodes (from a Slurm tree). The last tier's unit is the
+whole cluster. ``oversubscription`` of a tier divides the per-GPU bandwidth of traffic that has
+to climb to that tier's switches (it multiplies with the tiers below).
+
+Canonical GPU order (``Cluster.gpus()``): domain by domain as listed, node by node in the order of
+``nodes``, local index ascending; failed GPUs left out. ``GPU.domain`` indexes
+``Cluster.domain_sizes()`` (domains without a healthy GPU are dropped from both).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from planner.errors import InputError
+from topologies.gpus import GPUSpec, get_gpu
+from topologies.hostlist import HostlistError, compress, expand
+
+__all__ = ["GPU", "Node", "Domain", "Tier", "Health", "Cluster", "cluster_from_dict", "validation_line"]
+
+
+class GPU(NamedTuple):
+    index: int    # position in Cluster.gpus()
+    node: str     # host name
+    local: int    # local GPU index on the host (CUDA device ordinal)
+    domain: int   # index into Cluster.domain_sizes()
+
+
+def _names(value: Any, field: str) -> list[str]:
+    """A hostlist string, or a list of names / hostlist strings -> list of names."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items = [value]
+    elif isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+    else:
+        raise ValueError(f"{field}: expected a hostlist string or a list of host names, got {type(value).__name__}")
+    try:
+        return expand(items)
+    except HostlistError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="host name as the launcher sees it")
+    gpus: int = Field(ge=1, le=72, description="GPUs on this host")
+
+
+class Domain(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="domain name (rack, NVL72 clique, or the host for HGX)")
+    nodes: list[str] = Field(description="member hosts (hostlist expressions allowed)")
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _expand(cls, v):
+        return _names(v, "nodes")
+
+
+class Tier(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="leaf, spine, core, ...")
+    gbps_per_gpu: float = Field(gt=0, description="per-GPU line rate into this tier, Gb/s")
+    latency_us: float = Field(ge=0, description="one-way switch latency of a path through this tier, us")
+    oversubscription: float = Field(1.0, gt=0, description="downlink:uplink ratio into this tier (1 = non-blocking)")
+    unit_gpus: int | None = Field(None, ge=1, description="GPUs per non-blocking unit of this tier; None = all")
+    groups: list[list[str]] | None = Field(None, description="explicit units as lists of hosts (Slurm tree)")
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _expand(cls, v):
+        if v is None:
+            return None
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("groups: expected a list of hostlists")
+        return [_names(g, "groups") for g in v]
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    failed_nodes: list[str] = Field(default_factory=list, description="hosts excluded from planning")
+    failed_trays: list[str] = Field(default_factory=list, description="NVL72 compute trays (= hosts) excluded")
+    failed_gpus: list[str] = Field(default_factory=list, description="'host:local' GPUs excluded")
+
+    @field_validator("failed_nodes", "failed_trays", mode="before")
+    @classmethod
+    def _expand(cls, v):
+        return _names(v, "failed_nodes")
+
+
+def default_tiers(spec: GPUSpec) -> list[Tier]:
+    """A flat non-blocking fabric at the GPU's NIC rate (used when a file has no ``tiers``)."""
+    return [Tier(name="leaf", gbps_per_gpu=spec.nic_gbps, latency_us=0.6, oversubscription=1.0)]
+
+
+class Cluster(BaseModel):
+    """A cluster: GPU type, hosts, NVLink domains, scale-out tiers and health."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("cluster", description="a label for reports")
+    gpu: str = Field(description="GPU type (catalog key or alias)")
+    nodes: list[Node] = Field(description="hosts with their GPU counts")
+    domains: list[Domain] | None = Field(None, description="NVLink domains; omitted = one per node")
+    tiers: list[Tier] | None = Field(None, description="scale-out tiers, lowest first")
+    health: Health = Field(default_factory=Health)
+
+    _gpus: list[GPU] = PrivateAttr(default_factory=list)
+    _domain_sizes: list[int] = PrivateAttr(default_factory=list)
+    _phys: list[int] = PrivateAttr(default_factory=list)          # physical GPU position per healthy GPU
+    _node_domain: dict[str, int | None] = PrivateAttr(default_factory=dict)
+    _node_healthy: dict[str, int] = PrivateAttr(default_factory=dict)
+    _units: list[list[int]] = PrivateAttr(default_factory=list)   # per tier, unit id per healthy GPU
+    _dom_names: list[str] = PrivateAttr(default_factory=list)      # names of the non-empty domains
+    _every: list[tuple] = PrivateAttr(default_factory=list)         # every physical GPU, canonical order
+    _all_units: list[list[int]] = PrivateAttr(default_factory=list)  # per tier, unit id per physical GPU
+    _fabric: Any = PrivateAttr(None)                                 # topologies.collectives cache
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_known(cls, v: str) -> str:
+        try:
+            return get_gpu(v).name
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _expand_nodes(cls, v):
+        if v is None:
+            return v
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("expected a list of {name, gpus} entries")
+        out = []
+        for k, item in enumerate(v):
+            if isinstance(item, str):
+                item = {"name": item}
+            if not isinstance(item, dict):
+                raise ValueError(f"nodes[{k}]: expected {{name, gpus}}, got {item!r}")
+            if "name" not in item:
+                raise ValueError(f"nodes[{k}]: missing 'name'")
+            for name in _names(item["name"], f"nodes[{k}].name"):
+                out.append({**item, "name": name})
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_gpus(cls, data):
+        # nodes without 'gpus' take the GPU type's per-host count
+        if isinstance(data, dict) and isinstance(data.get("nodes"), list):
+            try:
+                per = get_gpu(data.get("gpu", "")).gpus_per_node
+            except InputError:
+                per = None
+            if per is not None:
+                nodes = []
+                for item in data["nodes"]:
+                    if isinstance(item, str):
+                        item = {"name": item}
+                    if isinstance(item, dict) and item.get("gpus") is None:
+                        item = {**item, "gpus": per}
+                    nodes.append(item)
+                data = {**data, "nodes": nodes}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "Cluster":
+        spec = self.gpu_spec
+        if not self.nodes:
+            raise ValueError("nodes: the cluster has no nodes; list at least one {name, gpus}")
+        by_name: dict[str, Node] = {}
+        for k, n in enumerate(self.nodes):
+            if n.name in by_name:
+                raise ValueError(f"nodes[{k}]: node {n.name!r} is named twice; give each host once")
+            by_name[n.name] = n
+        order = {n.name: k for k, n in enumerate(self.nodes)}
+        domains = self.domains
+        if domains is None:
+            dom_nodes = [[n.name] for n in self.nodes]
+            dom_names = [n.name for n in self.nodes]
+        else:
+            if not domains:
+                raise ValueError("domains: empty list; omit 'domains' for one domain per node")
+            seen: dict[str, str] = {}
+            names_seen: set[str] = set()
+            dom_nodes, dom_names = [], []
+            for k, d in enumerate(domains):
+                if d.name in names_seen:
+                    raise ValueError(f"domains[{k}].name: domain {d.name!r} is named twice")
+                names_seen.add(d.name)
+                if not d.nodes:
+                    raise ValueError(f"domains[{k}].nodes: domain {d.name!r} has no nodes")
+                for nm in d.nodes:
+                    if nm not in by_name:
+                        raise ValueError(f"domains[{k}].nodes: {nm!r} is not in 'nodes'; add it there or drop it here")
+                    if nm in seen:
+                        raise ValueError(
+                            f"domains[{k}].nodes: node {nm!r} is in two domains ({seen[nm]!r} and {d.name!r}); "
+                            "a host belongs to one NVLink domain"
+                        )
+                    seen[nm] = d.name
+                phys = sum(by_name[nm].gpus for nm in d.nodes)
+                if phys > spec.nvlink_domain_max:
+                    raise ValueError(
+                        f"domains[{k}]: domain {d.name!r} has {phys} GPUs but a {spec.name} NVLink domain holds at "
+                        f"most {spec.nvlink_domain_max}; split it"
+                    )
+                dom_nodes.append(sorted(d.nodes, key=order.__getitem__))
+                dom_names.append(d.name)
+            missing = [n.name for n in self.nodes if n.name not in seen]
+            if missing:
+                raise ValueError(
+                    f"domains: node {missing[0]!r} is in no domain; add it to one (or omit 'domains' "
+                    "for one domain per node)"
+                )
+        if self.domains is None:
+            for k, n in enumerate(self.nodes):
+                if n.gpus > spec.nvlink_domain_max:
+                    raise ValueError(
+                        f"nodes[{k}].gpus: {n.gpus} GPUs on {n.name!r} exceed the {spec.name} NVLink domain "
+                        f"of {spec.nvlink_domain_max}"
+                    )
+        # health
+        failed_nodes = set()
+        for field, lst in (("failed_nodes", self.health.failed_nodes), ("failed_trays", self.health.failed_trays)):
+            for nm in lst:
+                if nm not in by_name:
+                    raise ValueError(f"health.{field}: {nm!r} is not a node of this cluster")
+                failed_nodes.add(nm)
+        failed_gpus: set[tuple[str, int]] = set()
+        for item in self.health.failed_gpus:
+            host, sep, idx = str(item).rpartition(":")
+            if not sep or not idx.isdigit():
+                raise ValueError(f"health.failed_gpus: {item!r} is not 'host:local-index' (e.g. 'node01:3')")
+            if host not in by_name:
+                raise ValueError(f"health.failed_gpus: {host!r} is not a node of this cluster")
+            if int(idx) >= by_name[host].gpus:
+                raise ValueError(
+                    f"health.failed_gpus: {item!r}: {host!r} has GPUs 0..{by_name[host].gpus - 1}"
+                )
+            failed_gpus.add((host, int(idx)))
+        # tiers
+        tiers = self.tiers if self.tiers is not None else default_tiers(spec)
+        if not tiers:
+            raise ValueError("tiers: empty list; omit 'tiers' for a flat non-blocking fabric")
+        prev = 0
+        tier_names: set[str] = set()
+        for k, t in enumerate(tiers):
+            if t.name in tier_names:
+                raise ValueError(f"tiers[{k}].name: tier {t.name!r} is named twice")
+            tier_names.add(t.name)
+            if t.unit_gpus is not None:
+                if t.unit_gpus < prev:
+                    raise ValueError(f"tiers[{k}].unit_gpus: {t.unit_gpus} is smaller than the tier below ({prev})")
+                prev = t.unit_gpus
+            for g in t.groups or []:
+                for nm in g:
+                    if nm not in by_name:
+                        raise ValueError(f"tiers[{k}].groups: {nm!r} is not a node of this cluster")
+        # canonical order and caches
+        gpus: list[GPU] = []
+        sizes: list[int] = []
+        phys_of: list[int] = []
+        node_dom: dict[str, int | None] = {}
+        node_ok: dict[str, int] = {}
+        node_of: list[str] = []
+        every: list[tuple[str, int, int, str]] = []   # (node, local, healthy index or -1, domain name)
+        pos = 0
+        for members, dname in zip(dom_nodes, dom_names):
+            count = 0
+            dom_idx = len(sizes)
+            for nm in members:
+                node = by_name[nm]
+                ok = 0
+                for local in range(node.gpus):
+                    if nm not in failed_nodes and (nm, local) not in failed_gpus:
+                        every.append((nm, local, len(gpus), dname))
+                        gpus.append(GPU(len(gpus), nm, local, dom_idx))
+                        phys_of.append(pos)
+                        node_of.append(nm)
+                        ok += 1
+                    else:
+                        every.append((nm, local, -1, dname))
+                    pos += 1
+                node_ok[nm] = ok
+                count += ok
+            for nm in members:
+                node_dom[nm] = dom_idx if count else None
+            if count:
+                sizes.append(count)
+        if not gpus:
+            raise ValueError("health: every GPU is marked failed; the cluster has no GPU to plan on")
+        all_units: list[list[int]] = []
+        for t in tiers:
+            if t.groups:
+                gid: dict[str, int] = {}
+                for k, g in enumerate(t.groups):
+                    for nm in g:
+                        gid.setdefault(nm, k)
+                nxt = len(t.groups)
+                for nm, _, _, _ in every:       # hosts outside every group: a unit of their own
+                    if nm not in gid:
+                        gid[nm] = nxt
+                        nxt += 1
+                all_units.append([gid[nm] for nm, _, _, _ in every])
+            elif t.unit_gpus:
+                all_units.append([p // t.unit_gpus for p in range(len(every))])
+            else:
+                all_units.append([0] * len(every))
+        units = [[row[p] for p in phys_of] for row in all_units]
+        self._every, self._all_units = every, all_units
+        self._gpus, self._domain_sizes, self._phys = gpus, sizes, phys_of
+        self._node_domain, self._node_healthy, self._units = node_dom, node_ok, units
+        self._dom_names = [
+            nm for nm, members in zip(dom_names, dom_nodes) if any(node_ok[m] for m in members)
+        ]
+        return self
+
+    # ---- derived views -------------------------------------------------------------------
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        return get_gpu(self.gpu)
+
+    @property
+    def num_gpus(self) -> int:
+        """Healthy GPUs."""
+        return len(self._gpus)
+
+    @property
+    def fabric_tiers(self) -> list[Tier]:
+        """The tiers in effect (``tiers`` or the flat default)."""
+        return self.tiers if self.tiers is not None else default_tiers(self.gpu_spec)
+
+    def gpus(self) -> list[GPU]:
+        """Healthy GPUs in canonical order (domain by domain, node by node, local index ascending)."""
+        return list(self._gpus)
+
+    def domain_sizes(self) -> list[int]:
+        """Healthy GPUs per NVLink domain, in order; domains without a healthy GPU are dropped."""
+        return list(self._domain_sizes)
+
+    def node_domain(self, name: str) -> int | None:
+        """Index (into domain_sizes) of a host's NVLink domain; None if its domain has no healthy GPU."""
+        return self._node_domain[name]
+
+    def node_healthy_gpus(self, name: str) -> int:
+        return self._node_healthy[name]
+
+    def tier_units(self, tier: int) -> list[int]:
+        """Unit id of each healthy GPU (canonical order) at a scale-out tier."""
+        return self._units[tier]
+
+    def physical_gpus(self) -> list[tuple[str, int, int, str]]:
+        """Every GPU, failed ones included, in canonical order: (host, local, healthy index or -1,
+        domain name). Position in this list = physical position (fabric ports)."""
+        return list(self._every)
+
+    def physical_unit(self, tier: int, position: int) -> int:
+        return self._all_units[tier][position]
+
+    def physical_positions(self) -> list[int]:
+        return list(self._phys)
+
+    def domain_names(self) -> list[str]:
+        """Names of the domains in domain_sizes() order."""
+        return list(self._dom_names)
+
+    def hosts(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    # ---- export --------------------------------------------------------------------------
+    def to_dict(self, compact: bool = True) -> dict:
+        """The YAML document; with ``compact`` runs of hosts become hostlist expressions."""
+        data = self.model_dump(exclude_none=True)
+        if not compact:
+            return data
+        nodes: list[dict] = []
+        run: list[str] = []
+        run_gpus = None
+        for n in self.nodes:
+            if run and n.gpus != run_gpus:
+                nodes.append({"name": compress(run), "gpus": run_gpus})
+                run = []
+            run.append(n.name)
+            run_gpus = n.gpus
+        if run:
+            nodes.append({"name": compress(run), "gpus": run_gpus})
+        data["nodes"] = nodes
+        if self.domains is not None:
+            data["domains"] = [{"name": d.name, "nodes": compress(d.nodes)} for d in self.domains]
+        if self.tiers is not None:
+            tiers = []
+            for t in self.tiers:
+                td = t.model_dump(exclude_none=True)
+                if t.groups:
+                    td["groups"] = [compress(g) for g in t.groups]
+                tiers.append(td)
+            data["tiers"] = tiers
+        h = {}
+        if self.health.failed_nodes:
+            h["failed_nodes"] = compress(self.health.failed_nodes)
+        if self.health.failed_trays:
+            h["failed_trays"] = compress(self.health.failed_trays)
+        if self.health.failed_gpus:
+            h["failed_gpus"] = list(self.health.failed_gpus)
+        data["health"] = h
+        if not h:
+            data.pop("health")
+        return data
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=120)
+
+
+def validation_line(exc: ValidationError, source: str | None) -> str:
+    """One line naming the field at fault, from a pydantic ValidationError."""
+    errors = exc.errors()
+    prefix = f"{source}: " if source else ""
+    if not errors:
+        return f"{prefix}{exc}"
+    first = errors[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = str(first.get("msg", "invalid value"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if first.get("type") == "missing":
+        msg = "required field is missing"
+    elif first.get("type") == "extra_forbidden":
+        msg = "unknown field; check its spelling against docs/cluster.md"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    field = f"field '{loc}': " if loc else ""
+    return f"{prefix}{field}{msg}{more}"
+
+
+def cluster_from_dict(data: Any, source: str | None = None) -> Cluster:
+    """Validate a cluster document; InputError with one line naming the file and field."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source or 'cluster'}: expected a mapping with gpu, nodes, domains, tiers; "
+                         f"got {type(data).__name__}")
+    try:
+        return Cluster.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(validation_line(exc, source)) from None

@@ -1,0 +1,302 @@
+r"""Collective costs: an alpha-beta model whose bandwidths come from the cluster graph.
+
+Every collective costs
+
+    t = alpha + x + 2 * sqrt(alpha_p * x)        x = bytes on the bottleneck link / its bandwidth
+
+``x`` is the plain bandwidth term. The last term is the pipeline fill of a chunked collective:
+NCCL moves a buffer in chunks through a pipeline whose per-chunk latency is ``alpha_p``; with the
+best chunk size a pipelined transfer costs (sqrt(alpha_p) + sqrt(x))^2 - alpha_p. It makes the
+achieved bus bandwidth climb slowly with size, as measured (hardware.md s2.2), and keeps t
+monotone in the message size and never below x.
+
+Inside one NVLink domain (n ranks, message S bytes as nccl-tests counts it):
+    all-reduce       x = 2(n-1)/n * S / B        B = ring busbw, or NVLS busbw (min over the two)
+    all-gather, reduce-scatter (S = whole array)   x = (n-1)/n * S / B_ring
+    all-to-all (S = bytes one rank sends)          x = (n-1)/n * S / B_a2a
+Across k domains with g ranks in the fullest domain (hierarchical, as NCCL runs it):
+    all-reduce: intra reduce-scatter + intra all-gather   x_in  = 2(g-1)/g * S / B_nvl
+                inter all-reduce of S/g on g NICs at once x_out = 2(k-1)/k * S/g / B_net(tier)
+                the phases overlap:                       x = max(x_in, x_out)
+    all-gather / reduce-scatter: x_in = (g-1)/g * S / B_ring, x_out = (k-1)/k * S/g / B_net(tier)
+    all-to-all: NVLink bytes (g-1)/n * S, network bytes (n-g)/n * S, in parallel
+B_net(tier) = eff * line rate / (product of the oversubscription of the tiers crossed), with
+eff = 0.74 (NCCL, measured 4x8 B200 at 400G, hardware.md s2.2) or 1.0 (DeepEP RDMA, which reports
+43-58 GB/s at a 50 GB/s line rate, s2.3). DeepEP over NVLink uses ``deepep_gbps`` (0.78 of the
+NVLink rate, measured on H800 and SM100).
+
+alpha (latency floor) follows NCCL's structure (base latency + per-step hardware latency,
+hardware.md s2.4): ring steps inside a domain, tree steps (log2 k) across domains plus the switch
+latency of the highest tier crossed.
+
+``Fabric`` precomputes everything per cluster, so each call is O(1); ``fabric_for`` caches it on
+the cluster. ``collective_time`` is the general query for any set of GPU indices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "GroupShape", "shape_of", "Fabric", "fabric_for", "collective_time",
+    "NET_EFF_NCCL", "NET_EFF_DEEPEP", "PARAMS",
+]
+
+# Efficiency of the scale-out link for NCCL collectives: busbw x (k-1)/(n-1) = 36.95 GB/s on
+# 50 GB/s (400G) per GPU, 4x8 B200 (hardware.md s2.2, s6.2). 800G: assumed the same.
+NET_EFF_NCCL = 0.74
+# DeepEP internode (RDMA) bandwidth / line rate: V1 H800 EP16/32/64 43-58 GB/s at 50 GB/s (s2.3).
+NET_EFF_DEEPEP = 1.0
+
+# Latency parameters, microseconds. Structure from NCCL's tuning model (hardware.md s2.4); values
+# chosen so that the model meets the measured small-message floors of s2.2 (see bench/collectives.py).
+PARAMS = {
+    "nvl_base_us": 8.4,       # NCCL baseLat Ring/Simple
+    "nvl_step_us": 0.47,      # per ring step inside an NVLink domain (NCCL hwLat NVLink, ring LL)
+    "nvls_base_us": 20.0,     # NVLS kernel launch + multimem setup (NCCL uses NVLS from ~2 MiB)
+    "net_base_us": 14.0,      # newer NCCL baseLat (LL128/Simple)
+    "net_step_us": 5.0,       # per network step (hwLat NET ring 2.7-9.6)
+    "pipe_nvl_us": 7.0,       # pipeline per-chunk latency, NVLink
+    "pipe_net_us": 45.0,      # pipeline per-chunk latency, network
+    "a2a_base_us": 10.0,      # all-to-all / DeepEP kernel launch floor
+    "p2p_base_us": 5.0,       # a send/recv pair
+}
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    size: int        # ranks in the group
+    per_domain: int  # most ranks of the group in any one NVLink domain
+    domains: int     # NVLink domains the group touches
+    tier: int        # highest scale-out tier crossed: -1 none (one domain), 0 leaf/SU, 1 spine, 2 core
+
+    @staticmethod
+    def local(size: int) -> "GroupShape":
+        """A group inside one NVLink domain."""
+        return GroupShape(size=size, per_domain=size, domains=1, tier=-1)
+
+
+def shape_of(cluster, gpu_indices) -> GroupShape:
+    """The shape of a group of GPUs given by their indices in ``cluster.gpus()``."""
+    idx = list(gpu_indices)
+    if not idx:
+        raise ValueError("shape_of: empty group")
+    gpus = cluster._gpus
+    counts: dict[int, int] = {}
+    for i in idx:
+        d = gpus[i].domain
+        counts[d] = counts.get(d, 0) + 1
+    if len(counts) == 1:
+        return GroupShape(size=len(idx), per_domain=len(idx), domains=1, tier=-1)
+    tiers = cluster.fabric_tiers
+    tier = len(tiers) - 1
+    for t in range(len(tiers)):
+        row = cluster.tier_units(t)
+        first = row[idx[0]]
+        if all(row[i] == first for i in idx):
+            tier = t
+            break
+    return GroupShape(size=len(idx), per_domain=max(counts.values()), domains=len(counts), tier=tier)
+
+
+def _pipe(x: float, alpha_p: float) -> float:
+    """Bandwidth term with the optimal-chunk pipeline fill: x + 2 sqrt(alpha_p x)."""
+    return x + 2.0 * math.sqrt(alpha_p * x) if x > 0 else 0.0
+
+
+class Fabric:
+    """Collective times for one cluster; every method is O(1). Times in seconds, sizes in bytes."""
+
+    def __init__(self, cluster, graph=None):
+        from topologies.graph import build_graph
+
+        g = graph if graph is not None else build_graph(cluster)
+        self.cluster_name = cluster.name
+        first = cluster.gpus()[0]
+        gnode = ("gpu", first.node, first.local)
+        nvl = None
+        net = None
+        for nb in g.neighbors(gnode):
+            e = g.edges[gnode, nb]
+            if e["kind"] == "nvlink":
+                nvl = e
+            elif e["kind"] == "pcie":
+                nic = nb
+                for leaf in g.neighbors(nic):
+                    if g.edges[nic, leaf]["kind"] == "net":
+                        net = g.edges[nic, leaf]
+                        leaf0 = leaf
+        assert nvl is not None and net is not None, "graph lacks nvlink / net edges"
+        GB = 1e9
+        self.nvlink_uni = nvl["capacity"] * GB               # B/s, per direction
+        self.b_ring = nvl["ring_busbw"] * GB
+        self.b_nvls = nvl["nvls_busbw"] * GB if nvl["nvls_busbw"] else None
+        self.b_deepep_nvl = nvl["deepep_gbps"] * GB
+        self.nvl_hop_us = nvl["latency_us"]
+        self.line = net["capacity"] * GB                     # B/s per GPU at tier 0
+        # walk the uplinks from the first leaf to read oversubscription and latency per tier
+        tiers = cluster.fabric_tiers
+        over = [1.0]
+        lat = [net["latency_us"]]
+        line_t = [tiers[0].gbps_per_gpu / 8 * GB]
+        node = leaf0
+        for t in range(1, len(tiers)):
+            up = [nb for nb in g.neighbors(node) if g.nodes[nb].get("tier") == t]
+            if up:
+                e = g.edges[node, up[0]]
+                over.append(e["oversubscription"])
+                lat.append(e["latency_us"])
+                node = up[0]
+            else:  # a cluster smaller than one unit of this tier still has the tier's figures
+                over.append(tiers[t].oversubscription)
+                lat.append(tiers[t].latency_us)
+            line_t.append(tiers[t].gbps_per_gpu / 8 * GB)
+        cum = []
+        acc = 1.0
+        for t, o in enumerate(over):
+            acc *= o
+            cum.append(min(line_t[: t + 1]) / acc)
+        self.tier_bw = cum                                  # raw per-GPU B/s when crossing tier t
+        self.tier_lat_us = lat
+        self.tier_oversub = over
+        self.domain_sizes = cluster.domain_sizes()
+        self.num_tiers = len(tiers)
+        p = PARAMS
+        self._p = {k: v * 1e-6 for k, v in p.items()}
+
+    # ---- helpers --------------------------------------------------------------------------
+    def net_bw(self, tier: int, eff: float = NET_EFF_NCCL) -> float:
+        """Achievable per-GPU scale-out bandwidth (B/s) for traffic that climbs to ``tier``."""
+        t = min(max(tier, 0), self.num_tiers - 1)
+        return eff * self.tier_bw[t]
+
+    def _net_lat(self, tier: int) -> float:
+        t = min(max(tier, 0), self.num_tiers - 1)
+        return self.tier_lat_us[t] * 1e-6
+
+    def _intra_alpha(self, steps: int) -> float:
+        p = self._p
+        return p["nvl_base_us"] + steps * p["nvl_step_us"]
+
+    def _inter_alpha(self, shape: GroupShape, intra_steps: int, phases: int) -> float:
+        p = self._p
+        k = shape.domains
+        tree = math.ceil(math.log2(k)) if k > 1 else 0
+        return (p["net_base_us"] + intra_steps * p["nvl_step_us"]
+                + phases * tree * (p["net_step_us"] + self._net_lat(shape.tier)))
+
+    # ---- collectives ----------------------------------------------------------------------
+    def all_reduce(self, shape: GroupShape, nbytes: float) -> float:
+        """All-reduce of an ``nbytes`` buffer per rank (nccl-tests S)."""
+        n = shape.size
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        p = self._p
+        S = float(nbytes)
+        if shape.domains <= 1:
+            vol = 2.0 * (n - 1) / n * S
+            t = self._intra_alpha(2 * (n - 1)) + _pipe(vol / self.b_ring, p["pipe_nvl_us"])
+            if self.b_nvls and n > 2:
+                t = min(t, p["nvls_base_us"] + _pipe(vol / self.b_nvls, p["pipe_nvl_us"]))
+            return t
+        g, k = shape.per_domain, shape.domains
+        b_in = max(self.b_ring, self.b_nvls or 0.0)
+        x_in = 2.0 * (g - 1) / g * S / b_in if g > 1 else 0.0
+        x_out = 2.0 * (k - 1) / k * (S / g) / self.net_bw(shape.tier)
+        alpha = self._inter_alpha(shape, 2 * (g - 1), 2)
+        return alpha + _pipe(max(x_in, x_out), p["pipe_net_us"])
+
+    def _gather_like(self, shape: GroupShape, nbytes: float) -> float:
+        n = shape.size
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        p = self._p
+        S = float(nbytes)
+        if shape.domains <= 1:
+            return self._intra_alpha(n - 1) + _pipe((n - 1) / n * S / self.b_ring, p["pipe_nvl_us"])
+        g, k = shape.per_domain, shape.domains
+        x_in = (g - 1) / g * S / self.b_ring if g > 1 else 0.0
+        x_out = (k - 1) / k * (S / g) / self.net_bw(shape.tier)
+        alpha = self._inter_alpha(shape, g - 1, 1)
+        return alpha + _pipe(max(x_in, x_out), p["pipe_net_us"])
+
+    def all_gather(self, shape: GroupShape, nbytes: float) -> float:
+        """All-gather; ``nbytes`` is the full gathered array (nccl-tests S)."""
+        return self._gather_like(shape, nbytes)
+
+    def reduce_scatter(self, shape: GroupShape, nbytes: float) -> float:
+        """Reduce-scatter; ``nbytes`` is the full input array (nccl-tests S)."""
+        return self._gather_like(shape, nbytes)
+
+    def a2a_volumes(self, shape: GroupShape, nbytes: float) -> tuple[float, float]:
+        """(bytes over NVLink, bytes over the NIC) that one rank sends in an all-to-all of ``nbytes``
+        spread evenly over the group (self chunk included, as nccl-tests counts)."""
+        n, g = shape.size, min(shape.per_domain, shape.size)
+        S = float(nbytes)
+        return S * (g - 1) / n, S * (n - g) / n
+
+    def all_to_all(self, shape: GroupShape, nbytes: float, impl: str = "nccl") -> float:
+        """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl" or "deepep" (DeepEP
+        dispatch/combine, measured effective bandwidths)."""
+        n = shape.size
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if impl not in ("nccl", "deepep"):
+            raise ValueError(f"all_to_all impl {impl!r}: use 'nccl' or 'deepep'")
+        p = self._p
+        v_nvl, v_net = self.a2a_volumes(shape, nbytes)
+        if impl == "deepep":
+            b_nvl, b_net = self.b_deepep_nvl, self.net_bw(shape.tier, NET_EFF_DEEPEP)
+        else:
+            b_nvl, b_net = self.b_ring, self.net_bw(shape.tier)
+        x = max(v_nvl / b_nvl, v_net / b_net if v_net else 0.0)
+        if impl == "deepep":
+            # DeepEP's figures are already effective bandwidths of its streaming kernels: no
+            # pipeline-fill term on top
+            alpha = p["a2a_base_us"] + (self._net_lat(shape.tier) if shape.domains > 1 else 0.0)
+            return alpha + x
+        if shape.domains <= 1:
+            return p["a2a_base_us"] + _pipe(x, p["pipe_nvl_us"])
+        alpha = p["a2a_base_us"] + p["net_step_us"] + self._net_lat(shape.tier)
+        return alpha + _pipe(x, p["pipe_net_us"])
+
+    def p2p(self, nbytes: float, tier: int) -> float:
+        """One send/recv of ``nbytes`` between two GPUs; ``tier`` -1 = inside an NVLink domain."""
+        if nbytes <= 0:
+            return 0.0
+        p = self._p
+        if tier < 0:
+            return p["p2p_base_us"] + self.nvl_hop_us * 1e-6 + _pipe(nbytes / self.b_ring, p["pipe_nvl_us"])
+        return (p["p2p_base_us"] + p["net_step_us"] + self._net_lat(tier)
+                + _pipe(nbytes / self.net_bw(tier), p["pipe_net_us"]))
+
+    # ---- by name --------------------------------------------------------------------------
+    def time(self, kind: str, shape: GroupShape, nbytes: float, **kw) -> float:
+        kinds = {
+            "all_reduce": self.all_reduce, "all_gather": self.all_gather,
+            "reduce_scatter": self.reduce_scatter, "all_to_all": self.all_to_all,
+        }
+        key = kind.replace("-", "_").lower()
+        if key == "p2p":
+            return self.p2p(nbytes, shape.tier)
+        if key not in kinds:
+            raise ValueError(f"unknown collective {kind!r}; use {', '.join(kinds)} or p2p")
+        return kinds[key](shape, nbytes, **kw)
+
+
+def fabric_for(cluster) -> Fabric:
+    """The Fabric of a cluster, built once and cached on the cluster object."""
+    fab = cluster._fabric
+    if fab is None:
+        fab = Fabric(cluster)
+        cluster._fabric = fab
+    return fab
+
+
+def collective_time(cluster, kind: str, gpu_indices, nbytes: float, **kw) -> float:
+    """Seconds for collective ``kind`` (all_reduce, all_gather, reduce_scatter, all_to_all, p2p)
+    among the GPUs ``gpu_indices`` (indices into ``cluster.gpus()``) with message ``nbytes``."""
+    idx = list(gpu_indices)
+    shape = shape_of(cluster, idx)
+    return fabric_for(cluster).time(kind, shape, nbytes, **kw)

@@ -1,0 +1,143 @@
+"""Built-in clusters shaped like NVIDIA's DGX SuperPOD reference architectures (hardware.md s5).
+
+| preset        | GPU   | host names              | NVLink domain        | scale-out per GPU | SU (non-blocking) |
+|---------------|-------|-------------------------|----------------------|-------------------|-------------------|
+| dgx-h100      | h100  | h100-n0001 ..           | 8 (one node)         | 400 Gb/s NDR      | 256 GPUs (32 nodes) |
+| dgx-h200      | h200  | h200-n0001 ..           | 8                    | 400 Gb/s          | 256 GPUs          |
+| h800          | h800  | h800-n0001 ..           | 8, NVLink ~160 GB/s  | 400 Gb/s CX7      | 256 GPUs; two-layer multi-plane fat tree above |
+| dgx-b200      | b200  | b200-n0001 ..           | 8                    | 400 Gb/s          | 256 GPUs; core beyond 8 SU |
+| dgx-b300      | b300  | b300-n0001 ..           | 8                    | 800 Gb/s XDR      | 576 GPUs (72 nodes) |
+| gb200-nvl72   | gb200 | gb200-r01-t01 ..        | 72 (rack, 18 trays)  | 400 Gb/s NDR      | 576 GPUs (8 racks) |
+| gb300-nvl72   | gb300 | gb300-r01-t01 ..        | 72                   | 800 Gb/s CX8      | 576 GPUs (8 racks) |
+
+Sizing: ``gpus`` whole nodes (HGX: multiples of 8); on NVL72 whole 4-GPU trays, filled rack by
+rack with ``usable_per_domain`` GPUs per rack (default 72; e.g. 64 leaves 2 spare trays per rack,
+listed under ``health.failed_trays`` so they still occupy their rack and fabric ports). The last
+rack may be partial. Default size: one scalable unit.
+
+Fabric: tier 0 = the rail-optimised leaf layer, non-blocking inside a scalable unit (SU); the tier
+above it carries ``oversubscription`` (default 1 = non-blocking like the SuperPOD; Meta's H100
+clusters run 7:1 above their pods); a core tier above 8 SUs where the reference designs add one.
+Switch latency: 0.6 us per IB switch hop (HDR; NDR/XDR publish none) -> 1 hop through a leaf,
+3 through a spine, 5 through a core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import InputError
+from topologies.cluster import Cluster, Tier
+from topologies.gpus import get_gpu
+
+__all__ = ["PRESETS", "Preset", "build_preset", "preset_names"]
+
+HOP_US = 0.6  # IB switch hop (HDR figure, hardware.md s2.4; none published for NDR/XDR)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    gpu: str
+    nvl72: bool
+    su_gpus: int                 # non-blocking scalable unit
+    spine_unit: int | None       # GPUs under one spine layer; None = no core tier
+    description: str
+    source: str
+
+
+_SP = "../shared/reference/hardware.md s5"
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("dgx-h100", "h100", False, 256, 2048, "DGX H100 SuperPOD: 8 GPUs/node, NDR 400G, SU 32 nodes",
+               f"{_SP}: DGX H100 SuperPOD SU = 32 nodes / 256 GPUs, rail-aligned, non-blocking"),
+        Preset("dgx-h200", "h200", False, 256, 2048, "DGX H200 (H100 SuperPOD shape): 8 GPUs/node, 400G",
+               f"{_SP}: same fabric as the DGX H100 SuperPOD"),
+        Preset("h800", "h800", False, 256, None,
+               "DeepSeek-style H800: 8 GPUs/node, NVLink ~160 GB/s, 8x 400G CX7, two-layer multi-plane fat tree",
+               f"{_SP}: DeepSeek 2,048 H800 in a multi-plane two-layer fat tree; 8x 400G CX7 per node"),
+        Preset("dgx-b200", "b200", False, 256, 2048, "DGX B200 SuperPOD: 8 GPUs/node, 400G, SU 32 nodes, core > 8 SU",
+               f"{_SP}: DGX B200 SuperPOD 32 nodes per SU, core layer beyond 8 SU, equal cable counts"),
+        Preset("dgx-b300", "b300", False, 576, None, "DGX B300 SuperPOD: 8 GPUs/node, XDR 800G, SU 72 nodes",
+               f"{_SP}: DGX B300 XDR SU = 72 nodes / 576 GPUs, 8 leaf + 4 spine per SU, non-blocking"),
+        Preset("gb200-nvl72", "gb200", True, 576, 4608, "DGX GB200 NVL72 racks, NDR 400G per GPU, SU 8 racks",
+               f"{_SP}: DGX GB200 SuperPOD SU = 8 NVL72 racks (576 GPUs), NDR 400G IB"),
+        Preset("gb300-nvl72", "gb300", True, 576, 4608, "GB300 NVL72 racks, CX8 800G per GPU, SU 8 racks",
+               f"{_SP} and s1: 72 CX8 800 Gb/s per rack; SU of 8 racks as for GB200"),
+    )
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def _tiers(p: Preset, nic_gbps: float, oversubscription: float) -> list[Tier]:
+    tiers = [Tier(name="leaf", gbps_per_gpu=nic_gbps, latency_us=HOP_US, oversubscription=1.0, unit_gpus=p.su_gpus)]
+    if p.spine_unit is None:
+        tiers.append(Tier(name="spine", gbps_per_gpu=nic_gbps, latency_us=round(3 * HOP_US, 3),
+                          oversubscription=oversubscription))
+    else:
+        tiers.append(Tier(name="spine", gbps_per_gpu=nic_gbps, latency_us=round(3 * HOP_US, 3),
+                          oversubscription=oversubscription, unit_gpus=p.spine_unit))
+        tiers.append(Tier(name="core", gbps_per_gpu=nic_gbps, latency_us=round(5 * HOP_US, 3), oversubscription=1.0))
+    return tiers
+
+
+def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | None = None,
+                 oversubscription: float = 1.0) -> Cluster:
+    """A preset cluster with ``gpus`` GPUs (default one scalable unit)."""
+    key = name.strip().lower()
+    p = PRESETS.get(key)
+    if p is None:
+        raise InputError(f"unknown cluster preset {name!r}; use one of {', '.join(PRESETS)} or a cluster YAML path")
+    spec = get_gpu(p.gpu)
+    if oversubscription <= 0:
+        raise InputError(f"--oversubscription {oversubscription}: must be > 0 (1 = non-blocking)")
+    n = p.su_gpus if gpus is None else int(gpus)
+    per = spec.gpus_per_node
+    if n <= 0:
+        raise InputError(f"--gpus {n}: must be a positive number of GPUs")
+    if n % per:
+        lo, hi = n - n % per, n - n % per + per
+        what = "4-GPU trays" if p.nvl72 else f"{per}-GPU nodes"
+        alt = f"{lo} or {hi}" if lo else f"{hi}"
+        raise InputError(f"--gpus {n}: {p.name} is sized in whole {what}; use {alt}")
+    tiers = _tiers(p, spec.nic_gbps, oversubscription)
+    if not p.nvl72:
+        if usable_per_domain is not None and usable_per_domain != per:
+            raise InputError(
+                f"--usable-per-rack {usable_per_domain}: {p.name} nodes are planned whole ({per} GPUs); "
+                "mark failed GPUs in a cluster file's health section instead"
+            )
+        prefix = f"{p.gpu}-n"
+        width = max(4, len(str(n // per)))
+        nodes = [{"name": f"{prefix}{str(i + 1).zfill(width)}", "gpus": per} for i in range(n // per)]
+        return Cluster(name=f"{p.name}-{n}", gpu=p.gpu, nodes=nodes, domains=None, tiers=tiers)
+    dmax = spec.nvlink_domain_max
+    k = dmax if usable_per_domain is None else int(usable_per_domain)
+    if k <= 0 or k > dmax or k % per:
+        raise InputError(
+            f"--usable-per-rack {k}: must be a multiple of {per} (whole trays) between {per} and {dmax}"
+        )
+    trays_per_rack = dmax // per
+    used_per_rack = k // per
+    total_trays = n // per
+    nodes, domains, spare = [], [], []
+    rack = 0
+    left = total_trays
+    while left > 0:
+        rack += 1
+        use = min(used_per_rack, left)
+        names = [f"{p.gpu}-r{rack:02d}-t{t:02d}" for t in range(1, trays_per_rack + 1)]
+        listed = names if use == used_per_rack else names[:use]
+        spare.extend(names[use:len(listed)])
+        nodes.extend({"name": nm, "gpus": per} for nm in listed)
+        domains.append({"name": f"{p.gpu}-r{rack:02d}", "nodes": listed})
+        left -= use
+    return Cluster(
+        name=f"{p.name}-{n}" + (f"-u{k}" if k != dmax else ""),
+        gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers,
+        health={"failed_trays": spare},
+    )
