@@ -1,0 +1,168 @@
+"""Model specs: the catalog, config.json loading of each family, and refusals that name the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.errors import InputError
+from planner.model import ModelSpec, catalog, catalog_entry, load_model, spec_from_config
+
+EXPECTED = {
+    "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
+    "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
+}
+
+
+def test_catalog_lists_every_reference_model():
+    assert set(catalog()) == EXPECTED
+    for name in catalog():
+        m = load_model(name)
+        assert isinstance(m, ModelSpec) and m.name == name
+        assert len(m.moe_layers) == len(m.swa_layers) == m.num_layers
+
+
+def test_lookup_is_case_insensitive_and_refuses_unknown():
+    assert load_model("DeepSeek-V3") is load_model("deepseek-v3")
+    with pytest.raises(InputError, match="unknown model 'gpt-5'"):
+        load_model("gpt-5")
+
+
+def test_deepseek_v3_spec():
+    m = load_model("deepseek-v3")
+    assert (m.attention, m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim) == (
+        "mla", 1536, 512, 128, 64, 128)
+    assert m.moe_layers == (False,) * 3 + (True,) * 58
+    assert (m.num_experts, m.top_k, m.moe_ffn_hidden_size, m.shared_ffn_hidden_size) == (256, 8, 2048, 2048)
+    assert (m.n_group, m.topk_group, m.mtp_layers, m.make_vocab_divisible_by) == (8, 4, 1, 1280)
+    assert m.padded_vocab(2) == 130560 and not m.tied_embeddings and m.is_moe
+
+
+def test_family_specific_fields():
+    k = load_model("kimi-k2")
+    assert k.moe_layers[0] is False and all(k.moe_layers[1:]) and k.num_experts == 384 and k.mtp_layers == 0
+    assert (k.n_group, k.topk_group) == (1, 1)
+    q = load_model("qwen3-30b-a3b")
+    assert all(q.moe_layers) and q.shared_ffn_hidden_size == 0 and q.qk_norm and q.head_dim == 128
+    g = load_model("gpt-oss-120b")
+    assert g.swa_layers == tuple(i % 2 == 0 for i in range(36)) and g.sliding_window == 128
+    assert g.activation == "quick_gelu" and g.attention_bias and g.attention_sinks and g.moe_ffn_hidden_size == 2880
+    x = load_model("mixtral-8x7b")
+    assert all(x.moe_layers) and (x.num_experts, x.top_k, x.moe_ffn_hidden_size) == (8, 2, 14336)
+    assert x.sliding_window is None and not any(x.swa_layers)
+    ll = load_model("llama3-70b")
+    assert not ll.is_moe and (ll.num_kv_heads, ll.head_dim, ll.ffn_hidden_size) == (8, 128, 28672)
+
+
+def test_config_json_file_loads_like_the_catalog(tmp_path):
+    for name in catalog():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(catalog_entry(name)))
+        from_dir = load_model(d)
+        from_file = load_model(d / "config.json")
+        ref = load_model(name)
+        assert from_file == from_dir
+        skip = {"name", "source"}
+        assert from_file.model_dump(exclude=skip) == ref.model_dump(exclude=skip), name
+        assert from_file.name == name
+
+
+def _hf_qwen3_moe(**over):
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 8,
+        "hidden_size": 1024, "intermediate_size": 3072, "moe_intermediate_size": 256, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 64, "num_experts": 32, "num_experts_per_tok": 4,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 32000, "tie_word_embeddings": True,
+        "hidden_act": "silu", "sliding_window": 4096, "use_sliding_window": False,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def test_qwen3_dense_layers_from_mlp_only_layers_and_sparse_step():
+    m = spec_from_config(_hf_qwen3_moe(mlp_only_layers=[0, 5]))
+    assert m.moe_layers == (False, True, True, True, True, False, True, True)
+    m = spec_from_config(_hf_qwen3_moe(decoder_sparse_step=2))
+    assert m.moe_layers == (False, True) * 4  # (i+1) % 2 == 0
+    assert m.tied_embeddings and m.sliding_window is None  # use_sliding_window false: no window
+    m = spec_from_config(_hf_qwen3_moe(use_sliding_window=True, max_window_layers=6))
+    assert m.swa_layers == (False,) * 6 + (True,) * 2 and m.sliding_window == 4096
+
+
+def test_deepseek_without_q_lora_and_gpt_oss_layer_types():
+    ds = dict(catalog_entry("deepseek-v3"), q_lora_rank=None, first_k_dense_replace=1, moe_layer_freq=2)
+    m = spec_from_config(ds)
+    assert m.q_lora_rank is None
+    assert m.moe_layers[:5] == (False, False, True, False, True)  # i >= 1 and i % 2 == 0
+    g = dict(catalog_entry("gpt-oss-20b"), layer_types=["full_attention"] * 20 + ["sliding_attention"] * 4)
+    assert spec_from_config(g).swa_layers == (False,) * 20 + (True,) * 4
+
+
+def test_unknown_family_with_complete_fields_is_read_generically():
+    cfg = {"model_type": "my_decoder", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+           "intermediate_size": 1536, "vocab_size": 1000}
+    m = spec_from_config(cfg, name="mine")
+    assert (m.family, m.head_dim, m.num_kv_heads, m.is_moe) == ("my_decoder", 64, 8, False)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"model_type": "mystery", "hidden_size": None}, "hidden_size"),
+        ({"model_type": None}, "model_type"),
+        ({"head_dim": None, "hidden_size": 1000}, "num_attention_heads"),   # 16 heads do not divide 1000
+        ({"num_experts_per_tok": 40}, "num_experts_per_tok"),             # 40 > 32 experts
+        ({"num_key_value_heads": 5}, "num_key_value_heads"),
+        ({"num_hidden_layers": "eight"}, "num_hidden_layers"),
+        ({"mlp_only_layers": [99]}, "mlp_only_layers"),
+        ({"moe_intermediate_size": None}, "moe_intermediate_size"),
+    ],
+)
+def test_refusals_name_the_file_and_field(tmp_path, change, field):
+    cfg = _hf_qwen3_moe()
+    for k, v in change.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(InputError) as exc:
+        load_model(p)
+    msg = str(exc.value)
+    assert str(p) in msg and f"'{field}'" in msg and "\n" not in msg
+
+
+def test_refusals_for_mla_and_groups(tmp_path):
+    for change, field in (({"kv_lora_rank": None}, "kv_lora_rank"), ({"n_group": 7}, "n_group"),
+                          ({"topk_group": 9}, "topk_group"), ({"first_k_dense_replace": 99}, "first_k_dense_replace")):
+        cfg = catalog_entry("deepseek-v3")
+        for k, v in change.items():
+            if v is None:
+                cfg.pop(k)
+            else:
+                cfg[k] = v
+        with pytest.raises(InputError, match=f"'{field}'"):
+            spec_from_config(cfg, source="ds.json")
+
+
+def test_bad_files(tmp_path):
+    p = tmp_path / "broken.json"
+    p.write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_model(p)
+    with pytest.raises(InputError, match="no such file"):
+        load_model(tmp_path / "missing.json")
+    p.write_text("[1, 2]")
+    with pytest.raises(InputError, match="JSON object"):
+        load_model(p)
+
+
+def test_spec_is_frozen_and_validates():
+    m = load_model("llama3-8b")
+    with pytest.raises(Exception):
+        m.num_layers = 3
+    with pytest.raises(Exception):
+        m.model_copy(update={}).__class__(**{**m.model_dump(), "moe_layers": (True,) * 32})  # experts=0
