@@ -42,10 +42,14 @@ def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks ins
 
 def _register() -> None:
     # Each module adds its commands to ``app``; the import order is the order in --help.
+    # Once per process: main() may run many times in-process (tests), commands must not pile up.
+    if _STATE.get("registered"):
+        return
     from planner.commands import emit, experts, models, plan, predict, topology
 
     for mod in (topology, models, predict, plan, emit, experts):
         mod.register(app)
+    _STATE["registered"] = True
 
 
 def _echo_err(line: str) -> None:
