@@ -1,7 +1,180 @@
-"""CLI commands: topology (placeholder registration; the owning module fills it in)."""
+"""``topoplan topology``: list the presets, show a cluster, import topology files to cluster YAML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from planner.errors import InputError
+
+topology_app = typer.Typer(
+    name="topology",
+    help="Clusters: built-in presets, cluster files, and imports of Slurm / NCCL / Kubernetes topologies.\n\n"
+    "Example: topoplan topology show gb300-nvl72 --gpus 288 --json",
+    no_args_is_help=True,
+)
+
+
+def cluster_summary(cluster) -> dict:
+    """The JSON document ``topology show --json`` prints."""
+    spec = cluster.gpu_spec
+    nodes = [
+        {"name": n.name, "domain": cluster.node_domain(n.name), "gpus": cluster.node_healthy_gpus(n.name)}
+        for n in cluster.nodes
+    ]
+    return {
+        "name": cluster.name,
+        "gpu": spec.name,
+        "gpu_display": spec.display,
+        "num_gpus": cluster.num_gpus,
+        "nvlink_domains": cluster.domain_sizes(),
+        "domain_names": cluster.domain_names(),
+        "nodes": nodes,
+        "tiers": [t.model_dump(exclude_none=True, exclude={"groups"}) | ({"units": len(t.groups)} if t.groups else {})
+                  for t in cluster.fabric_tiers],
+        "health": cluster.health.model_dump(),
+        "nvlink_gbps_uni": spec.nvlink_gbps_uni,
+        "nic_gbps": spec.nic_gbps,
+    }
+
+
+@topology_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
+    """List the built-in cluster presets and the GPU catalog.
+
+    Example: topoplan topology list
+    """
+    from topologies.gpus import GPUS
+    from topologies.presets import PRESETS
+
+    presets = [
+        {"name": p.name, "gpu": p.gpu, "nvlink_domain": GPUS[p.gpu].nvlink_domain_max,
+         "nic_gbps": GPUS[p.gpu].nic_gbps, "su_gpus": p.su_gpus, "description": p.description}
+        for p in PRESETS.values()
+    ]
+    gpus = [
+        {"name": s.name, "display": s.display, "bf16_tflops": s.bf16_tflops, "fp8_tflops": s.fp8_tflops,
+         "fp4_tflops": s.fp4_tflops, "hbm_gib": s.hbm_gib, "hbm_tbps": s.hbm_tbps,
+         "nvlink_gbps_uni": s.nvlink_gbps_uni, "nvlink_domain_max": s.nvlink_domain_max, "nic_gbps": s.nic_gbps}
+        for s in GPUS.values()
+    ]
+    if as_json:
+        print(json.dumps({"presets": presets, "gpus": gpus}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title="Cluster presets (topoplan topology show NAME --gpus N)")
+    for col in ("preset", "GPU", "NVLink domain", "NIC Gb/s per GPU", "SU GPUs", "description"):
+        t.add_column(col)
+    for p in presets:
+        t.add_row(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
+                  p["description"])
+    con.print(t)
+    g = Table(title="GPU catalog (dense peaks; NVLink per direction)")
+    for col in ("GPU", "BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"):
+        g.add_column(col)
+    for s in gpus:
+        g.add_row(s["name"], f"{s['bf16_tflops']:g}", f"{s['fp8_tflops']:g}",
+                  "-" if s["fp4_tflops"] is None else f"{s['fp4_tflops']:g}", f"{s['hbm_gib']:g}",
+                  f"{s['hbm_tbps']:g}", f"{s['nvlink_gbps_uni']:g}", str(s["nvlink_domain_max"]), f"{s['nic_gbps']:g}")
+    con.print(g)
+
+
+@topology_app.command("show")
+def show_cmd(
+    cluster: str = typer.Argument(..., help="a preset name (see 'topology list') or a cluster YAML path"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs to use (presets: whole nodes / trays)"),
+    usable_per_rack: Optional[int] = typer.Option(
+        None, "--usable-per-rack", help="NVL72 presets: GPUs used per rack, whole trays (e.g. 64 of 72)"),
+    oversubscription: Optional[float] = typer.Option(
+        None, "--oversubscription", help="presets: oversubscription above the scalable unit (1 = non-blocking)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (gpu, num_gpus, nvlink_domains, nodes, tiers)"),
+    as_yaml: bool = typer.Option(False, "--yaml", help="print the cluster file (YAML) instead"),
+) -> None:
+    """Show a cluster: GPUs, NVLink domains, hosts and the scale-out tiers.
+
+    Example: topoplan topology show gb300-nvl72 --gpus 288 --json
+    """
+    from topologies.loader import load_cluster
+
+    c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack, oversubscription=oversubscription)
+    if as_yaml:
+        print(c.to_yaml(), end="")
+        return
+    doc = cluster_summary(c)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    sizes = Counter(doc["nvlink_domains"])
+    dom = ", ".join(f"{n} x {s}" for s, n in sorted(sizes.items(), reverse=True))
+    con.print(f"[bold]{doc['name']}[/bold]: {doc['num_gpus']} healthy {c.gpu_spec.display} GPUs on "
+              f"{len(c.nodes)} hosts; NVLink domains: {dom} GPUs "
+              f"({c.gpu_spec.nvlink_gbps_uni:g} GB/s per GPU per direction)")
+    t = Table(title="scale-out tiers (lowest first)")
+    for col in ("tier", "Gb/s per GPU", "latency us", "oversubscription", "unit"):
+        t.add_column(col)
+    for tier in c.fabric_tiers:
+        unit = f"{len(tier.groups)} groups" if tier.groups else (f"{tier.unit_gpus} GPUs" if tier.unit_gpus else "all")
+        t.add_row(tier.name, f"{tier.gbps_per_gpu:g}", f"{tier.latency_us:g}", f"{tier.oversubscription:g}", unit)
+    con.print(t)
+    h = c.health
+    failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.failed_gpus)
+    if failed:
+        con.print(f"health: {len(h.failed_nodes)} failed nodes, {len(h.failed_trays)} failed/spare trays, "
+                  f"{len(h.failed_gpus)} failed GPUs excluded")
+
+
+@topology_app.command("import")
+def import_cmd(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="slurm | slurm-yaml | nccl-xml | k8s"),
+    file: Path = typer.Argument(..., help="topology.conf, topology.yaml, NCCL XML, or a node list (JSON/YAML)"),
+    out: Path = typer.Option(..., "-o", "--out", help="cluster YAML to write"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, h200, h800, b200, b300, gb200, gb300)"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per host (default: the GPU type's)"),
+    name: Optional[str] = typer.Option(None, "--name", help="cluster name (default: the file name)"),
+    topology: Optional[str] = typer.Option(None, "--topology", help="slurm-yaml: which named topology"),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="nccl-xml: hostlist of hosts with this layout"),
+    domain_nodes: Optional[int] = typer.Option(None, "--domain-nodes", help="nccl-xml: hosts per NVLink domain"),
+    domain_label: str = typer.Option("nvidia.com/gpu.clique", "--domain-label",
+                                     help="k8s: node label that names the NVLink domain"),
+) -> None:
+    """Import a topology description to a cluster YAML (written atomically; nothing on error).
+
+    Example: topoplan topology import slurm topology.conf --gpu gb200 --gpus-per-node 4 -o cluster.yaml
+    """
+    from planner.io import atomic_write_text
+    from topologies import importers
+
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise InputError(f"--gpus-per-node {gpus_per_node}: must be positive")
+    key = fmt.strip().lower()
+    if key == "slurm":
+        c = importers.import_slurm_conf(file, gpu, gpus_per_node, name)
+    elif key == "slurm-yaml":
+        c = importers.import_slurm_yaml(file, gpu, gpus_per_node, name, topology)
+    elif key == "nccl-xml":
+        c = importers.import_nccl_xml(file, gpu, gpus_per_node, hosts, domain_nodes, name)
+    elif key == "k8s":
+        c = importers.import_k8s(file, gpu, gpus_per_node, domain_label, name)
+    else:
+        raise InputError(f"import format {fmt!r}: use one of {', '.join(importers.FORMATS)}")
+    atomic_write_text(out, c.to_yaml())
+    sizes = c.domain_sizes()
+    print(f"wrote {out}: {c.num_gpus} {c.gpu_spec.name} GPUs on {len(c.nodes)} hosts, "
+          f"{len(sizes)} NVLink domains (largest {max(sizes)}), {len(c.fabric_tiers)} tiers")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``topology`` to the root app."""
+    app.add_typer(topology_app, name="topology")

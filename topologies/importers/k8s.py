@@ -1,0 +1,133 @@
+"""Kubernetes node list (``kubectl get nodes -o json`` or YAML) -> Cluster.
+
+NVLink domain key: the ``nvidia.com/gpu.clique`` label (``<fabric cluster UUID>.<clique id>``, set by
+GPU Feature Discovery / the DRA driver); hosts with the same value share one NVLink domain, hosts
+without it are a domain of their own (hardware.md s4.5). ``domain_label`` picks another key (e.g.
+CoreWeave's ``ds.coreweave.com/nvlink.domain``).
+
+GPUs per host: ``status.capacity["nvidia.com/gpu"]`` (or ``allocatable``), else the
+``nvidia.com/gpu.count`` label, else ``--gpus-per-node``. GPU type: ``--gpu`` or the
+``nvidia.com/gpu.product`` label (``NVIDIA-H100-80GB-HBM3``, ``NVIDIA-GB200`` ...).
+AWS ``topology.k8s.aws/network-node-layer-1..N`` labels (layer N nearest the host) become scale-out
+tiers with explicit units.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from planner.errors import InputError
+from topologies.cluster import Cluster
+from topologies.gpus import get_gpu
+from topologies.importers.common import build_cluster
+
+__all__ = ["CLIQUE_LABEL", "import_k8s", "nodes_from_document"]
+
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+AWS_LAYER = re.compile(r"^topology\.k8s\.aws/network-node-layer-(\d+)$")
+
+
+def nodes_from_document(doc, source: str) -> list[dict]:
+    """The node objects of a ``kind: List`` / ``NodeList`` document or a plain list."""
+    if isinstance(doc, dict):
+        if "items" in doc:
+            doc = doc["items"]
+        elif doc.get("kind") == "Node":
+            doc = [doc]
+        else:
+            raise InputError(f"{source}: expected a NodeList ({{items: [...]}}) or a list of nodes")
+    if not isinstance(doc, list):
+        raise InputError(f"{source}: expected a list of nodes")
+    for k, n in enumerate(doc):
+        if not isinstance(n, dict) or not isinstance(n.get("metadata"), dict) or not n["metadata"].get("name"):
+            raise InputError(f"{source}: items[{k}]: a node needs metadata.name")
+    return doc
+
+
+def _product_gpu(product: str) -> str | None:
+    p = product.lower()
+    for key in ("gb300", "gb200", "b300", "b200", "h800", "h200", "h100"):
+        if key in p:
+            return key
+    return None
+
+
+def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_label: str = CLIQUE_LABEL,
+               name: str | None = None) -> Cluster:
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            raise InputError(f"{source}{where}: neither JSON nor YAML ({getattr(exc, 'problem', None) or exc})") from None
+    items = nodes_from_document(doc, source)
+    products = set()
+    nodes: list[tuple[str, int]] = []
+    dom_of: dict[str, list[str]] = {}
+    dom_order: list[str] = []
+    layers: dict[int, dict[str, list[str]]] = {}
+    for k, n in enumerate(items):
+        meta = n["metadata"]
+        host = str(meta["name"])
+        labels = meta.get("labels") or {}
+        status = n.get("status") or {}
+        count = None
+        for part in ("capacity", "allocatable"):
+            val = (status.get(part) or {}).get("nvidia.com/gpu")
+            if val is not None:
+                count = val
+                break
+        if count is None:
+            count = labels.get("nvidia.com/gpu.count")
+        if count is None:
+            count = gpus_per_node
+        try:
+            count = int(count) if count is not None else None
+        except (TypeError, ValueError):
+            raise InputError(f"{source}: items[{k}] ({host}): GPU count {count!r} is not an integer") from None
+        if not count:
+            continue  # a CPU-only node: not part of the GPU cluster
+        if labels.get("nvidia.com/gpu.product"):
+            products.add(str(labels["nvidia.com/gpu.product"]))
+        nodes.append((host, count))
+        key = labels.get(domain_label)
+        key = str(key) if key not in (None, "") else f"host:{host}"
+        if key not in dom_of:
+            dom_of[key] = []
+            dom_order.append(key)
+        dom_of[key].append(host)
+        for lab, val in labels.items():
+            m = AWS_LAYER.match(str(lab))
+            if m:
+                layers.setdefault(int(m.group(1)), {}).setdefault(str(val), []).append(host)
+    if not nodes:
+        raise InputError(f"{source}: no node with GPUs (nvidia.com/gpu capacity); pass --gpus-per-node if the "
+                         "list lacks capacities")
+    if gpu:
+        spec = get_gpu(gpu)
+    else:
+        guesses = {_product_gpu(p) for p in products}
+        if len(guesses) != 1 or None in guesses:
+            raise InputError(f"{source}: cannot tell the GPU type from nvidia.com/gpu.product "
+                             f"({', '.join(sorted(products)) or 'absent'}); pass --gpu")
+        spec = get_gpu(guesses.pop())
+    domains = []
+    for key in dom_order:
+        label = key[5:] if key.startswith("host:") else key
+        domains.append((label, dom_of[key]))
+    # AWS layers: the highest layer number is nearest the host -> tier 0
+    levels = [list(layers[L].values()) for L in sorted(layers, reverse=True)]
+    return build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
+                         levels=levels, source=source)
