@@ -45,7 +45,7 @@ __all__ = ["Program", "Solution", "LayoutResult", "solve", "evaluate", "brute_fo
 
 @dataclass
 class _Node:
-    kind: str                      # "table" | "sum" | "max" | "product" | "const"
+    kind: str                      # "table" | "sum" | "max" | "product" | "const" | "element" | "argmax"
     vars: tuple[int, ...] = ()     # table: decision variables
     values: dict | None = None     # table: {tuple: int} keyed by (vars..., node values...)
     keys: tuple[int, ...] = ()     # table: earlier nodes whose values also key the table
@@ -132,6 +132,26 @@ class Program:
     def product(self, a: int, b: int) -> int:
         return self._add(_Node("product", args=(int(a), int(b))))
 
+    def element(self, index: int, options, index_is_node: bool = False) -> int:
+        """``options[i]`` where i is decision variable ``index`` (or node ``index`` when
+        ``index_is_node``); an index outside the options is infeasible."""
+        options = tuple(int(o) for o in options)
+        if not options:
+            raise ValueError("element of nothing")
+        if index_is_node:
+            return self._add(_Node("element", keys=(int(index),), args=options))
+        return self._add(_Node("element", vars=self._check_vars([index]), args=options))
+
+    def argmax(self, keys, present) -> int:
+        """Index of the first ``keys[i]`` that is largest among those with ``present[i] != 0``
+        (Python's ``max`` tie rule); infeasible when nothing is present. ``present`` nodes take
+        values 0 or 1."""
+        keys = tuple(int(k) for k in keys)
+        present = tuple(int(p) for p in present)
+        if len(keys) != len(present) or not keys:
+            raise ValueError("argmax needs as many present flags as keys")
+        return self._add(_Node("argmax", args=keys + present))
+
     def minimize(self, node: int, weight_vars=None, weight_values: dict | None = None) -> None:
         """Objective: minimise ``weight(x) * node(x)``; weight defaults to 1."""
         self.objective = int(node)
@@ -198,6 +218,21 @@ def _node_values(prog: Program, x: Sequence[int]) -> list[int] | None:
             out.append(max(out[a] for a in nd.args))
         elif nd.kind == "product":
             out.append(out[nd.args[0]] * out[nd.args[1]])
+        elif nd.kind == "element":
+            i = x[nd.vars[0]] if nd.vars else out[nd.keys[0]]
+            if not 0 <= i < len(nd.args):
+                return None
+            out.append(out[nd.args[i]])
+        elif nd.kind == "argmax":
+            n = len(nd.args) // 2
+            ks, ps = nd.args[:n], nd.args[n:]
+            if any(out[p] not in (0, 1) for p in ps):
+                return None
+            live = [i for i in range(n) if out[ps[i]]]
+            if not live:
+                return None
+            best = max(out[ks[i]] for i in live)
+            out.append(next(i for i in live if out[ks[i]] == best))
         else:  # pragma: no cover
             raise ValueError(nd.kind)
     return out
@@ -258,6 +293,10 @@ def _bounds(prog: Program) -> list[tuple[int, int]]:
             (l1, h1), (l2, h2) = b[nd.args[0]], b[nd.args[1]]
             c = (l1 * l2, l1 * h2, h1 * l2, h1 * h2)
             b.append((min(c), max(c)))
+        elif nd.kind == "element":
+            b.append((min(b[a][0] for a in nd.args), max(b[a][1] for a in nd.args)))
+        elif nd.kind == "argmax":
+            b.append((0, len(nd.args) // 2 - 1))
     return b
 
 
@@ -328,6 +367,55 @@ def _build(prog: Program):
         elif nd.kind == "product":
             t = m.NewIntVar(lo, hi, f"n{k}")
             m.AddMultiplicationEquality(t, [nv[nd.args[0]], nv[nd.args[1]]])
+        elif nd.kind == "element":
+            t = m.NewIntVar(lo, hi, f"n{k}")
+            idx = xs[nd.vars[0]] if nd.vars else nv[nd.keys[0]]
+            m.Add(idx < len(nd.args))
+            m.AddElement(idx, [nv[a] for a in nd.args], t)
+        elif nd.kind == "argmax":
+            n = len(nd.args) // 2
+            ks, ps = [nv[a] for a in nd.args[:n]], [nv[a] for a in nd.args[n:]]
+            klo = min(bounds[a][0] for a in nd.args[:n])
+            khi = max(bounds[a][1] for a in nd.args[:n])
+            top = m.NewIntVar(klo, khi, f"n{k}_max")
+            pres = []
+            for i in range(n):
+                p = m.NewBoolVar(f"n{k}_p{i}")
+                m.Add(ps[i] == 1).OnlyEnforceIf(p)
+                m.Add(ps[i] == 0).OnlyEnforceIf(p.Not())
+                pres.append(p)
+            m.AddBoolOr(pres)
+            # top = max over present keys; attain[i] <=> present_i and key_i == top
+            attain = []
+            for i in range(n):
+                m.Add(top >= ks[i]).OnlyEnforceIf(pres[i])
+                a = m.NewBoolVar(f"n{k}_a{i}")
+                m.Add(ks[i] == top).OnlyEnforceIf(a)
+                m.AddImplication(a, pres[i])
+                m.Add(ks[i] <= top - 1).OnlyEnforceIf([pres[i], a.Not()])
+                attain.append(a)
+            m.AddBoolOr(attain)
+            # first[i] <=> attain[i] and no earlier attain: the first maximal key wins
+            t = m.NewIntVar(0, n - 1, f"n{k}")
+            seen = None
+            firsts = []
+            for i in range(n):
+                f = m.NewBoolVar(f"n{k}_f{i}")
+                if seen is None:
+                    m.Add(f == attain[i])
+                else:
+                    m.AddBoolAnd([attain[i], seen.Not()]).OnlyEnforceIf(f)
+                    m.AddBoolOr([attain[i].Not(), seen, f])
+                    m.AddImplication(f, attain[i])
+                nseen = m.NewBoolVar(f"n{k}_s{i}")
+                if seen is None:
+                    m.Add(nseen == attain[i])
+                else:
+                    m.AddMaxEquality(nseen, [seen, attain[i]])
+                seen = nseen
+                firsts.append(f)
+                m.Add(t == i).OnlyEnforceIf(f)
+            m.AddExactlyOne(firsts)
         nv.append(t)
 
     # Objective: weight(x) * node(x), linearised over the distinct weight values.

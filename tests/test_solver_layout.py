@@ -67,6 +67,21 @@ def programs(draw):
             nodes.append(prog.max([a, b]))
         else:
             nodes.append(prog.product(a, b))
+    # element over a decision variable, and the first argmax of some keys with 0/1 presence flags
+    if draw(st.booleans()):
+        v = rnd.randrange(n)
+        opts = [rnd.choice(nodes) for _ in range(rnd.randint(1, domains[v]))]
+        nodes.append(prog.element(v, opts))
+    if draw(st.booleans()):
+        k = rnd.randint(1, 3)
+        keys = [rnd.choice(nodes) for _ in range(k)]
+        pres = []
+        for _ in range(k):
+            vs = some_vars(2)
+            pres.append(prog.table(vs, {t: rnd.randint(0, 1) for t in all_tuples(vs)}))
+        am = prog.argmax(keys, pres)
+        vals = [rnd.choice(nodes) for _ in range(k)]
+        nodes.append(prog.element(am, vals, index_is_node=True))
     obj = nodes[-1]
     if draw(st.booleans()):
         vs = some_vars(2)
@@ -117,6 +132,18 @@ def test_brute_force_helper_agrees_with_solver_on_a_hand_example():
     assert res.solutions[0].choice == (1, 0) and res.objective == 20
     assert [s.objective for s in res.solutions] == [20, 21, 21]
     assert brute_force(prog) == (20, [(1, 0)])
+
+
+def test_argmax_takes_the_first_largest_present_key():
+    # keys 5, 9, 9, 12 with the 12 absent: the first 9 (index 1) wins; the element reads value[1]
+    prog = Program([1])
+    keys = [prog.const(c) for c in (5, 9, 9, 12)]
+    pres = [prog.table([0], {(0,): p}) for p in (1, 1, 1, 0)]
+    am = prog.argmax(keys, pres)
+    vals = [prog.const(c) for c in (100, 200, 300, 400)]
+    prog.minimize(prog.element(am, vals, index_is_node=True))
+    res = solve(prog, workers=1)
+    assert res.objective == 200
 
 
 def test_weighted_objective_by_hand():
