@@ -1,0 +1,30 @@
+"""Expert placement from a load file: per-layer token counts per expert, as a router records them.
+
+Writes a skewed load file (Zipf over experts, a different ranking per layer), places Qwen3-30B-A3B's
+128 experts of each of its 48 MoE layers on EP16 over two HGX H100 nodes with one spare slot per
+GPU, and writes the placement (EPLB's physical_to_logical vocabulary) and an HTML report.
+
+    topoplan place-experts --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --ep 16 \\
+        --slots-per-gpu 9 --loads loads.json -o placement --report report
+
+    python examples/expert_placement.py --out out/experts
+"""
+
+import json
+
+import numpy as np
+from _common import out_dir
+
+from planner.cli import main
+
+out = out_dir("expert-placement", __doc__)
+rng = np.random.default_rng(7)
+layers, experts = 48, 128
+zipf = 1.0 / np.arange(1, experts + 1) ** 0.8
+loads = np.stack([rng.permutation(zipf) for _ in range(layers)]) * 4096 * 8  # tokens x top-k per step
+(out / "loads.json").write_text(json.dumps({"loads": np.round(loads).astype(int).tolist()}))
+argv = ["place-experts", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "16",
+        "--slots-per-gpu", "9", "--loads", str(out / "loads.json"), "--time-limit", "1",
+        "-o", str(out / "placement"), "--report", str(out / "report")]
+print("$ topoplan " + " ".join(argv))
+raise SystemExit(main(argv))

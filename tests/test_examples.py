@@ -1,0 +1,100 @@
+"""Every script in examples/ runs to completion and leaves the files it promises, with contents that
+follow from its scenario (world size, rank order, excluded tray, trainer flags)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run(name: str, out: Path, env: dict | None = None) -> str:
+    import os
+
+    res = subprocess.run([sys.executable, str(EXAMPLES / name), "--out", str(out)], capture_output=True, text=True,
+                         timeout=600, cwd=out.parent, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1", **(env or {})})
+    assert res.returncode == 0, f"{name} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert "Traceback" not in res.stderr
+    return res.stdout
+
+
+def test_every_example_has_a_test():
+    scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
+    tested = {"deepseek_v3_gb300_megatron.py", "llama405b_h100_torchtitan.py", "qwen3_gb200_failed_tray.py",
+              "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py"}
+    assert scripts == tested
+
+
+@pytest.mark.slow
+def test_deepseek_v3_gb300_megatron(tmp_path):
+    out = tmp_path / "dsv3"
+    stdout = _run("deepseek_v3_gb300_megatron.py", out)
+    assert stdout.startswith("#1 ")
+    args = (out / "megatron" / "args.txt").read_text()
+    assert "--num-experts 256" in args and "--expert-model-parallel-size" in args
+    hosts = (out / "slurm" / "hostfile").read_text().split()
+    assert len(hosts) == 256
+    # 64 GPUs used in each of the four racks: every rack's hosts carry 64 ranks (16 trays x 4)
+    racks = {}
+    for h in hosts:
+        racks[h.rsplit("-", 1)[0]] = racks.get(h.rsplit("-", 1)[0], 0) + 1
+    assert sorted(racks.values()) == [64, 64, 64, 64], racks
+    assert (out / "report" / "index.html").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_llama405b_h100_torchtitan(tmp_path):
+    out = tmp_path / "llama"
+    _run("llama405b_h100_torchtitan.py", out)
+    cmd = (out / "torchtitan" / "command.txt").read_text()
+    assert "--parallelism." in cmd
+    assert (out / "torchtitan" / "job.toml").stat().st_size > 0
+    assert len((out / "slurm" / "hostfile").read_text().split()) == 1024
+
+
+@pytest.mark.slow
+def test_qwen3_gb200_failed_tray(tmp_path):
+    out = tmp_path / "qwen3"
+    stdout = _run("qwen3_gb200_failed_tray.py", out)
+    failed = stdout.split("tray ", 1)[1].split(" failed", 1)[0]
+    before = json.loads((out / "plan-healthy.json").read_text())
+    after = json.loads((out / "plan-failed-tray.json").read_text())
+    assert failed in before["plans"][0]["placement"]["hosts"]  # the tray was in use before...
+    assert failed not in after["plans"][0]["placement"]["hosts"]  # ...and is not after
+    assert len(after["plans"][0]["placement"]["rank_to_gpu"]) <= 252
+
+
+@pytest.mark.slow
+def test_slurm_topology_plan(tmp_path):
+    import yaml
+
+    out = tmp_path / "slurm"
+    _run("slurm_topology_plan.py", out)
+    cluster = yaml.safe_load((out / "cluster.yaml").read_text())
+    assert cluster["gpu"] in ("gb200", "GB200")
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["plans"] and len(doc["plans"][0]["placement"]["rank_to_gpu"]) <= 144
+    hosts = set(doc["plans"][0]["placement"]["hosts"])
+    assert hosts <= {f"gb200-{r}{i:02d}" for r in "ab" for i in range(1, 19)}
+
+
+@pytest.mark.slow
+def test_expert_placement(tmp_path):
+    out = tmp_path / "experts"
+    _run("expert_placement.py", out)
+    assert (out / "loads.json").exists()
+    assert any((out / "placement").iterdir())
+    assert (out / "report" / "index.html").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_launcher_api(tmp_path):
+    out = tmp_path / "launcher"
+    stdout = _run("launcher_api.py", out, env={"SLURM_NNODES": "4", "RANK": "9"})
+    assert "rank 9 runs on" in stdout
+    assert (out / "megatron" / "args.txt").stat().st_size > 0
