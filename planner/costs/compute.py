@@ -1,0 +1,277 @@
+"""Per-GPU compute of one decoder layer for one micro-batch: GEMMs, attention core, elementwise work.
+
+GEMM time (hardware.md s3 and s6.1)::
+
+    t_gemm = 2 * M * N * K / (peak(precision) * eff),   eff = MAMF(gpu, precision) * k_stack(precision)
+                                                              * d / (d + d_half) [* M_e / (M_e + m_half)]
+
+``MAMF`` is the measured maximum achievable matmul fraction of the GPU (hardware.md s3), ``k_stack``
+a stack parameter per precision, ``d = min(N, K)`` the thinnest dimension of the GEMM on one GPU (thin
+GEMMs lose tile occupancy and arithmetic intensity) and, for grouped expert GEMMs, ``M_e`` the tokens
+per expert (the small-M penalty). Backward costs twice the forward (dgrad + wgrad).
+
+Attention core (flash attention, always BF16)::
+
+    FLOPs_fwd = 2 * mbs * s/cp * n_h/tp * (d_qk + d_v) * ctx,   ctx = s/2 (causal) or c_W (window)
+    t = FLOPs / (bf16_peak * attn_eff); backward = 2.5 x forward (five matmuls against two)
+
+Elementwise and quantisation work runs at HBM bandwidth::
+
+    t = bytes / (hbm_bw * hbm_eff),  bytes = 2 * elements * mem.elementwise (+ quantisation bytes * mem.quant)
+
+Every per-token figure is divided over the GPUs that share the token: tp (sequence parallel) and cp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+# Maximum achievable matmul FLOPS / dense peak, hardware.md s3 ([stas-acc] MAMF table).
+# gb300 has no MAMF row: the B300 figures (same Blackwell Ultra die) are used. NVFP4: B200 MAMF
+# 6624 of 10000 TFLOP/s (Stas Bekman, hardware.md s3), applied to every Blackwell part.
+MAMF = {
+    "h100": {"bf16": 0.803, "fp8": 0.709},
+    "h800": {"bf16": 0.803, "fp8": 0.709},
+    "h200": {"bf16": 0.803, "fp8": 0.734},
+    "b200": {"bf16": 0.776, "fp8": 0.763, "fp4": 0.662},
+    "b300": {"bf16": 0.786, "fp8": 0.745, "fp4": 0.662},
+    "gb200": {"bf16": 0.729, "fp8": 0.723, "fp4": 0.662},
+    "gb300": {"bf16": 0.786, "fp8": 0.745, "fp4": 0.662},
+}
+_PEAK_KIND = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
+_STACK_KEY = {"bf16": "gemm.bf16", "fp8": "gemm.fp8", "fp8-block": "gemm.mxfp8", "mxfp8": "gemm.mxfp8",
+              "nvfp4": "gemm.nvfp4"}
+# Bytes moved per quantised element (read BF16, write row-wise and column-wise low-precision copies).
+ATTN_TILE = 128  # key-block width of fused attention kernels (FlashAttention / cuDNN: 64-128)
+_QUANT_BYTES = {"bf16": 0.0, "fp8": 3.0, "fp8-block": 4.0, "mxfp8": 4.0, "nvfp4": 3.5}
+
+
+def mamf(gpu_name: str, precision: str) -> float:
+    """Measured achievable matmul fraction of the dense peak for this GPU and precision."""
+    table = MAMF.get(gpu_name, MAMF["b200"])
+    kind = _PEAK_KIND[precision]
+    return table.get(kind, table["fp8"])
+
+
+def stack_key(precision: str) -> str:
+    return _STACK_KEY[precision]
+
+
+def quant_bytes_per_element(precision: str) -> float:
+    return _QUANT_BYTES[precision]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM of a layer on one GPU for one micro-batch (forward)."""
+
+    module: str            # attn_proj | mla_up_proj | mlp | expert | shared | router | logits | mtp_proj
+    m: float               # rows (tokens)
+    n: float               # output columns on this GPU
+    k: float               # reduction dimension on this GPU
+    low_precision: bool    # runs at the training precision (else BF16)
+    grouped_m: float | None = None  # tokens per expert for grouped expert GEMMs
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """What one layer costs one GPU per micro-batch, before efficiencies are applied."""
+
+    gemms: tuple[Gemm, ...]
+    attn_flops: float              # attention core, forward
+    elem_elements: float           # elementwise elements touched, forward
+    elem_by_module: dict = field(default_factory=dict)  # module -> elements (forward), for recompute
+    quant_elements: float = 0.0    # elements quantised (forward + backward inputs)
+
+
+def shape_eff(dim: float, dim_half: float) -> float:
+    """Thin-GEMM efficiency: d / (d + d_half)."""
+    return dim / (dim + dim_half)
+
+
+def gemm_time(g: Gemm, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16: float,
+              dim_half: float, m_half: float) -> float:
+    """Forward seconds of one GEMM: FLOPs / (peak * eff * shape factors). Peaks in FLOP/s."""
+    peak, eff = (peak_lp, eff_lp) if g.low_precision else (peak_bf16, eff_bf16)
+    e = eff * shape_eff(min(g.n, g.k, g.m), dim_half)
+    if g.grouped_m is not None:
+        e *= g.grouped_m / (g.grouped_m + m_half)
+    return g.flops / (peak * e)
+
+
+def causal_context(seq_len: int, window: int | None) -> float:
+    """Average keys a query attends to: s/2 for a causal layer, c_W = W - W(W-1)/(2s) under a window."""
+    if window is None or window >= seq_len:
+        return seq_len / 2.0
+    return window - window * (window - 1) / (2.0 * seq_len)
+
+
+# Activations Megatron runs as one fused kernel (bias_swiglu / bias_geglu fusions): read the
+# 2F (gated) or F inputs, write F. Other activations run as separate PyTorch ops; GPT-OSS's clamped
+# GLU, out = (clamp(x_lin, -7, 7) + 1) * g * sigmoid(1.702 g) with g = clamp(x_glu, max=7), is seven
+# elementwise kernels (2 clamps, scale, sigmoid, 2 multiplies, add) touching about 16F elements.
+FUSED_ACTIVATIONS = ("silu", "swiglu", "gelu", "geglu", "relu")
+UNFUSED_GLU_ELEMENTS = 16.0
+
+
+def activation_elements(model, width: float) -> float:
+    """Elements one token's MLP activation reads and writes (forward) for an MLP of ``width``."""
+    if model.activation in FUSED_ACTIVATIONS:
+        return (3.0 if model.gated_mlp else 2.0) * width
+    return (UNFUSED_GLU_ELEMENTS if model.gated_mlp else 6.0) * width
+
+
+def attention_head_factor(head_dim: float, half: float = 32.0) -> float:
+    """Fused-attention efficiency by head width, normalised to 1 at d = 128: ``(d/(d+half)) / (128/(128+half))``.
+
+    Smaller heads do less matmul work per softmax element and per tile load; FlashAttention-2 reports
+    head dim 64 at about 80% of the head-dim-128 throughput (Dao 2023, fig. 4-6), which ``half = 32``
+    reproduces (0.8).
+    """
+    return (head_dim / (head_dim + half)) / (128.0 / (128.0 + half))
+
+
+@lru_cache(maxsize=4096)
+def layer_work(model, kind: str, swa: bool, seq_len: int, mbs: int, tp: int, cp: int, ep: int, etp: int,
+               low_precision: bool) -> LayerWork:
+    """GEMMs, attention-core FLOPs and elementwise elements of one layer ('dense' | 'moe') per GPU."""
+    h = model.hidden_size
+    T = mbs * seq_len / cp           # tokens in the GEMMs (sequence parallel gathers the tp shards)
+    Tsp = T / tp                     # tokens per GPU in the sequence-parallel regions
+    gemms: list[Gemm] = []
+    lp = low_precision
+    nh = model.num_attention_heads
+    elem: dict[str, float] = {}
+    if model.attention == "mla":
+        dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+        qr, kvr = model.q_lora_rank, model.kv_lora_rank
+        if qr:
+            gemms.append(Gemm("attn_proj", T, qr, h, lp))                     # q down (duplicated)
+            gemms.append(Gemm("mla_up_proj", T, nh * (dn + dr) / tp, qr, lp))  # q up
+        else:
+            gemms.append(Gemm("attn_proj", T, nh * (dn + dr) / tp, h, lp))
+        gemms.append(Gemm("attn_proj", T, kvr + dr, h, lp))                     # kv down + rope k (dup)
+        gemms.append(Gemm("mla_up_proj", T, nh * (dn + dv) / tp, kvr, lp))     # kv up
+        gemms.append(Gemm("attn_proj", T, h, nh * dv / tp, lp))                # out
+        d_qk, d_v = dn + dr, dv
+        qkv_elems = (nh * (dn + dr) * 2 + nh * dv + (qr or 0) + kvr) / tp
+        up_elems = (nh * (dn + dr) + nh * (dn + dv)) / tp
+        elem["mla_up_proj"] = T * up_elems
+    else:
+        d = model.head_dim
+        nkv = model.num_kv_heads
+        gemms.append(Gemm("attn_proj", T, (nh + 2 * nkv) * d / tp, h, lp))
+        gemms.append(Gemm("attn_proj", T, h, nh * d / tp, lp))
+        d_qk = d_v = d
+        qkv_elems = 4 * (nh + 2 * nkv) * d / tp
+    ctx = causal_context(seq_len, model.sliding_window if swa else None)
+    if swa and model.sliding_window and model.sliding_window < seq_len:
+        ctx = min(seq_len / 2.0, ctx + ATTN_TILE / 2.0)   # partial key tiles at the window edge
+    # the head-width efficiency is folded into the work so that attn.eff stays one number
+    attn_flops = (2.0 * mbs * seq_len / cp * (nh / tp) * (d_qk + d_v) * ctx
+                  / attention_head_factor((d_qk + d_v) / 2.0))
+    elem["attn"] = T * qkv_elems
+    elem["layernorm"] = Tsp * 4 * h
+    elem["residual"] = Tsp * 6 * h
+    kin = 2 if model.gated_mlp else 1
+    if kind == "moe":
+        E, k, F = model.num_experts, model.top_k, model.moe_ffn_hidden_size
+        m_e = mbs * seq_len * k * ep * etp / (E * cp * tp)
+        local = E / ep
+        gemms.append(Gemm("router", Tsp, E, h, False))
+        gemms.append(Gemm("expert", m_e * local, kin * F / etp, h, lp, grouped_m=m_e))
+        gemms.append(Gemm("expert", m_e * local, h, F / etp, lp, grouped_m=m_e))
+        routed = m_e * local        # token-expert pairs on this GPU
+        elem["moe_act"] = routed * activation_elements(model, F / etp)
+        elem["moe_permute"] = 4 * h * (Tsp + routed)
+        elem["router"] = Tsp * 6 * E
+        if model.shared_ffn_hidden_size:
+            Fs = model.shared_ffn_hidden_size
+            gemms.append(Gemm("shared", T, kin * Fs / tp, h, lp))
+            gemms.append(Gemm("shared", T, h, Fs / tp, lp))
+            elem["shared_experts"] = T * activation_elements(model, Fs / tp)
+    else:
+        F = model.ffn_hidden_size
+        gemms.append(Gemm("mlp", T, kin * F / tp, h, lp))
+        gemms.append(Gemm("mlp", T, h, F / tp, lp))
+        elem["mlp"] = T * activation_elements(model, F / tp)
+    quant = 0.0
+    if lp:
+        for g in gemms:
+            if g.low_precision:
+                quant += g.m * (g.k + g.n)   # forward input and backward output-gradient
+    return LayerWork(tuple(gemms), attn_flops, sum(elem.values()), elem, quant)
+
+
+@lru_cache(maxsize=1024)
+def head_work(model, seq_len: int, mbs: int, tp: int, cp: int, mtp: bool) -> LayerWork:
+    """The output head on the last stage (logits GEMM in BF16, cross entropy) or, with ``mtp``, the
+    MTP block's extra work besides its transformer layer (eh_proj, norms, its own logits)."""
+    h = model.hidden_size
+    T = mbs * seq_len / cp
+    V = model.padded_vocab(tp)
+    gemms = [Gemm("logits", T, V / tp, h, False)]
+    elem = {"loss": T * V / tp * 4}                      # logits write, softmax read/write, grad (bf16 units)
+    if mtp:
+        gemms.append(Gemm("mtp_proj", T, h / tp, 2 * h, False))
+        elem["layernorm"] = T / tp * 6 * h
+    return LayerWork(tuple(gemms), 0.0, sum(elem.values()), elem, 0.0)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds of one layer for one micro-batch on one GPU (forward + backward, with recompute)."""
+
+    fwd: float
+    bwd: float
+    expert: float          # the routed-expert part of fwd + bwd (scaled by expert load balance)
+    attn_core: float       # attention core fwd + bwd (the window that hides CP exchange)
+    recompute: float       # extra forward work in the backward pass
+
+    @property
+    def total(self) -> float:
+        return self.fwd + self.bwd
+
+
+def layer_time(work: LayerWork, *, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16: float,
+               dim_half: float, m_half: float, attn_eff: float, hbm_bps: float, elem_factor: float,
+               quant_factor: float, quant_bytes: float, recompute: tuple[str, ...] | str = ()) -> LayerTime:
+    """Forward, backward and recompute seconds of a layer from its work and the efficiencies."""
+    by_mod: dict[str, float] = {}
+    for g in work.gemms:
+        by_mod[g.module] = by_mod.get(g.module, 0.0) + gemm_time(g, peak_lp, peak_bf16, eff_lp, eff_bf16,
+                                                                dim_half, m_half)
+    gemm_f = sum(by_mod.values())
+    attn_f = work.attn_flops / (peak_bf16 * attn_eff) if work.attn_flops else 0.0
+    elem_s = 2.0 * elem_factor / hbm_bps            # seconds per element (bf16)
+    elem_f = work.elem_elements * elem_s
+    quant = work.quant_elements * quant_bytes * quant_factor / hbm_bps
+    fwd = gemm_f + attn_f + elem_f + quant * 0.5
+    bwd = 2.0 * gemm_f + 2.5 * attn_f + 2.0 * elem_f + quant * 0.5
+    em = work.elem_by_module
+    expert_f = by_mod.get("expert", 0.0) + (em.get("moe_act", 0.0) + em.get("moe_permute", 0.0)) * elem_s
+    rc = 0.0
+    if recompute == "full":
+        rc = fwd
+    elif recompute:
+        for mod in recompute:
+            if mod == "core_attn":
+                rc += attn_f
+            elif mod == "mla_up_proj":
+                rc += by_mod.get("mla_up_proj", 0.0) + em.get("mla_up_proj", 0.0) * elem_s
+            elif mod == "mlp":
+                rc += by_mod.get("mlp", 0.0) + em.get("mlp", 0.0) * elem_s
+            elif mod == "moe":
+                rc += expert_f + by_mod.get("router", 0.0)
+            elif mod == "moe_act":
+                rc += em.get("moe_act", 0.0) * elem_s
+            elif mod == "layernorm":
+                rc += em.get("layernorm", 0.0) * elem_s
+            elif mod == "shared_experts":
+                rc += by_mod.get("shared", 0.0) + em.get("shared_experts", 0.0) * elem_s
+    return LayerTime(fwd=fwd, bwd=bwd + rc, expert=3.0 * expert_f, attn_core=3.5 * attn_f, recompute=rc)

@@ -1,0 +1,185 @@
+"""Stack profiles: the few efficiency parameters of one software stack, by GPU generation and precision.
+
+A profile is a YAML file in ``planner/data/profiles/<name>.yaml`` (or any path). It names the stack,
+the FLOP-counting convention its published "model TFLOP/s" use, the trainer and dispatcher defaults,
+and a flat table of parameters. Every parameter has a value, bounds, a prior (the value a fit is
+pulled towards when the data say little) and a source. Parameters may depend on the stack, the GPU
+generation and the precision, never on a model or a measured row: the names below are the whole
+vocabulary, and ``param(name, arch=..., precision=...)`` resolves the generation- or precision-specific
+variant when the profile has one (``gemm.fp8@hopper`` overrides ``gemm.fp8`` on Hopper).
+
+Parameter vocabulary (see docs/steptime.md for the equations):
+
+- ``gemm.bf16``, ``gemm.fp8``, ``gemm.mxfp8`` (also fp8-block), ``gemm.nvfp4``: multiplier on the
+  measured maximum achievable matmul fraction (MAMF, hardware.md s3) of the GPU at that precision.
+- ``gemm.dim_half``: GEMM size (smallest of N, K on one GPU) at which a GEMM runs at half its
+  large-shape efficiency (tile quantisation and arithmetic intensity of thin GEMMs).
+- ``gemm.grouped_m_half``: tokens per expert at which a grouped expert GEMM runs at half speed
+  (the small-M penalty of grouped GEMMs).
+- ``attn.eff``: fraction of the BF16 dense peak reached by the fused attention core (forward+backward).
+- ``mem.elementwise``: multiplier on the counted elementwise HBM traffic (norms, activations,
+  residuals, RoPE, token permutation).
+- ``mem.quant``: multiplier on the counted low-precision quantisation traffic.
+- ``mem.hbm_eff``: achievable fraction of the HBM bandwidth.
+- ``tp.overlap``, ``ep.overlap``, ``cp.overlap``, ``dp.overlap``, ``pp.overlap``: fraction of each
+  communication term that the stack can hide behind independent compute (each capped by the compute
+  actually available to hide it).
+- ``ep.dispatch_bytes_fp8``: 1 when the dispatcher sends tokens in FP8 for low-precision runs.
+- ``other.layer_us``: host and launch overhead per layer per micro-batch (microseconds).
+- ``gpu.speed``: multiplier on all tensor-core work of a GPU generation (sustained clocks under the
+  package power limit differ from the MAMF benchmark); used with an ``@arch`` qualifier.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import InputError, pydantic_message
+
+PROFILE_DIR = Path(__file__).resolve().parent / "data" / "profiles"
+DEFAULT_STACK = "megatron-26.08"
+
+PARAM_NAMES = (
+    "gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.dim_half", "gemm.grouped_m_half",
+    "attn.eff", "mem.elementwise", "mem.quant", "mem.hbm_eff",
+    "tp.overlap", "ep.overlap", "cp.overlap", "dp.overlap", "pp.overlap",
+    "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed",
+)
+ARCHS = ("hopper", "blackwell", "blackwell-ultra")
+PRECISION_KEYS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
+MAX_PARAMS = 30
+
+
+class Param(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: float
+    min: float
+    max: float
+    prior: float | None = Field(None, description="value a fit is pulled towards (default: value)")
+    fit: bool = Field(True, description="calibrate may move it")
+    source: str = Field(..., min_length=3, description="where the value or its prior comes from")
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not self.min <= self.value <= self.max:
+            raise ValueError(f"value {self.value} outside [{self.min}, {self.max}]")
+        return self
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    trainer: str = "megatron"
+    flops_formula: str = Field("current", description="'current' or 'legacy' (Megatron-Bridge <= 26.04)")
+    dispatcher: str = Field("alltoall", description="MoE dispatcher the stack's recipes use")
+    fit_rows: str = Field("", description="rows the parameters were fitted to (file and stack)")
+    params: dict[str, Param]
+
+    @model_validator(mode="after")
+    def _names(self):
+        if len(self.params) > MAX_PARAMS:
+            raise ValueError(f"{len(self.params)} parameters; a profile has at most {MAX_PARAMS}")
+        for key in self.params:
+            base, _, qual = key.partition("@")
+            if base not in PARAM_NAMES:
+                raise ValueError(f"unknown parameter {key!r}; known: {', '.join(PARAM_NAMES)}")
+            if qual and qual not in ARCHS and qual not in PRECISION_KEYS:
+                raise ValueError(f"parameter {key!r}: qualifier must be a GPU arch ({', '.join(ARCHS)})")
+        missing = [n for n in PARAM_NAMES if n not in self.params]
+        if missing:
+            raise ValueError(f"missing parameter {missing[0]!r}")
+        return self
+
+    def param(self, name: str, arch: str | None = None) -> float:
+        """Value of ``name``, using the ``name@arch`` variant when the profile has one."""
+        if arch is not None:
+            p = self.params.get(f"{name}@{arch}")
+            if p is not None:
+                return p.value
+        return self.params[name].value
+
+    def values(self, arch: str | None = None) -> dict[str, float]:
+        return {n: self.param(n, arch) for n in PARAM_NAMES}
+
+    def with_values(self, values: dict[str, float]) -> "Profile":
+        """A copy with some parameter values replaced (keys as in ``params``)."""
+        new = dict(self.params)
+        for k, v in values.items():
+            p = new[k]
+            new[k] = p.model_copy(update={"value": float(min(max(v, p.min), p.max))})
+        return self.model_copy(update={"params": new})
+
+    @property
+    def key(self) -> tuple:
+        """Hashable identity for memoisation."""
+        return (self.name, tuple(sorted((k, p.value) for k, p in self.params.items())))
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def parse_profile(text: str, source: str) -> Profile:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: a profile is a YAML mapping with name, params, ...")
+    try:
+        return Profile.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, source)) from None
+
+
+@lru_cache(maxsize=64)
+def _load_cached(path: str, mtime: float) -> Profile:
+    return parse_profile(Path(path).read_text(), path)
+
+
+def load_profile(name_or_path: str | Path | None = None) -> Profile:
+    """A shipped profile by name (``megatron-26.08``, ...) or a profile YAML file by path."""
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    name = str(name_or_path or DEFAULT_STACK)
+    path = Path(name)
+    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+        path = PROFILE_DIR / f"{name.lower()}.yaml"
+    if not path.exists():
+        raise InputError(f"unknown stack profile {name!r}; use one of {', '.join(available())} or a profile .yaml path")
+    return _load_cached(str(path), path.stat().st_mtime)
+
+
+def dump_profile(profile: Profile) -> str:
+    """The profile as YAML text, one parameter per line with its source as a comment."""
+    lines = [
+        f"# Stack profile {profile.name}: efficiency parameters of the step-time model (docs/steptime.md).",
+        "# Written by `topoplan calibrate`; each parameter keeps its bounds, prior and source.",
+        f"name: {profile.name}",
+        f"description: {json.dumps(profile.description)}",
+        f"trainer: {profile.trainer}",
+        f"flops_formula: {profile.flops_formula}",
+        f"dispatcher: {profile.dispatcher}",
+        f"fit_rows: {json.dumps(profile.fit_rows)}",
+        "params:",
+    ]
+    for key in sorted(profile.params, key=lambda k: (PARAM_NAMES.index(k.partition('@')[0]), k)):
+        p = profile.params[key]
+        prior = p.value if p.prior is None else p.prior
+        src = json.dumps(p.source)
+        lines.append(f"  # {key}: {p.source}")
+        lines.append(f"  {key}: {{value: {_num(p.value)}, min: {_num(p.min)}, max: {_num(p.max)}, "
+                     f"prior: {_num(prior)}, fit: {str(p.fit).lower()}, source: {src}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"

@@ -1,0 +1,238 @@
+"""The step-time model: adds the cost terms of ``planner.costs`` and keeps the breakdown.
+
+One training step of a layout is the slowest pipeline rank's micro-batches plus what cannot hide::
+
+    t_mb[r]   = sum over rank r's layers of (compute + exposed TP + exposed EP + exposed CP + overhead)
+                [+ output head / MTP on the last stage] [+ busiest-GPU expert excess]
+    t_step    = m * max_r t_mb[r]                  (m = gbs / (mbs * dp) micro-batches per pipeline)
+              + bubble((pp-1)/vpp * max_r t_mb[r]) + exposed p2p + exposed DP + optimizer
+
+The breakdown splits the same sum into terms (seconds, exposed part only): ``compute`` (mean rank),
+``tp_comm``, ``ep_a2a``, ``cp_comm``, ``other`` (per-layer launch overhead), ``imbalance`` (slowest
+rank over the mean rank, and the busiest expert GPU over the mean), ``pp_bubble``, ``pp_p2p``,
+``dp_comm``, ``optimizer``. The terms add up to ``step_time_s``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from planner.config import ParallelConfig, Training
+from planner.costs import compute as C
+from planner.costs import context_parallel as CP
+from planner.costs import data_parallel as DP
+from planner.costs import expert_a2a as EA
+from planner.costs import optimizer as OPT
+from planner.costs import pipeline as PPL
+from planner.costs import tensor_parallel as TP
+from planner.costs import exposed
+
+TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
+         "imbalance", "other")
+LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
+
+
+def fabric_for(cluster):
+    from topologies.collectives import fabric_for as ff
+
+    return ff(cluster)
+
+
+@dataclass
+class StepTime:
+    step_time_s: float
+    breakdown: "OrderedDict[str, float]"
+    microbatches: float
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Profile parameters resolved for one GPU and precision."""
+
+    peak_lp: float
+    peak_bf16: float
+    eff_lp: float
+    eff_bf16: float
+    dim_half: float
+    m_half: float
+    attn_eff: float
+    hbm_bps: float
+    elem_factor: float
+    quant_factor: float
+    quant_bytes: float
+
+    def layer_time(self, work, recompute):
+        return C.layer_time(work, peak_lp=self.peak_lp, peak_bf16=self.peak_bf16, eff_lp=self.eff_lp,
+                            eff_bf16=self.eff_bf16, dim_half=self.dim_half, m_half=self.m_half,
+                            attn_eff=self.attn_eff, hbm_bps=self.hbm_bps, elem_factor=self.elem_factor,
+                            quant_factor=self.quant_factor, quant_bytes=self.quant_bytes, recompute=recompute)
+
+
+def efficiencies(gpu, precision: str, profile) -> Efficiencies:
+    arch = gpu.arch
+    p = lambda n: profile.param(n, arch)  # noqa: E731
+    speed = p("gpu.speed")
+    eff_lp = min(0.98, C.mamf(gpu.name, precision) * p(C.stack_key(precision)) * speed)
+    eff_bf16 = min(0.98, C.mamf(gpu.name, "bf16") * p("gemm.bf16") * speed)
+    return Efficiencies(
+        peak_lp=gpu.peak_tflops(precision) * 1e12, peak_bf16=gpu.bf16_tflops * 1e12,
+        eff_lp=eff_lp, eff_bf16=eff_bf16, dim_half=p("gemm.dim_half"), m_half=p("gemm.grouped_m_half"),
+        attn_eff=min(0.98, p("attn.eff") * speed), hbm_bps=gpu.hbm_tbps * 1e12 * p("mem.hbm_eff"),
+        elem_factor=p("mem.elementwise"), quant_factor=p("mem.quant"),
+        quant_bytes=C.quant_bytes_per_element(precision))
+
+
+def _layer_kinds(model):
+    kinds = []
+    for i in range(model.num_layers):
+        moe = bool(model.moe_layers[i]) if model.moe_layers else False
+        swa = bool(model.swa_layers[i]) if model.swa_layers else False
+        kinds.append(("moe" if moe else "dense", swa))
+    return kinds
+
+
+def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
+              shapes: dict, expert_balance=None, layout=None, param_split=None) -> StepTime:
+    """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
+    from planner.pipeline import pipeline_layout
+
+    gpu = cluster.gpu_spec
+    prec = training.precision
+    s = training.seq_len
+    tp, cp, pp, vpp, ep, etp, mbs = config.tp, config.cp, config.pp, config.vpp, config.ep, config.etp_eff, config.mbs
+    arch = gpu.arch
+    par = lambda n: profile.param(n, arch)  # noqa: E731
+    eff = efficiencies(gpu, prec, profile)
+    fabric = fabric_for(cluster)
+    dp = world // (tp * cp * pp)
+    edp = world // (etp * ep * pp)
+    m = training.global_batch / (mbs * dp)
+    lp = prec in LOW_PRECISION
+    if layout is None:
+        layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=s)
+    recompute = config.recompute if config.recompute in ("none", "full") else config.recompute_modules
+    if recompute == "none":
+        recompute = ()
+
+    # --- per layer type: compute and communication of one micro-batch -------------------------
+    h = model.hidden_size
+    act = TP.activation_bytes(mbs, s, cp, h)
+    t_tp_layer = TP.tp_comm_time(fabric, shapes.get("tp"), act) if tp > 1 else 0.0
+    if recompute == "full" and tp > 1:
+        t_tp_layer *= 1.5  # the recomputed forward repeats its 2 AG + 2 RS
+    dedup = config.dispatcher.startswith("flex")
+    impl = "deepep" if dedup else "nccl"
+    tokens_rank = mbs * s / (cp * tp)
+    copies = EA.copies_per_token(model.top_k, ep, dedup) if model.is_moe else 0.0
+    disp_b = 1.0 if (lp and par("ep.dispatch_bytes_fp8") >= 0.5) else 2.0
+    d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, h, copies, disp_b)
+    cross_scale = 1.0
+    ep_shape = shapes.get("ep")
+    if expert_balance is not None and ep_shape is not None and ep_shape.domains > 1:
+        uniform = 1.0 - ep_shape.per_domain / ep_shape.size
+        if uniform > 0:
+            cross_scale = max(expert_balance.cross_domain_fraction, 1e-3) / uniform
+    t_a2a_layer = EA.a2a_time(fabric, ep_shape, d_bytes, c_bytes, impl, cross_scale) if ep > 1 else 0.0
+    if recompute != "full" and "moe" in (recompute or ()):
+        t_a2a_layer *= 1.5
+    t_cp_layer = CP.cp_time(fabric, shapes["cp"].tier if shapes.get("cp") else -1, cp, mbs, s,
+                            CP.kv_width(model), tp) if cp > 1 else 0.0
+    balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
+    launch = par("other.layer_us") * 1e-6
+
+    per_kind = {}
+    for kind in set(_layer_kinds(model)) | ({(_layer_kinds(model)[-1][0], False)} if model.mtp_layers else set()):
+        work = C.layer_work(model, kind[0], kind[1], s, mbs, tp, cp, ep, etp, lp)
+        lt = eff.layer_time(work, recompute)
+        gemm_f = sum(C.gemm_time(g, eff.peak_lp, eff.peak_bf16, eff.eff_lp, eff.eff_bf16, eff.dim_half, eff.m_half)
+                     for g in work.gemms)
+        tp_x = TP.tp_exposed(t_tp_layer, par("tp.overlap"), 3.0 * gemm_f)
+        a2a_x = EA.a2a_exposed(t_a2a_layer, par("ep.overlap"), lt.total) if kind[0] == "moe" else 0.0
+        cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
+        per_kind[kind] = dict(compute=lt.total, fwd=lt.fwd, bwd=lt.bwd, expert_excess=lt.expert * (balance - 1.0),
+                              tp=tp_x, ep=a2a_x, cp=cp_x, other=launch, tp_raw=t_tp_layer,
+                              ep_raw=t_a2a_layer if kind[0] == "moe" else 0.0, cp_raw=t_cp_layer)
+    head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())
+    mtp_extra = eff.layer_time(C.head_work(model, s, mbs, tp, cp, True), ()) if model.mtp_layers else None
+    kinds = _layer_kinds(model)
+    mtp_kind = (kinds[-1][0], False)
+
+    # --- per pipeline rank ----------------------------------------------------------------------
+    from planner.flops import layer_costs
+    costs = layer_costs(model, s)
+    ranks = []
+    for r in range(pp):
+        acc = dict(compute=0.0, fwd=0.0, bwd=0.0, expert_excess=0.0, tp=0.0, ep=0.0, cp=0.0, other=0.0,
+                   dense_params=0.0, expert_params=0.0, ep_raw=0.0)
+        for st in layout.for_rank(r):
+            items = [kinds[i] for i in st.layers] + [mtp_kind] * int(st.mtp or 0)
+            for k in items:
+                for key in ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other", "ep_raw"):
+                    acc[key] += per_kind[k][key]
+            for i in st.layers:
+                lc = costs[i]
+                acc["dense_params"] += lc.dense_params / tp
+                acc["expert_params"] += lc.expert_params * lc.n_experts / (ep * etp)
+            for j in range(int(st.mtp or 0)):
+                lc = costs[model.num_layers + j] if len(costs) > model.num_layers + j else costs[-1]
+                acc["dense_params"] += lc.dense_params / tp
+                acc["expert_params"] += lc.expert_params * lc.n_experts / (ep * etp)
+                acc["compute"] += mtp_extra.total
+                acc["fwd"] += mtp_extra.fwd
+                acc["bwd"] += mtp_extra.bwd
+            if st.loss:
+                acc["compute"] += head.total
+                acc["fwd"] += head.fwd
+                acc["bwd"] += head.bwd
+                if not model.tied_embeddings:
+                    acc["dense_params"] += h * model.padded_vocab(tp) / tp
+            if st.embedding:
+                acc["dense_params"] += h * model.padded_vocab(tp) / tp
+        acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"]
+        ranks.append(acc)
+    n = len(ranks)
+    mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "t_mb")}
+    crit = max(ranks, key=lambda r: r["t_mb"] + r["expert_excess"])
+    t_mb_max = crit["t_mb"] + crit["expert_excess"]
+
+    # --- pipeline --------------------------------------------------------------------------------
+    bubble = PPL.bubble_time(pp, vpp, t_mb_max)
+    pp_shape = shapes.get("pp")
+    p2p_bytes = mbs * s / (cp * tp) * h * 2.0
+    p2p = PPL.p2p_time(fabric, p2p_bytes, pp_shape.tier if pp_shape else -1, pp, vpp, int(round(m)),
+                       par("pp.overlap")) if pp > 1 else 0.0
+
+    # --- data parallel and optimizer -------------------------------------------------------------
+    dense_p, expert_p = crit["dense_params"], crit["expert_params"]
+    if not model.is_moe or ep * etp == 0:
+        expert_p = expert_p
+    dp_shape = shapes.get("dp")
+    edp_shape = shapes.get("edp")
+    rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=DP.GRAD_BYTES)
+    rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=DP.GRAD_BYTES)
+    ov = par("dp.overlap")
+    if config.fsdp:
+        dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))
+    else:
+        dp_x = DP.dp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["bwd"], crit["fwd"])
+    shard = dense_p / max(dp * cp, 1) + expert_p / max(edp, 1)
+    t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
+
+    bd = OrderedDict()
+    bd["compute"] = m * mean["compute"]
+    bd["tp_comm"] = m * mean["tp"]
+    bd["ep_a2a"] = m * mean["ep"]
+    bd["pp_bubble"] = bubble
+    bd["pp_p2p"] = p2p
+    bd["dp_comm"] = dp_x
+    bd["cp_comm"] = m * mean["cp"]
+    bd["optimizer"] = t_opt
+    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
+    bd["other"] = m * mean["other"]
+    total = sum(bd.values())
+    details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
+                   eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
+                   dp_raw_s=rs_d + rs_e + ag_d + ag_e, rank_t_mb=[r["t_mb"] for r in ranks])
+    return StepTime(step_time_s=total, breakdown=bd, microbatches=m, details=details)
