@@ -1,0 +1,185 @@
+"""Run megatron-core 0.19.2's own argument checks and process-group construction on emitted configs.
+
+Usage: ``python megatron_check.py JOBS.json RESULTS.json`` with megatron-core's wheel unpacked on
+PYTHONPATH. JOBS.json is a list of ``{"id", "args": [...], "env": {...}, "sm": 90}``. For each job
+this runs, in one process (imports cost ~10 s, each check well under a second):
+
+1. ``parse_args()`` with ``sys.argv = ["pretrain_gpt.py", *args]`` and the job's environment,
+2. ``validate_args(args)``,
+3. ``core_transformer_config_from_args(args)`` (TransformerConfig.__post_init__: pipeline layout,
+   MoE and precision rules),
+4. ``parallel_state.initialize_model_parallel(...)`` on torch's fake process group, recording every
+   rank list Megatron passes to ``create_group`` (all groups of every rank, not only rank 0's).
+
+RESULTS.json holds per job ``{"id", "ok", "stage", "error", "dp", "vpp", "groups": {axis: [[ranks]]},
+"config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
+one triton-importing module, a fake GPU of the job's compute capability and a current
+Transformer Engine version.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import traceback
+import types
+import typing
+
+if sys.version_info < (3, 12) and not hasattr(typing, "override"):
+    import typing_extensions
+
+    typing.override = typing_extensions.override
+if importlib.util.find_spec("triton") is None:
+    _m = types.ModuleType("megatron.core.transformer.moe.ops.paged_stash")
+    _m.GLOBAL_BLOCK_SIZE = 1024
+
+    def _no_triton(*a, **k):  # noqa: ARG001
+        raise RuntimeError("no triton on this machine")
+
+    _m.paged_stash_copy_kernel = _m.paged_stash_pop_kernel = _no_triton
+    sys.modules[_m.__name__] = _m
+
+import torch  # noqa: E402
+
+_SM = {"sm": 90}
+torch.cuda.get_device_capability = lambda *a, **k: (_SM["sm"] // 10, _SM["sm"] % 10)
+torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
+    major=_SM["sm"] // 10, minor=_SM["sm"] % 10, name=f"fake sm_{_SM['sm']}", total_memory=80 * 2**30)
+
+import megatron.core.utils as _mu  # noqa: E402
+from packaging.version import Version  # noqa: E402
+
+_mu._te_version = Version("2.12.0")
+
+import megatron.core.models.common.embeddings.rope_utils as _rope  # noqa: E402
+
+if _rope.fused_apply_rotary_pos_emb is None:  # TE's fused RoPE, present on any GPU install with TE
+    _rope.fused_apply_rotary_pos_emb = _no_te = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no TE"))
+    _rope.fused_apply_rotary_pos_emb_thd = _no_te
+
+import torch.distributed as dist  # noqa: E402
+from megatron.core import parallel_state as ps  # noqa: E402
+from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+from megatron.training.arguments import parse_args, validate_args  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+GROUPS = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "DATA_PARALLEL_GROUP": "dp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "etp",
+    "EXPERT_DATA_PARALLEL_GROUP": "edp",
+}
+CONFIG_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "num_moe_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "mtp_num_layers", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "recompute_granularity", "recompute_modules",
+    "recompute_method", "recompute_num_layers", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "bf16",
+    "moe_router_num_groups", "moe_router_group_topk", "qk_layernorm", "gated_linear_unit",
+)
+
+_recorded: list[tuple[str, list[int]]] = []
+_orig_create_group = ps.create_group
+
+
+def _recording_create_group(ranks=None, *a, group_desc=None, **k):
+    if ranks is not None and group_desc in GROUPS:
+        _recorded.append((GROUPS[group_desc], list(ranks)))
+    return _orig_create_group(ranks, *a, group_desc=group_desc, **k)
+
+
+ps.create_group = _recording_create_group
+
+
+def _jsonable(v):
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def check(job: dict) -> dict:
+    out = {"id": job["id"], "ok": False, "stage": "parse_args", "error": None}
+    env_keys = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "CUDA_DEVICE_MAX_CONNECTIONS")
+    saved = {k: os.environ.get(k) for k in env_keys}
+    for k in env_keys:
+        os.environ.pop(k, None)
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0"})
+    os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+    _SM["sm"] = int(job.get("sm", 90))
+    sys.argv = ["pretrain_gpt.py", *job["args"]]
+    try:
+        args = parse_args()
+        out["stage"] = "validate_args"
+        validate_args(args)
+        out["stage"] = "TransformerConfig"
+        cfg = core_transformer_config_from_args(args)
+        out["config"] = {f: _jsonable(getattr(cfg, f, None)) for f in CONFIG_FIELDS}
+        out["dp"] = args.data_parallel_size
+        out["vpp"] = args.virtual_pipeline_model_parallel_size
+        out["stage"] = "initialize_model_parallel"
+        _recorded.clear()
+        dist.init_process_group("fake", rank=0, world_size=args.world_size, store=FakeStore())
+        try:
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=args.tensor_model_parallel_size,
+                pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+                virtual_pipeline_model_parallel_size=args.virtual_pipeline_model_parallel_size,
+                context_parallel_size=args.context_parallel_size,
+                expert_model_parallel_size=args.expert_model_parallel_size,
+                expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+                num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
+                order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp",
+                create_gloo_process_groups=False,
+            )
+        finally:
+            ps.destroy_model_parallel()
+            dist.destroy_process_group()
+        groups: dict[str, list[list[int]]] = {}
+        for axis, ranks in _recorded:
+            groups.setdefault(axis, [])
+            if ranks not in groups[axis]:
+                groups[axis].append(ranks)
+        out["groups"] = groups
+        out["stage"] = "done"
+        out["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - report any refusal (SystemExit from argparse too)
+        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" [{os.path.basename(last.filename)}:{last.lineno}]" if last else ""
+        out["error"] = f"{type(exc).__name__}: {exc}{where}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return out
+
+
+def main() -> int:
+    jobs_path, results_path = sys.argv[1], sys.argv[2]  # check() rewrites sys.argv
+    jobs = json.load(open(jobs_path))
+    results = []
+    import contextlib
+
+    for job in jobs:
+        with contextlib.redirect_stdout(open(os.devnull, "w")):  # Megatron prints every argument
+            r = check(job)
+        results.append(r)
+        print(f"megatron-core check {job['id']}: {'OK' if r['ok'] else 'REJECTED at ' + r['stage']}"
+              + ("" if r["ok"] else f": {r['error']}"), file=sys.stderr)
+    with open(results_path, "w") as fh:
+        json.dump(results, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
