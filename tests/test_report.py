@@ -328,3 +328,17 @@ def test_report_opens_in_headless_chromium(tmp_path, kind, doc, color):
     rgb = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
     hits = (np.abs(img - rgb).max(axis=2) < 0.03).sum()
     assert hits > 200, f"figure colour {color} found in only {hits} screenshot pixels"
+
+
+def test_domain_sizes_from_a_real_cluster_dump():
+    """A plan document carries Cluster.model_dump(); the domain sizes come back through the schema
+    (a failed tray leaves 68 GPUs in the first rack)."""
+    topologies = pytest.importorskip("topologies.loader")
+    from topologies.cluster import cluster_from_dict
+
+    c = topologies.load_cluster("gb200-nvl72", gpus=256)
+    data = c.model_dump(exclude_none=True)
+    data.setdefault("health", {})["failed_trays"] = [c.nodes[0].name]
+    dumped = cluster_from_dict(data, "test").model_dump()
+    assert explain.domain_sizes_of({"cluster": dumped, "plans": []}) == [68, 72, 72, 40]
+    assert explain.hbm_of({"cluster": dumped}) == pytest.approx(c.gpu_spec.hbm_gib)
