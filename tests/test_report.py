@@ -342,3 +342,15 @@ def test_domain_sizes_from_a_real_cluster_dump():
     dumped = cluster_from_dict(data, "test").model_dump()
     assert explain.domain_sizes_of({"cluster": dumped, "plans": []}) == [68, 72, 72, 40]
     assert explain.hbm_of({"cluster": dumped}) == pytest.approx(c.gpu_spec.hbm_gib)
+
+
+def test_expert_series_accepts_a_flat_per_layer_metrics_list():
+    from planner.report.data import expert_series
+
+    doc = {"physical_to_logical": [[0, 1, 2, 0], [2, 1, 0, 1]], "slots_per_gpu": 2, "rank_domain": [0, 1],
+           "metrics": [{"balance": 1.1, "remote_domains_per_token": 0.5}, {"balance": 1.3, "remote_domains_per_token": 0.7}],
+           "eplb": {"global": {"metrics": [{"balance": 1.0}, {"balance": 1.05}]}}}
+    s = expert_series(doc)
+    assert s["balance"] == [1.1, 1.3] and s["remote"] == [0.5, 0.7]
+    assert s["baselines"]["EPLB global"]["balance"] == [1.0, 1.05]
+    assert s["ep_rank_domain"] == [0, 1] and s["slots"] == doc["physical_to_logical"]

@@ -149,10 +149,14 @@ _REMOTE = ("remote_domains_per_token", "domains_per_token", "expected_remote_dom
 def _metric_series(doc: Mapping, names: Sequence[str]) -> list[float] | None:
     """A per-layer series from ``layers[i](.metrics).<name>`` or ``metrics.<name>`` (a list) or
     ``metrics.per_layer.<name>`` or ``<name>_per_layer``."""
-    if isinstance(doc.get("layers"), list) and doc["layers"]:
-        got = _layer_metric(doc["layers"], names)
-        if got is not None:
-            return got
+    per_layer_lists = [doc.get("layers"), doc.get("metrics"), doc.get("per_layer")]
+    if isinstance(doc.get("metrics"), Mapping):
+        per_layer_lists.append(doc["metrics"].get("per_layer"))
+    for lst in per_layer_lists:  # a list of per-layer objects
+        if isinstance(lst, list) and lst and isinstance(lst[0], Mapping):
+            got = _layer_metric(lst, names)
+            if got is not None:
+                return got
     metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
     for src in (metrics, metrics.get("per_layer") if isinstance(metrics.get("per_layer"), Mapping) else {}, doc):
         for n in names:
@@ -200,5 +204,7 @@ def expert_series(doc: Mapping) -> dict:
     elif isinstance(doc.get("physical_to_logical"), list) and doc["physical_to_logical"] \
             and isinstance(doc["physical_to_logical"][0], list):
         slots = doc["physical_to_logical"]
+    if dom is None:
+        dom = doc.get("rank_domain")
     return {"balance": balance, "remote": remote, "baselines": baselines,
             "ep_rank_domain": dom if isinstance(dom, list) else None, "slots": slots}
