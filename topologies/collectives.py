@@ -20,6 +20,8 @@ Across k domains with g ranks in the fullest domain (hierarchical, as NCCL runs 
                 the phases overlap:                       x = max(x_in, x_out)
     all-gather / reduce-scatter: x_in = (g-1)/g * S / B_ring, x_out = (k-1)/k * S/g / B_net(tier)
     all-to-all: NVLink bytes (g-1)/n * S, network bytes (n-g)/n * S, in parallel
+A group that spans domains is never faster than the same ranks inside one domain, and pays at
+least one network hop: t_cross = max(t_hierarchical, t_one_domain) + (net step + switch latency).
 B_net(tier) = eff * line rate / (product of the oversubscription of the tiers crossed), with
 eff = 0.74 (NCCL, measured 4x8 B200 at 400G, hardware.md s2.2) or 1.0 (DeepEP RDMA, which reports
 43-58 GB/s at a 50 GB/s line rate, s2.3). DeepEP over NVLink uses ``deepep_gbps`` (0.78 of the
@@ -187,39 +189,49 @@ class Fabric:
                 + phases * tree * (p["net_step_us"] + self._net_lat(shape.tier)))
 
     # ---- collectives ----------------------------------------------------------------------
+    def _hop(self, tier: int) -> float:
+        """Latency a group pays at least once for leaving its NVLink domain."""
+        return self._p["net_step_us"] + self._net_lat(tier)
+
+    def _ar_local(self, n: int, S: float) -> float:
+        p = self._p
+        vol = 2.0 * (n - 1) / n * S
+        t = self._intra_alpha(2 * (n - 1)) + _pipe(vol / self.b_ring, p["pipe_nvl_us"])
+        if self.b_nvls and n > 2:
+            t = min(t, p["nvls_base_us"] + _pipe(vol / self.b_nvls, p["pipe_nvl_us"]))
+        return t
+
     def all_reduce(self, shape: GroupShape, nbytes: float) -> float:
         """All-reduce of an ``nbytes`` buffer per rank (nccl-tests S)."""
         n = shape.size
         if n <= 1 or nbytes <= 0:
             return 0.0
-        p = self._p
         S = float(nbytes)
         if shape.domains <= 1:
-            vol = 2.0 * (n - 1) / n * S
-            t = self._intra_alpha(2 * (n - 1)) + _pipe(vol / self.b_ring, p["pipe_nvl_us"])
-            if self.b_nvls and n > 2:
-                t = min(t, p["nvls_base_us"] + _pipe(vol / self.b_nvls, p["pipe_nvl_us"]))
-            return t
+            return self._ar_local(n, S)
         g, k = shape.per_domain, shape.domains
         b_in = max(self.b_ring, self.b_nvls or 0.0)
         x_in = 2.0 * (g - 1) / g * S / b_in if g > 1 else 0.0
         x_out = 2.0 * (k - 1) / k * (S / g) / self.net_bw(shape.tier)
-        alpha = self._inter_alpha(shape, 2 * (g - 1), 2)
-        return alpha + _pipe(max(x_in, x_out), p["pipe_net_us"])
+        t = self._inter_alpha(shape, 2 * (g - 1), 2) + _pipe(max(x_in, x_out), self._p["pipe_net_us"])
+        # never faster than the same ranks inside one domain, plus one network hop
+        return max(t, self._ar_local(n, S)) + self._hop(shape.tier)
+
+    def _gather_local(self, n: int, S: float) -> float:
+        return self._intra_alpha(n - 1) + _pipe((n - 1) / n * S / self.b_ring, self._p["pipe_nvl_us"])
 
     def _gather_like(self, shape: GroupShape, nbytes: float) -> float:
         n = shape.size
         if n <= 1 or nbytes <= 0:
             return 0.0
-        p = self._p
         S = float(nbytes)
         if shape.domains <= 1:
-            return self._intra_alpha(n - 1) + _pipe((n - 1) / n * S / self.b_ring, p["pipe_nvl_us"])
+            return self._gather_local(n, S)
         g, k = shape.per_domain, shape.domains
         x_in = (g - 1) / g * S / self.b_ring if g > 1 else 0.0
         x_out = (k - 1) / k * (S / g) / self.net_bw(shape.tier)
-        alpha = self._inter_alpha(shape, g - 1, 1)
-        return alpha + _pipe(max(x_in, x_out), p["pipe_net_us"])
+        t = self._inter_alpha(shape, g - 1, 1) + _pipe(max(x_in, x_out), self._p["pipe_net_us"])
+        return max(t, self._gather_local(n, S)) + self._hop(shape.tier)
 
     def all_gather(self, shape: GroupShape, nbytes: float) -> float:
         """All-gather; ``nbytes`` is the full gathered array (nccl-tests S)."""
@@ -236,30 +248,34 @@ class Fabric:
         S = float(nbytes)
         return S * (g - 1) / n, S * (n - g) / n
 
+    def _a2a_local(self, n: int, S: float, impl: str) -> float:
+        p = self._p
+        x = S * (n - 1) / n / (self.b_deepep_nvl if impl == "deepep" else self.b_ring)
+        if impl == "deepep":
+            return p["a2a_base_us"] + x
+        return p["a2a_base_us"] + _pipe(x, p["pipe_nvl_us"])
+
     def all_to_all(self, shape: GroupShape, nbytes: float, impl: str = "nccl") -> float:
         """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl" or "deepep" (DeepEP
-        dispatch/combine, measured effective bandwidths)."""
+        dispatch/combine: measured effective bandwidths, no pipeline-fill term since DeepEP's
+        figures are already effective bandwidths of its streaming kernels)."""
         n = shape.size
         if n <= 1 or nbytes <= 0:
             return 0.0
         if impl not in ("nccl", "deepep"):
             raise ValueError(f"all_to_all impl {impl!r}: use 'nccl' or 'deepep'")
-        p = self._p
-        v_nvl, v_net = self.a2a_volumes(shape, nbytes)
-        if impl == "deepep":
-            b_nvl, b_net = self.b_deepep_nvl, self.net_bw(shape.tier, NET_EFF_DEEPEP)
-        else:
-            b_nvl, b_net = self.b_ring, self.net_bw(shape.tier)
-        x = max(v_nvl / b_nvl, v_net / b_net if v_net else 0.0)
-        if impl == "deepep":
-            # DeepEP's figures are already effective bandwidths of its streaming kernels: no
-            # pipeline-fill term on top
-            alpha = p["a2a_base_us"] + (self._net_lat(shape.tier) if shape.domains > 1 else 0.0)
-            return alpha + x
+        S = float(nbytes)
         if shape.domains <= 1:
-            return p["a2a_base_us"] + _pipe(x, p["pipe_nvl_us"])
-        alpha = p["a2a_base_us"] + p["net_step_us"] + self._net_lat(shape.tier)
-        return alpha + _pipe(x, p["pipe_net_us"])
+            return self._a2a_local(n, S, impl)
+        p = self._p
+        v_nvl, v_net = self.a2a_volumes(shape, S)
+        if impl == "deepep":
+            x = max(v_nvl / self.b_deepep_nvl, v_net / self.net_bw(shape.tier, NET_EFF_DEEPEP))
+            t = p["a2a_base_us"] + x
+        else:
+            x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
+            t = p["a2a_base_us"] + _pipe(x, p["pipe_net_us"])
+        return max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
 
     def p2p(self, nbytes: float, tier: int) -> float:
         """One send/recv of ``nbytes`` between two GPUs; ``tier`` -1 = inside an NVLink domain."""

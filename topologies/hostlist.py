@@ -115,7 +115,8 @@ def compress(names: list[str] | tuple[str, ...]) -> str:
     """A compact hostlist expression for ``names`` that expands back to the same list, in order.
 
     Consecutive names ``prefix<number>suffix`` with the same prefix, suffix and number width and
-    increasing numbers share one bracket: ``["n01", "n02", "n03", "n07"]`` -> ``n[01-03,07]``.
+    increasing numbers share one bracket: ``["n01", "n02", "n03", "n07"]`` -> ``n[01-03,07]``
+    (unless writing the names out is shorter: ``x0,x1``).
     """
     parts: list[str] = []
     i = 0
@@ -152,6 +153,8 @@ def compress(names: list[str] | tuple[str, ...]) -> str:
                 runs.append(_fmt_run(lo, prev, width))
                 lo = prev = v
             runs.append(_fmt_run(lo, prev, width))
-            parts.append(f"{prefix}[{','.join(runs)}]{suffix}")
+            bracket = f"{prefix}[{','.join(runs)}]{suffix}"
+            plain = ",".join(names[i:j])
+            parts.append(bracket if len(bracket) <= len(plain) else plain)
         i = j
     return ",".join(parts)

@@ -274,6 +274,8 @@ def _tree_levels(topo: Topo, source: str) -> tuple[list[str], list[list[list[str
         lev(name)
         for n in nodes:
             if n in owner:
+                if owner[n] == name:
+                    raise InputError(f"{topo.where[name]}: node {n!r} is named twice on switch {name!r}; list each host once")
                 raise InputError(f"{topo.where[name]}: node {n!r} hangs off two switches ({owner[n]!r} and {name!r})")
             owner[n] = name
             hosts.append(n)
@@ -295,6 +297,9 @@ def topo_to_cluster(topo: Topo, *, gpu: str | None, gpus_per_node: int | None, s
                              levels=levels, source=source)
     if topo.kind == "ring":
         hosts = [h for _, nodes in topo.rings for h in nodes]
+        if len(set(hosts)) != len(hosts):
+            dup = next(h for h in hosts if hosts.count(h) > 1)
+            raise InputError(f"{source}: node {dup!r} is named twice across RingName lines; list each host once")
         return build_cluster(name=name, spec=spec, nodes=[(h, per) for h in hosts], domains=None,
                              levels=[[nodes for _, nodes in topo.rings]], source=source)
     # block
@@ -303,6 +308,8 @@ def topo_to_cluster(topo: Topo, *, gpu: str | None, gpus_per_node: int | None, s
     for bname, nodes in topo.blocks:
         for n in nodes:
             if n in seen:
+                if seen[n] == bname:
+                    raise InputError(f"{topo.where[bname]}: node {n!r} is named twice in block {bname!r}; list each host once")
                 raise InputError(f"{topo.where[bname]}: node {n!r} is in two blocks ({seen[n]!r} and {bname!r})")
             seen[n] = bname
             hosts.append(n)

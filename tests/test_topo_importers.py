@@ -1,0 +1,241 @@
+"""Importers: the examples of hardware.md section 4 import; bad input gives one line and no file."""
+
+import json
+
+import pytest
+import yaml
+
+from planner.cli import main
+from planner.errors import InputError
+from topologies.importers import import_k8s, import_nccl_xml, import_slurm_conf, import_slurm_yaml
+from topologies.loader import load_cluster
+
+# verbatim from hardware.md s4.1 (Slurm topology.conf(5) man page)
+TREE = """# topology/tree
+SwitchName=s0 Nodes=dev[0-5]
+SwitchName=s1 Nodes=dev[6-11]
+SwitchName=s2 Nodes=dev[12-17]
+SwitchName=s3 Switches=s[0-2]
+"""
+BLOCK = """# topology/block
+BlockName=block1 Nodes=node[1-32]
+BlockName=block2 Nodes=node[33-64]
+BlockName=block3 Nodes=node[65-96]
+BlockName=block4 Nodes=node[97-128]
+BlockSizes=30,120
+"""
+RING = """# topology/ring (newer; max 16 nodes per ring)
+RingName=ring0 Nodes=node[01-08]
+RingName=ring1 Nodes=node[09-16]
+"""
+# AWS HyperPod GB200 UltraServers: 18 nodes x 4 GPUs per block
+ULTRA = """BlockName=us1 Nodes=ultraserver1-[0-17]
+BlockName=us2 Nodes=ultraserver2-[0-17]
+BlockName=us3 Nodes=ultraserver3-[0-17]
+BlockName=us4 Nodes=ultraserver4-[0-17]
+BlockSizes=18,72
+"""
+# verbatim from hardware.md s4.2 (topology.yaml(5))
+TOPO_YAML = """- topology: topo1
+  cluster_default: True
+  tree:
+    switches:
+    - switch: sw_root
+      nodes: node[01-04]
+- topology: topo2
+  cluster_default: False
+  block:
+    block_sizes:
+      - 4
+      - 16
+    blocks:
+    - block: b1
+      nodes: node[01-04]
+    - block: b2
+      nodes: node[05-08]
+    - block: b3
+      nodes: node[09-12]
+    - block: b4
+      nodes: node[13-16]
+- topology: topo3
+  cluster_default: False
+  flat: True
+"""
+TREE_YAML = """- topology: fat
+  tree:
+    switches:
+    - switch: root
+      children: leaf[1-2]
+    - switch: leaf1
+      nodes: n[01-02]
+    - switch: leaf2
+      nodes: n[03-04]
+"""
+# hardware.md s4.3: Azure ND H100 v5 (PCI only, abridged) and a dump-style H100 fragment
+AZURE = """<system version="1">
+  <cpu numaid="0" affinity="ffffffff,ffff0000,00000000" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
+    <pci busid="ffff:ff:01.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">
+      <pci busid="0001:00:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0101:00:00.0" class="0x020700" link_speed="32.0 GT/s PCIe" link_width="16"/>
+    </pci>
+    <!-- 3 more GPU+HCA pairs; cpu numaid="1" holds the other 4 pairs -->
+  </cpu>
+</system>
+"""
+GPU_XML = """<system version="1"><cpu numaid="0">
+<pci busid="0000:1b:00.0" class="0x030200">
+<gpu dev="{dev}" sm="90" rank="{dev}" gdr="1">
+  <nvlink target="0000:07:00.0" count="5" tclass="0x068000"/>
+  <nvlink target="0000:06:00.0" count="5" tclass="0x068000"/>
+  <nvlink target="0000:05:00.0" count="4" tclass="0x068000"/>
+  <nvlink target="0000:08:00.0" count="4" tclass="0x068000"/>
+</gpu></pci>
+<nic>
+  <net name="mlx5_{dev}" dev="{dev}" speed="400000" port="1" latency="0.000000" guid="0xa87cb10003e1a258" maxconn="131072" gdr="1"/>
+</nic></cpu></system>
+"""
+
+
+def _w(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_tree_conf(tmp_path):
+    c = import_slurm_conf(_w(tmp_path, "t.conf", TREE), "h100")
+    assert c.num_gpus == 18 * 8 and c.domain_sizes() == [8] * 18
+    t = c.fabric_tiers
+    assert [x.name for x in t] == ["leaf", "spine"]
+    assert t[0].groups == [[f"dev{i}" for i in range(a, a + 6)] for a in (0, 6, 12)]
+    # dev0 and dev5 share a leaf; dev0 and dev6 meet at the spine
+    from topologies.collectives import shape_of
+    assert shape_of(c, [0, 5 * 8]).tier == 0 and shape_of(c, [0, 6 * 8]).tier == 1
+
+
+def test_block_conf_hgx_blocks_are_network_units(tmp_path):
+    c = import_slurm_conf(_w(tmp_path, "b.conf", BLOCK), "h100")
+    assert c.num_gpus == 1024 and c.domain_sizes() == [8] * 128     # 32-node blocks exceed 8 GPUs
+    assert len(c.fabric_tiers[0].groups) == 4 and len(c.fabric_tiers[1].groups) == 1
+
+
+def test_block_sizes_18_with_4_gpus_is_72_gpu_domains(tmp_path):
+    c = import_slurm_conf(_w(tmp_path, "u.conf", ULTRA), "gb200", gpus_per_node=4)
+    assert c.domain_sizes() == [72, 72, 72, 72]
+    assert c.fabric_tiers[0].groups is not None and len(c.fabric_tiers[0].groups) == 1   # 72 nodes
+
+
+def test_ring_conf(tmp_path):
+    c = import_slurm_conf(_w(tmp_path, "r.conf", RING), "h100")
+    assert c.num_gpus == 128 and len(c.fabric_tiers[0].groups) == 2
+
+
+def test_topology_yaml(tmp_path):
+    p = _w(tmp_path, "topology.yaml", TOPO_YAML)
+    c = import_slurm_yaml(p, "h100")                # cluster_default: topo1 (tree)
+    assert c.hosts() == ["node01", "node02", "node03", "node04"] and c.domain_sizes() == [8] * 4
+    c = import_slurm_yaml(p, "gb200", 4, topology="topo2")
+    assert c.domain_sizes() == [16] * 4
+    with pytest.raises(InputError, match="flat and lists no nodes"):
+        import_slurm_yaml(p, "gb200", topology="topo3")
+    with pytest.raises(InputError, match="no topology named 'x'"):
+        import_slurm_yaml(p, "gb200", topology="x")
+    c = import_slurm_yaml(_w(tmp_path, "tree.yaml", TREE_YAML), "b200")
+    assert c.fabric_tiers[0].groups == [["n01", "n02"], ["n03", "n04"]]
+
+
+def test_nccl_xml(tmp_path):
+    c = import_nccl_xml(_w(tmp_path, "ndv5.xml", AZURE), "h100", gpus_per_node=8, hosts="ndv5-[01-04]")
+    assert c.hosts() == ["ndv5-01", "ndv5-02", "ndv5-03", "ndv5-04"] and c.domain_sizes() == [8] * 4
+    one = GPU_XML.format(dev=0)
+    c = import_nccl_xml(_w(tmp_path, "h100.xml", one), None)
+    assert c.gpu == "h100" and c.num_gpus == 1 and c.fabric_tiers[0].gbps_per_gpu == 400
+    with pytest.raises(InputError, match="sm 90 but --gpu b200 is sm 100"):
+        import_nccl_xml(_w(tmp_path, "h100.xml", one), "b200")
+    with pytest.raises(InputError, match=r"bad.xml:\d+: malformed XML"):
+        import_nccl_xml(_w(tmp_path, "bad.xml", "<system><cpu></system>"), "h100")
+
+
+def _node(name, clique=None, gpus=4, product="NVIDIA-GB200"):
+    labels = {"nvidia.com/gpu.product": product}
+    if clique:
+        labels["nvidia.com/gpu.clique"] = clique
+    return {"metadata": {"name": name, "labels": labels}, "status": {"capacity": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def test_k8s_clique_labels(tmp_path):
+    uuid = "61248eac-4785-4fbf-9cbd-231635e37e9d"
+    items = [_node(f"gb-{i:02d}", f"{uuid}.{20663 + i // 18}") for i in range(36)] + [
+        {"metadata": {"name": "cpu-1", "labels": {}}, "status": {"capacity": {"cpu": "64"}}}]
+    p = _w(tmp_path, "nodes.json", json.dumps({"kind": "List", "items": items}))
+    c = import_k8s(p, None)
+    assert c.gpu == "gb200" and c.domain_sizes() == [72, 72] and "cpu-1" not in c.hosts()
+    assert c.domain_names() == [f"{uuid}.20663", f"{uuid}.20664"]
+    # YAML list; hosts without the label are a domain of their own
+    p = _w(tmp_path, "nodes.yaml", yaml.safe_dump([_node("h-1", product="NVIDIA-H100-80GB-HBM3", gpus=8),
+                                                     _node("h-2", product="NVIDIA-H100-80GB-HBM3", gpus=8)]))
+    c = import_k8s(p, None)
+    assert c.gpu == "h100" and c.domain_sizes() == [8, 8]
+
+
+def test_k8s_aws_layers(tmp_path):
+    items = []
+    for i in range(4):
+        n = _node(f"p5-{i}", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+        n["metadata"]["labels"].update({"topology.k8s.aws/network-node-layer-1": "nn-top",
+                                        "topology.k8s.aws/network-node-layer-3": f"nn-{i // 2}"})
+        items.append(n)
+    c = import_k8s(_w(tmp_path, "n.json", json.dumps({"items": items})), None)
+    assert c.fabric_tiers[0].groups == [["p5-0", "p5-1"], ["p5-2", "p5-3"]]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("SwitchName=s0 Nodes=dev[0-5] Speed=100\n", r"t.conf:1: unknown key 'Speed'"),
+    ("# c\n\nSwitchName=s0 Nodes=dev[0-5\n", r"t.conf:3: Nodes: unclosed '\['"),
+    ("SwitchName=s0 Nodes=a[1-2]\nSwitchName=s1 Nodes=a2\n", r"t.conf:2: node 'a2' hangs off two switches"),
+    ("BlockName=b1 Nodes=n[1-4]\nBlockName=b2 Nodes=n4\n", r"t.conf:2: node 'n4' is in two blocks"),
+    ("BlockName=b1 Nodes=n[1-4]\nBlockSizes=4,12\n", r"t.conf:2: BlockSizes 12 after 4"),
+    ("# nothing\n", r"t.conf: no SwitchName="),
+    ("SwitchName=s0 Switches=s9\n", r"t.conf:1: switch 's0' lists unknown child switch 's9'"),
+    ("SwitchName=s0\n", r"neither Nodes= nor Switches="),
+])
+def test_bad_slurm_conf(tmp_path, text, match):
+    p = _w(tmp_path, "t.conf", text)
+    with pytest.raises(InputError, match=match) as ei:
+        import_slurm_conf(p, "h100", gpus_per_node=8)
+    assert "\n" not in str(ei.value)
+
+
+def test_cli_import_and_reexport_stable(tmp_path, capsys):
+    src = _w(tmp_path, "topology.conf", ULTRA)
+    out = tmp_path / "cluster.yaml"
+    assert main(["topology", "import", "slurm", str(src), "--gpu", "gb200", "--gpus-per-node", "4",
+                 "-o", str(out)]) == 0
+    assert "4 NVLink domains (largest 72)" in capsys.readouterr().out
+    # show -> JSON, then re-export the YAML and compare: import -> show -> re-export is stable
+    assert main(["topology", "show", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nvlink_domains"] == [72] * 4 and doc["num_gpus"] == 288
+    assert main(["topology", "show", str(out), "--yaml"]) == 0
+    again = capsys.readouterr().out
+    assert again == out.read_text()
+    out2 = _w(tmp_path, "again.yaml", again)
+    assert load_cluster(str(out2)).gpus() == load_cluster(str(out)).gpus()
+
+
+@pytest.mark.parametrize("fmt,text,args,match", [
+    ("slurm", "SwitchName=s0 Nodes=dev[0-5] Bogus=1\n", ["--gpu", "h100"], "topology.conf:1: unknown key 'Bogus'"),
+    ("slurm", "SwitchName=s0 Nodes=dev[0-5]\n", ["--gpu", "a100"], "unknown GPU type 'a100'"),
+    ("slurm", "SwitchName=s0 Nodes=dev[0-5]\n", [], "pass --gpu"),
+    ("slurm", "SwitchName=s0 Nodes=dev[0-5,3]\n", ["--gpu", "h100"], "named twice"),
+    ("slurm-yaml", "- topology: a\n  tree: [\n", ["--gpu", "h100"], "malformed YAML"),
+    ("k8s", "[]", ["--gpu", "h100"], "no node with GPUs"),
+    ("nope", "x", ["--gpu", "h100"], "import format 'nope'"),
+])
+def test_cli_import_errors_write_nothing(tmp_path, capsys, fmt, text, args, match):
+    src = _w(tmp_path, "topology.conf", text)
+    out = tmp_path / "out.yaml"
+    assert main(["topology", "import", fmt, str(src), *args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1 and err.startswith("error: ")
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["topology.conf"]
