@@ -1,0 +1,372 @@
+"""Expert loads, the routing model and the placement metrics; ``ExpertBalance`` for the step-time model.
+
+Vocabulary (DeepSeek EPLB's): a placement of one MoE layer is ``physical_to_logical[slots]``; slot
+``s`` lives on EP rank ``s // slots_per_gpu``; ``logical_to_physical[experts, max_count]`` (padded
+with -1) and ``logical_count[experts]`` are derived from it. ``rank_domain[ep]`` is the NVLink domain
+of each EP rank, from the topology.
+
+**Routing model** (what a token does). Tokens come from the group-limited router with the given
+loads (DeepSeek-V3 style: group score = sum of the group's top-2 expert scores, the token keeps its
+``topk_group`` best groups, then its ``top_k`` best experts inside them). Expert scores are
+``logit_e + Gumbel noise``; the logits are calibrated (iterative proportional fitting on fixed,
+seeded noise) so the sampled expert frequencies match the given loads. Recorded top-k selections
+can be used instead of samples.
+
+**Dispatch model** (which replica serves a token; tokens start evenly on the EP ranks):
+
+* ``"home"`` (topoplan's default): a token is served by a replica in its own NVLink domain when the
+  expert has one there (evenly over those), otherwise by the replicas in the expert's *fallback
+  domain* (its home, written out with the placement; by default the domain with most replicas).
+  A runtime implements it as a per-rank logical-to-physical dispatch map (SGLang's
+  ``logical_to_rank_dispatch_physical_map``).
+* ``"local"``: own domain first, otherwise evenly over all the expert's replicas (the
+  locality-first choice of SGLang's static EPLB dispatch).
+* ``"even"``: every replica of an expert gets an equal share of its tokens, wherever the token
+  starts (EPLB's own assumption).
+
+**Metrics** per layer:
+
+* ``balance``: max over EP ranks of the assigned load / mean load (1.0 is perfect);
+* ``domains_per_token``: expected distinct NVLink domains a token's top-k experts touch
+  (eplb.md's locality metric);
+* ``remote_domains_per_token``: the same, not counting the token's own domain (0 inside one
+  NVLink domain); the scale-out fan-out of a dispatch with DeepEP-style per-domain deduplication;
+* ``cross_domain_fraction``: share of (token, expert) pairs served outside the token's domain;
+* ``cross_domain_bytes_per_step``: tokens per step x remote domains per token x hidden x
+  bytes per element x 2 (dispatch + combine) x 2 (forward + backward), summed over MoE layers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from planner.errors import InputError
+
+DISPATCH_MODELS = ("home", "local", "even")
+
+
+# --------------------------------------------------------------------------------------- loads
+def load_loads(path: str | os.PathLike, num_layers: int | None = None,
+               num_experts: int | None = None) -> np.ndarray:
+    """Read ``loads[MoE layers, experts]`` from ``.npy`` or JSON (``{"loads": [[...], ...]}`` or a
+    bare list of lists). Checks the shape against the model when the counts are given."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--loads {p}: file not found; give a .npy or JSON file of shape [MoE layers, experts]")
+    try:
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+        else:
+            doc = json.loads(p.read_text())
+            if isinstance(doc, dict):
+                if "loads" not in doc:
+                    raise InputError(f"--loads {p}: JSON object has no 'loads' field; write {{\"loads\": [[...], ...]}}")
+                doc = doc["loads"]
+            arr = np.asarray(doc, dtype=float)
+    except InputError:
+        raise
+    except (ValueError, OSError) as exc:
+        raise InputError(f"--loads {p}: cannot read ({str(exc).splitlines()[0]}); "
+                         "give a .npy array or JSON {\"loads\": [[...], ...]}") from None
+    if arr.dtype == object or arr.ndim != 2:
+        raise InputError(f"--loads {p}: expected a 2-D array [MoE layers, experts], got shape {tuple(arr.shape)}")
+    arr = arr.astype(float)
+    if num_layers is not None and arr.shape[0] != num_layers:
+        raise InputError(f"--loads {p}: {arr.shape[0]} rows but the model has {num_layers} MoE layers; "
+                         "give one row of expert loads per MoE layer")
+    if num_experts is not None and arr.shape[1] != num_experts:
+        raise InputError(f"--loads {p}: {arr.shape[1]} columns but the model has {num_experts} routed experts; "
+                         "give one column per expert")
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise InputError(f"--loads {p}: loads must be finite and non-negative")
+    if (arr.sum(axis=1) <= 0).any():
+        bad = int(np.flatnonzero(arr.sum(axis=1) <= 0)[0])
+        raise InputError(f"--loads {p}: row {bad} sums to zero; every MoE layer needs some load")
+    return arr
+
+
+def synthetic_loads(kind: str, layers: int, experts: int, seed: int = 0, s: float = 0.8,
+                    sigma: float = 0.6, tokens: float = 1.0e6) -> np.ndarray:
+    """Seeded synthetic loads ``[layers, experts]``: ``"zipf"`` (rank r gets r**-s, ranks shuffled
+    over the experts per layer) or ``"lognormal"`` (exp(sigma * N(0, 1))). Rows sum to ``tokens``."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((layers, experts))
+    for i in range(layers):
+        if kind == "zipf":
+            w = np.arange(1, experts + 1, dtype=float) ** -s
+            w = w[rng.permutation(experts)]
+        elif kind == "lognormal":
+            w = np.exp(sigma * rng.standard_normal(experts))
+        else:
+            raise InputError(f"synthetic load kind {kind!r}: use zipf or lognormal")
+        out[i] = tokens * w / w.sum()
+    return out
+
+
+# ------------------------------------------------------------------------------------- routing
+def _topk(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries per row (k rounds of argmax; fast for small k)."""
+    s = scores.copy()
+    rows = np.arange(s.shape[0])
+    out = np.empty((s.shape[0], k), dtype=np.int64)
+    for j in range(k):
+        i = s.argmax(axis=1)
+        out[:, j] = i
+        s[rows, i] = -np.inf
+    return out
+
+
+def _route(scores: np.ndarray, n_group: int, topk_group: int, top_k: int) -> np.ndarray:
+    """Top-k experts per token under group-limited routing. scores[T, E] -> int[T, top_k]."""
+    T, E = scores.shape
+    if n_group > 1 and topk_group < n_group:
+        size = E // n_group
+        gs = scores.reshape(T, n_group, size)
+        top2 = min(2, size)
+        gscore = np.partition(gs, size - top2, axis=2)[:, :, size - top2:].sum(axis=2)
+        keep = np.sort(_topk(gscore, topk_group), axis=1)            # [T, topk_group]
+        sub = np.take_along_axis(gs, keep[:, :, None], axis=1).reshape(T, topk_group * size)
+        local = _topk(sub, top_k)
+        return keep[np.arange(T)[:, None], local // size] * size + local % size
+    return _topk(scores, top_k)
+
+
+def sample_routing(load: np.ndarray, n_group: int = 1, topk_group: int = 1, top_k: int = 8,
+                   tokens: int = 2048, seed: int = 0, iters: int = 8) -> np.ndarray:
+    """Sample ``tokens`` top-k selections (int[tokens, top_k]) from the group-limited router whose
+    expert frequencies match ``load`` (calibrated logits, fixed seeded Gumbel noise)."""
+    load = np.asarray(load, dtype=float)
+    E = len(load)
+    if E % max(n_group, 1):
+        raise InputError(f"{E} experts do not split into {n_group} routing groups")
+    if top_k > E:
+        raise InputError(f"top_k={top_k} exceeds the {E} experts")
+    if n_group > 1:
+        per_group = E // n_group
+        topk_group = max(1, min(topk_group, n_group))
+        if top_k > topk_group * per_group:
+            topk_group = -(-top_k // per_group)
+    p = load / load.sum()
+    rng = np.random.default_rng(seed)
+    noise = rng.gumbel(size=(tokens, E)).astype(np.float32)
+    logits = np.log(np.maximum(p, 1e-12)).astype(np.float32)
+    target = p * top_k * tokens
+    for _ in range(iters):
+        sel = _route(logits + noise, n_group, topk_group, top_k)
+        freq = np.bincount(sel.ravel(), minlength=E)
+        logits = logits + (0.8 * np.log((target + 0.5) / (freq + 0.5))).astype(np.float32)
+    return _route(logits + noise, n_group, topk_group, top_k)
+
+
+# ------------------------------------------------------------------------------------- metrics
+def replica_counts(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int,
+                   num_experts: int, num_domains: int) -> np.ndarray:
+    """n[expert, domain]: replicas of each expert in each domain."""
+    dom_of_slot = np.asarray(rank_domain)[np.arange(len(phy2log)) // slots_per_gpu]
+    n = np.zeros((num_experts, num_domains), dtype=np.int64)
+    np.add.at(n, (np.asarray(phy2log), dom_of_slot), 1)
+    return n
+
+
+def domain_weights(rank_domain: np.ndarray, num_domains: int) -> np.ndarray:
+    """Share of tokens that start in each domain (tokens start evenly on the EP ranks)."""
+    return np.bincount(rank_domain, minlength=num_domains) / len(rank_domain)
+
+
+def primary_domains(n: np.ndarray) -> np.ndarray:
+    """Default fallback domain of every expert: the domain holding most of its replicas (lowest index on ties)."""
+    return np.argmax(np.asarray(n), axis=1)
+
+
+def domain_share(n: np.ndarray, w: np.ndarray, dispatch: str = "home",
+                 primary: np.ndarray | None = None) -> np.ndarray:
+    """share[e, d]: fraction of expert e's tokens served in domain d under the dispatch model."""
+    n = np.asarray(n, dtype=float)
+    c = n.sum(axis=1, keepdims=True)
+    if dispatch == "even":
+        return n / c
+    if dispatch not in DISPATCH_MODELS:
+        raise InputError(f"dispatch model {dispatch!r}: use one of {', '.join(DISPATCH_MODELS)}")
+    has = n > 0
+    w0 = (w[None, :] * ~has).sum(axis=1, keepdims=True)      # tokens whose domain lacks a replica
+    if dispatch == "local":
+        return has * w[None, :] + w0 * n / c
+    if primary is None:
+        primary = primary_domains(n)
+    fall = np.zeros_like(n)
+    fall[np.arange(len(n)), primary] = 1.0
+    return has * w[None, :] + w0 * fall
+
+
+def slot_loads(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, load: np.ndarray,
+               dispatch: str = "home", primary: np.ndarray | None = None) -> np.ndarray:
+    """Load carried by every slot (a replica of e in domain d carries load_e * share[e, d] / n[e, d])."""
+    rank_domain = np.asarray(rank_domain)
+    D = int(rank_domain.max()) + 1
+    n = replica_counts(phy2log, rank_domain, slots_per_gpu, len(load), D)
+    share = domain_share(n, domain_weights(rank_domain, D), dispatch, primary)
+    per = np.asarray(load, dtype=float)[:, None] * share / np.maximum(n, 1)
+    dom_of_slot = rank_domain[np.arange(len(phy2log)) // slots_per_gpu]
+    return per[np.asarray(phy2log), dom_of_slot]
+
+
+def gpu_loads(phy2log, rank_domain, slots_per_gpu, load, dispatch="home", primary=None) -> np.ndarray:
+    return slot_loads(phy2log, rank_domain, slots_per_gpu, load, dispatch, primary).reshape(-1, slots_per_gpu).sum(axis=1)
+
+
+def balance_of(phy2log, rank_domain, slots_per_gpu, load, dispatch="home", primary=None) -> float:
+    g = gpu_loads(phy2log, rank_domain, slots_per_gpu, load, dispatch, primary)
+    return float(g.max() / g.mean())
+
+
+def locality(tokens: np.ndarray, n: np.ndarray, w: np.ndarray, dispatch: str = "home",
+             primary: np.ndarray | None = None) -> dict:
+    """Expected domains per token, remote domains per token and cross-domain pair fraction for the
+    sampled (or recorded) selections ``tokens[T, k]`` and replica counts ``n[e, d]``.
+
+    The expectation over replica choice is exact: with q(d) the chance an expert's token is served
+    in d, a token touches d with probability 1 - prod_j (1 - q_j(d)); the token's own domain d0 is
+    drawn with probability w[d0].
+    """
+    n = np.asarray(n, dtype=float)
+    D = n.shape[1]
+    c = n.sum(axis=1, keepdims=True)
+    even_q = n / c
+    if dispatch == "home":
+        even_q = np.zeros_like(n)
+        even_q[np.arange(len(n)), primary_domains(n) if primary is None else primary] = 1.0
+    doms = remote = cross = 0.0
+    touch_even = None
+    for d0 in range(D):
+        if w[d0] == 0:
+            continue
+        if dispatch == "even":
+            if touch_even is None:
+                qt_even = even_q[tokens]
+                touch_even = 1.0 - np.prod(1.0 - qt_even, axis=1)
+            qt, touch = qt_even, touch_even
+        else:
+            local = n[:, d0] > 0
+            q = np.where(local[:, None], np.eye(D)[d0][None, :], even_q)
+            qt = q[tokens]                                    # [T, k, D]
+            touch = 1.0 - np.prod(1.0 - qt, axis=1)           # [T, D]
+        td = touch.sum(axis=1).mean()
+        doms += w[d0] * td
+        remote += w[d0] * (td - touch[:, d0].mean())
+        cross += w[d0] * (1.0 - qt[:, :, d0]).mean()
+    return {"domains_per_token": float(doms), "remote_domains_per_token": float(remote),
+            "cross_domain_fraction": float(cross)}
+
+
+def moves_between(prev: np.ndarray, new: np.ndarray, slots_per_gpu: int) -> int:
+    """Expert weights copied: (expert, GPU) pairs in ``new`` that ``prev`` lacks (slot order inside a
+    GPU is free; a replica that stays on its GPU costs nothing)."""
+    P = len(new) // slots_per_gpu
+    a = np.asarray(prev).reshape(P, slots_per_gpu)
+    b = np.asarray(new).reshape(P, slots_per_gpu)
+    moved = 0
+    for g in range(P):
+        before = list(a[g])
+        for e in b[g]:
+            if e in before:
+                before.remove(e)
+            else:
+                moved += 1
+    return moved
+
+
+def layer_metrics(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, load: np.ndarray,
+                  tokens: np.ndarray, dispatch: str = "home", primary: np.ndarray | None = None) -> dict:
+    """Balance and locality of one layer's placement."""
+    rank_domain = np.asarray(rank_domain)
+    D = int(rank_domain.max()) + 1
+    n = replica_counts(phy2log, rank_domain, slots_per_gpu, len(load), D)
+    out = {"balance": balance_of(phy2log, rank_domain, slots_per_gpu, load, dispatch, primary)}
+    out.update(locality(tokens, n, domain_weights(rank_domain, D), dispatch, primary))
+    return out
+
+
+# ------------------------------------------------------------------------------- ExpertBalance
+@dataclass(frozen=True)
+class ExpertBalance:
+    """What an expert placement costs the step: the busiest EP rank's load over the mean (expert
+    compute and the all-to-all wait for it) and the share of dispatched traffic that leaves the
+    NVLink domain. Averages over MoE layers; ``worst_balance`` is the worst layer."""
+
+    balance: float
+    remote_domains_per_token: float
+    cross_domain_fraction: float
+    cross_domain_bytes_per_step: float = 0.0
+    domains_per_token: float = 1.0
+    worst_balance: float = 1.0
+    policy: str = "topoplan"
+    routing: str = "sampled"
+    dispatch: str = "local"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cross_domain_bytes(remote_per_layer: Sequence[float], tokens_per_step: float, hidden: int,
+                       bytes_per_elem: float = 2.0) -> float:
+    """Bytes that cross NVLink domains per step: every token sends its hidden state once to each
+    remote domain it touches (dispatch) and receives it back (combine), forward and backward."""
+    return float(tokens_per_step * np.sum(remote_per_layer) * hidden * bytes_per_elem * 2 * 2)
+
+
+def ep_rank_domains(cluster, ep: int, gpu_indices: Sequence[int] | None = None) -> np.ndarray:
+    """NVLink domain index (0-based, in order of first appearance) of each EP rank. The EP group is
+    ``gpu_indices`` (cluster GPU indices) or the first ``ep`` GPUs of the cluster's canonical order."""
+    gpus = cluster.gpus()
+    if gpu_indices is None:
+        if ep > len(gpus):
+            from planner.errors import InfeasibleError
+            raise InfeasibleError(f"--ep {ep}: the cluster has only {len(gpus)} healthy GPUs; use a smaller --ep or more --gpus")
+        gpu_indices = range(ep)
+    raw = [gpus[i].domain for i in gpu_indices]
+    remap: dict = {}
+    return np.array([remap.setdefault(d, len(remap)) for d in raw], dtype=np.int64)
+
+
+@dataclass
+class Placement:
+    """A placement of every MoE layer plus its metrics (what ``place-experts`` prints and writes)."""
+
+    physical_to_logical: np.ndarray           # [layers, slots]
+    slots_per_gpu: int
+    rank_domain: np.ndarray                   # [ep]
+    metrics: list[dict]                       # per layer
+    policy: str = "topoplan"
+    routing: str = "sampled"
+    dispatch: str = "local"
+    solver: list[dict] = field(default_factory=list)
+
+    @property
+    def logical_maps(self):
+        from solver.experts import logical_maps
+        return logical_maps(self.physical_to_logical, self.num_experts)
+
+    num_experts: int = 0
+
+    def summary(self) -> dict:
+        m = self.metrics
+        keys = ("balance", "domains_per_token", "remote_domains_per_token", "cross_domain_fraction")
+        out = {k: float(np.mean([x[k] for x in m])) for k in keys}
+        out["worst_balance"] = float(max(x["balance"] for x in m))
+        for k in ("moves", "solve_s"):
+            vals = [x[k] for x in m if x.get(k) is not None]
+            out[k] = (float(np.sum(vals)) if k == "solve_s" else int(np.sum(vals))) if vals else None
+        return out
+
+
+def evaluate_placement(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int,
+                       loads: np.ndarray, routing: Sequence[np.ndarray], dispatch: str = "local") -> list[dict]:
+    """Per-layer metrics of any placement (topoplan's or EPLB's) under one routing/dispatch model."""
+    return [layer_metrics(phy2log[i], rank_domain, slots_per_gpu, loads[i], routing[i], dispatch)
+            for i in range(len(loads))]

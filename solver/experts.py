@@ -1,0 +1,481 @@
+"""Expert replication and placement for one MoE layer: greedy warm start, CP-SAT packing.
+
+Plain arrays in, plain result out (no files, no CLI). The load and locality model (which replica
+serves a token, how a placement's balance and domain fan-out are measured) is
+:mod:`planner.experts`.
+
+The program, per layer:
+
+1. **Replica counts** by water-filling (each extra slot to the expert with the largest load per
+   replica, at most one replica per GPU). Experts whose count reaches ``full_fraction`` x domains
+   are made *full*: at least one replica in every NVLink domain, spread in proportion to the
+   domain's GPUs, so every token finds them in its own domain (balanced and local at once).
+2. **Homes**: the remaining (*partial*) experts keep their routing group together: groups, heaviest
+   first, go to the domain with the lowest load per GPU that has slots for the whole group; a group
+   is split only when no domain has room. A token that picks ``topk_group`` groups then touches at
+   most ``topk_group`` domains plus its own.
+3. **Domain balance**: swaps of one replica between the most loaded domain and another domain,
+   chosen to lower the largest domain load, with a locality penalty for every expert a swap pulls
+   away from its group's home.
+4. **Slots**: inside each domain, replicas (each carrying its share of the load under the dispatch
+   model) go heaviest first to the lightest GPU with a free slot that lacks that expert.
+5. **CP-SAT** re-packs each domain (exactly ``slots_per_gpu`` replicas per GPU, at most one replica
+   of an expert per GPU, the replica counts per domain fixed, so locality is unchanged) to minimise
+   the busiest GPU's load, hinted with step 4 and kept only when it is better; it also proves a
+   lower bound.
+
+With a previous placement and a move budget, the program starts from the previous placement, maps
+the new target's GPUs onto the old ones inside each domain to keep what can stay (an assignment
+problem), and if the remaining changes exceed the budget applies the single-slot rewrites toward the
+target that lower the busiest GPU most, one at a time, never more than the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.experts import domain_share, domain_weights, locality, replica_counts
+
+SCALE = 1_000_000  # CP-SAT works on integers: loads are scaled so the busiest GPU is ~1e6
+
+
+@dataclass
+class LayerResult:
+    physical_to_logical: np.ndarray
+    balance: float
+    greedy_balance: float
+    cpsat_status: str
+    lower_bound: float            # proven lower bound on balance for the chosen replica counts
+    moves: int | None
+    solve_s: float
+    stats: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- small helpers
+def logical_maps(phy2log: np.ndarray, num_experts: int):
+    """``logical_to_physical`` (padded with -1) and ``logical_count`` from ``physical_to_logical``
+    (one layer ``[slots]`` or ``[layers, slots]``)."""
+    p = np.atleast_2d(phy2log)
+    counts = np.stack([np.bincount(row, minlength=num_experts) for row in p])
+    width = int(counts.max())
+    l2p = -np.ones((p.shape[0], num_experts, width), dtype=np.int64)
+    for li, row in enumerate(p):
+        fill = np.zeros(num_experts, dtype=np.int64)
+        for s, e in enumerate(row):
+            l2p[li, e, fill[e]] = s
+            fill[e] += 1
+    if np.ndim(phy2log) == 1:
+        return l2p[0], counts[0]
+    return l2p, counts
+
+
+def water_fill(load: np.ndarray, slots: int, cap: int, base: np.ndarray | None = None) -> np.ndarray:
+    """Replica counts: ``base`` (default one each), then every extra slot to the expert with the
+    largest load per replica that is below ``cap``."""
+    c = np.ones(len(load), dtype=np.int64) if base is None else base.astype(np.int64).copy()
+    extra = slots - int(c.sum())
+    if extra < 0:
+        raise ValueError("fewer slots than experts")
+    ratio = np.where(c < cap, load / c, -np.inf)
+    for _ in range(extra):
+        e = int(np.argmax(ratio))
+        if not np.isfinite(ratio[e]):
+            raise ValueError("slot budget exceeds experts x GPUs")
+        c[e] += 1
+        ratio[e] = load[e] / c[e] if c[e] < cap else -np.inf
+    return c
+
+
+def _largest_remainder(total: int, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Integer split of ``total`` in proportion to ``weights`` with bounds lo <= x <= hi."""
+    x = np.clip(np.floor(total * weights / weights.sum()).astype(np.int64), lo, hi)
+    while x.sum() < total:
+        gap = np.where(x < hi, total * weights / weights.sum() - x, -np.inf)
+        x[int(np.argmax(gap))] += 1
+    while x.sum() > total:
+        gap = np.where(x > lo, x - total * weights / weights.sum(), -np.inf)
+        x[int(np.argmax(gap))] -= 1
+    return x
+
+
+def _domain_contrib(load_e: float, row: np.ndarray, w: np.ndarray, dispatch: str) -> np.ndarray:
+    return load_e * domain_share(row[None, :], w, dispatch)[0]
+
+
+# ------------------------------------------------------------------------ domain-level greedy
+def assign_homes(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int) -> np.ndarray:
+    """Home domain of every expert: routing groups, heaviest first, each whole into the domain with
+    the lowest load per GPU that has a slot for every member; a group is split only when no
+    domain has room."""
+    E = len(load)
+    D = len(m)
+    w = m / m.sum()
+    room = (K * m).astype(np.int64)
+    home = -np.ones(E, dtype=np.int64)
+    dload = np.zeros(D)
+    groups = np.unique(group_of)
+    gload = np.array([load[group_of == g].sum() for g in groups])
+    for g in groups[np.argsort(-gload, kind="stable")]:
+        members = np.flatnonzero(group_of == g)
+        ok = np.flatnonzero(room >= len(members))
+        if len(ok):
+            d = ok[np.argmin((dload[ok] + load[members].sum()) / w[ok])]
+            home[members] = d
+            room[d] -= len(members)
+            dload[d] += load[members].sum()
+            continue
+        for e in members[np.argsort(-load[members], kind="stable")]:
+            ok = np.flatnonzero(room > 0)
+            d = ok[np.argmin((dload[ok] + load[e]) / w[ok])]
+            home[e] = d
+            room[d] -= 1
+            dload[d] += load[e]
+    return home
+
+
+def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
+                  dispatch: str = "home", locality_weight: float = 0.05,
+                  overload_weight: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    """Replicas per (expert, domain) ``n[E, D]``: every expert once in its home domain, then every
+    free slot, one at a time, to the replica that most lowers a lower bound on the busiest GPU,
+
+        J = max over domains d of max(L_d / m_d, r_max(d) + the K - 1 smallest r in d),
+
+    (L_d the domain's load under the dispatch model, r the per-replica loads there), ties going to
+    the replica that keeps the most tokens in their own domain (``locality_weight``). A replica in
+    a new domain serves that domain's tokens locally and moves their load off the home domain; a
+    replica in a domain that already has one splits the load there. At most ``m[d]`` replicas of an
+    expert in domain d (one per GPU); exactly ``K * m[d]`` slots per domain. Returns (n, home)."""
+    E = len(load)
+    D = len(m)
+    P = int(m.sum())
+    w = m / P
+    load = load / load.sum()
+    home = assign_homes(load, group_of, m, K)
+    n = np.zeros((E, D), dtype=np.int64)
+    n[np.arange(E), home] = 1
+    free = (K * m - n.sum(axis=0)).astype(np.int64)
+    rows = np.arange(E)
+    while free.sum() > 0:
+        share = domain_share(n, w, dispatch, home)
+        contrib = load[:, None] * share
+        L = contrib.sum(axis=0)
+        rep = np.where(n > 0, contrib / np.maximum(n, 1), 0.0)
+        # per-domain largest, second largest and smallest replica load
+        order = np.argsort(-rep, axis=0)
+        top1_e = order[0]
+        top1 = rep[top1_e, np.arange(D)]
+        top2 = rep[order[1], np.arange(D)] if E > 1 else np.zeros(D)
+        # the K - 1 lightest replicas of each domain (with multiplicity) share a GPU with the heaviest
+        small = np.zeros(D)
+        for d in range(D):
+            es = np.flatnonzero(n[:, d] > 0)
+            vals = np.repeat(rep[es, d], n[es, d])
+            small[d] = np.sort(vals)[:K - 1].sum() if K > 1 else 0.0
+        ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
+        if len(ce) == 0:
+            raise ValueError("free slots left but no expert can take them (slots per GPU too large)")
+        nn = n[ce].copy()
+        nn[np.arange(len(ce)), cd] += 1
+        new_c = load[ce, None] * domain_share(nn, w, dispatch, home[ce])
+        newL = L[None, :] + new_c - contrib[ce]
+        new_rep = new_c / np.maximum(nn, 1)
+        excl = np.where(top1_e[None, :] == ce[:, None], top2[None, :], top1[None, :])
+        rmax = np.maximum(excl, np.where(nn > 0, new_rep, 0.0))
+        Jd = np.maximum(newL / m[None, :], rmax + small[None, :]) * P
+        # the busiest domain first, then the total overload of all domains (so a slot of a hot
+        # domain is not spent on another domain's load), then locality
+        over = np.maximum(Jd - 1.0, 0.0).sum(axis=1)
+        gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
+        k = int(np.argmin(Jd.max(axis=1) + overload_weight * over - locality_weight * gain))
+        n[ce[k], cd[k]] += 1
+        free[cd[k]] -= 1
+    return n, home
+
+
+# --------------------------------------------------------------------------- GPU-level packing
+def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
+    """Heaviest replica first to the lightest GPU with a free slot that lacks the expert.
+    Returns the GPU of every item. When the greedy corners itself, a swap repairs it."""
+    gpu_of = -np.ones(len(items_e), dtype=np.int64)
+    load = np.zeros(gpus)
+    fill = np.zeros(gpus, dtype=np.int64)
+    holds: list[set] = [set() for _ in range(gpus)]
+    for i in np.argsort(-items_w, kind="stable"):
+        e = items_e[i]
+        ok = [g for g in range(gpus) if fill[g] < K and e not in holds[g]]
+        if ok:
+            g = min(ok, key=lambda x: load[x])
+        else:  # free slots exist only on GPUs holding e: swap with an item elsewhere
+            g_free = next(g for g in range(gpus) if fill[g] < K)
+            j = next(j for j in range(len(items_e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
+                     and items_e[j] not in holds[g_free] and e not in holds[gpu_of[j]])
+            g = gpu_of[j]
+            holds[g].discard(items_e[j]); load[g] -= items_w[j]; fill[g] -= 1
+            gpu_of[j] = g_free
+            holds[g_free].add(items_e[j]); load[g_free] += items_w[j]; fill[g_free] += 1
+        gpu_of[i] = g
+        holds[g].add(e)
+        load[g] += items_w[i]
+        fill[g] += 1
+    return gpu_of
+
+
+def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=200):
+    """Pairwise swaps between the busiest GPU and any other that lower the busiest GPU's load."""
+    gpu_of = gpu_of.copy()
+    load = np.bincount(gpu_of, weights=items_w, minlength=gpus)
+    for _ in range(rounds):
+        g = int(np.argmax(load))
+        best = None
+        on_g = np.flatnonzero(gpu_of == g)
+        for i in on_g:
+            others = np.flatnonzero((gpu_of != g) & (items_w < items_w[i]))
+            for j in others:
+                h = gpu_of[j]
+                if items_e[i] == items_e[j]:
+                    continue
+                if np.any(items_e[gpu_of == h] == items_e[i]) or np.any(items_e[on_g] == items_e[j]):
+                    continue
+                d = items_w[i] - items_w[j]
+                new_max = max(load[g] - d, load[h] + d)
+                if new_max < load[g] - 1e-15 and (best is None or new_max < best[0]):
+                    best = (new_max, i, j, h, d)
+        if best is None:
+            break
+        _, i, j, h, d = best
+        gpu_of[i], gpu_of[j] = h, g
+        load[g] -= d
+        load[h] += d
+    return gpu_of
+
+
+def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, max_new=None):
+    """Minimise the busiest GPU's load. ``keep[i, g]`` = 1 when item i's expert is on GPU g in the
+    previous placement (a move is an item placed where its expert was not); ``max_new`` bounds moves."""
+    from ortools.sat.python import cp_model
+
+    scale = SCALE / max(items_w.sum() / gpus, 1e-30)
+    wi = np.round(items_w * scale).astype(np.int64)
+    experts = np.unique(items_e)
+    model = cp_model.CpModel()
+    N = len(items_e)
+    # variables: y[e, g] = 1 when expert e has a replica on GPU g (replicas of e are identical
+    # inside a domain, so one bool per (expert, GPU) is the whole decision)
+    eidx = {int(e): k for k, e in enumerate(experts)}
+    cnt = np.zeros(len(experts), dtype=np.int64)
+    wrep = np.zeros(len(experts), dtype=np.int64)
+    for i in range(N):
+        cnt[eidx[int(items_e[i])]] += 1
+        wrep[eidx[int(items_e[i])]] = wi[i]
+    y = [[model.NewBoolVar(f"y{k}_{g}") for g in range(gpus)] for k in range(len(experts))]
+    z = model.NewIntVar(0, int(wi.sum()), "z")
+    for k in range(len(experts)):
+        model.Add(sum(y[k]) == int(cnt[k]))                 # every replica of e is placed
+    for g in range(gpus):
+        model.Add(sum(y[k][g] for k in range(len(experts))) == K)     # exactly K slots per GPU
+        model.Add(sum(int(wrep[k]) * y[k][g] for k in range(len(experts))) <= z)   # busiest GPU
+    if keep is not None and max_new is not None:
+        model.Add(sum(y[k][g] for k in range(len(experts)) for g in range(gpus)
+                      if not keep[int(experts[k])][g]) <= max_new)          # the move budget
+    hint_y = np.zeros((len(experts), gpus), dtype=bool)
+    for i in range(N):
+        hint_y[eidx[int(items_e[i])], hint[i]] = True
+    for k in range(len(experts)):
+        for g in range(gpus):
+            model.AddHint(y[k][g], bool(hint_y[k, g]))
+    model.Minimize(z)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(model)
+    name = solver.StatusName(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, name, 0.0
+    gpu_of = -np.ones(N, dtype=np.int64)
+    for k, e in enumerate(experts):
+        gs = [g for g in range(gpus) if solver.Value(y[k][g])]
+        its = [i for i in range(N) if items_e[i] == e]
+        for i, g in zip(its, gs):
+            gpu_of[i] = g
+    return gpu_of, name, solver.BestObjectiveBound() / scale
+
+
+# ------------------------------------------------------------------------------ one layer
+def _gpu_lists(rank_domain):
+    D = int(rank_domain.max()) + 1
+    return [np.flatnonzero(rank_domain == d) for d in range(D)]
+
+
+def _items(n, load, w, dispatch, home, d):
+    """The replicas in domain d and the load each carries."""
+    share = domain_share(n, w, dispatch, home)
+    es = np.flatnonzero(n[:, d] > 0)
+    per = load[es] * share[es, d] / n[es, d]
+    return np.repeat(es, n[es, d]), np.repeat(per, n[es, d])
+
+
+def _assemble(n, load, w, dispatch, home, ranks, K, pack):
+    """phy2log from per-domain packings: pack(d, items_e, items_w) -> (gpu_of local index, info)."""
+    P = sum(len(r) for r in ranks)
+    phy = -np.ones(P * K, dtype=np.int64)
+    info = []
+    for d, rk in enumerate(ranks):
+        items_e, items_w = _items(n, load, w, dispatch, home, d)
+        gpu_of, extra = pack(d, items_e, items_w)
+        info.append(extra)
+        fill = np.zeros(len(rk), dtype=np.int64)
+        for i in np.argsort(-items_w, kind="stable"):
+            r = rk[gpu_of[i]]
+            phy[r * K + fill[gpu_of[i]]] = items_e[i]
+            fill[gpu_of[i]] += 1
+    return phy, info
+
+
+def _align_to_previous(phy, prev, ranks, K):
+    """Relabel GPUs inside each domain (and slots inside a GPU) so that as many replicas as possible
+    stay where the previous placement had them; balance and locality do not change."""
+    from scipy.optimize import linear_sum_assignment
+
+    out = phy.copy()
+    for rk in ranks:
+        new_sets = [list(phy[r * K:(r + 1) * K]) for r in rk]
+        old_sets = [list(prev[r * K:(r + 1) * K]) for r in rk]
+        keep = np.array([[_overlap(a, b) for b in old_sets] for a in new_sets])
+        rows, cols = linear_sum_assignment(-keep)
+        for i, j in zip(rows, cols):
+            r = rk[j]
+            out[r * K:(r + 1) * K] = _order_like(new_sets[i], old_sets[j])
+    return out
+
+
+def _overlap(a, b):
+    b = list(b)
+    k = 0
+    for x in a:
+        if x in b:
+            b.remove(x)
+            k += 1
+    return k
+
+
+def _order_like(new, old):
+    """Put the new slot contents in the old slot positions where they match (keeps slot ids stable)."""
+    res = [None] * len(old)
+    rest = list(new)
+    for i, x in enumerate(old):
+        if x in rest:
+            res[i] = x
+            rest.remove(x)
+    for i in range(len(res)):
+        if res[i] is None:
+            res[i] = rest.pop(0)
+    return np.array(res, dtype=np.int64)
+
+
+def _score(phy, rank_domain, K, load, dispatch, home):
+    """(busiest GPU load, remote-replica spread) of a placement; lower is better."""
+    from planner.experts import gpu_loads
+    return gpu_loads(phy, rank_domain, K, load, dispatch, home).max()
+
+
+def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_moves):
+    """From ``prev``, apply single-slot rewrites toward ``target`` (a slot on GPU g whose expert the
+    target does not want there takes an expert the target wants there), best first by the busiest
+    GPU's load, while they help and at most ``max_moves`` of them. A rewrite never removes an
+    expert's last replica nor puts a second replica of an expert on one GPU."""
+    cur = np.asarray(prev, dtype=np.int64).copy()
+    E = len(load)
+    P = len(cur) // K
+    for _ in range(max_moves):
+        base = _score(cur, rank_domain, K, load, dispatch, home)
+        counts = np.bincount(cur, minlength=E)
+        best = None
+        for g in range(P):
+            have = list(cur[g * K:(g + 1) * K])
+            want = list(target[g * K:(g + 1) * K])
+            add = [x for x in want if x not in have]
+            for pos, a in enumerate(have):
+                if a in want or counts[a] <= 1:
+                    continue
+                for b in add:
+                    trial = cur.copy()
+                    trial[g * K + pos] = b
+                    val = _score(trial, rank_domain, K, load, dispatch, home)
+                    if best is None or val < best[0]:
+                        best = (val, trial)
+        if best is None or best[0] >= base - 1e-12:
+            break
+        cur = best[1]
+    return cur
+
+
+def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
+                time_limit=2.0, seed=0, locality_weight=0.05, use_cpsat=True) -> LayerResult:
+    """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
+    ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU. Returns the
+    placement (``physical_to_logical``), the fallback (home) domain of every expert in
+    ``stats["home"]``, and the solver's figures."""
+    from planner.experts import gpu_loads, moves_between
+
+    t0 = time.perf_counter()
+    load = np.asarray(load, dtype=float)
+    rank_domain = np.asarray(rank_domain, dtype=np.int64)
+    E = len(load)
+    P = len(rank_domain)
+    if K * P < E:
+        raise ValueError(f"{K} slots x {P} GPUs = {K * P} slots cannot hold {E} experts")
+    if K > E:
+        raise ValueError(f"{K} slots per GPU exceed the {E} experts (one replica of an expert per GPU)")
+    ranks = _gpu_lists(rank_domain)
+    m = np.array([len(r) for r in ranks], dtype=np.int64)
+    w = m / P
+    norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
+    n, home = domain_counts(norm, np.asarray(group_of), m, K, dispatch, locality_weight)
+    greedy, _ = _assemble(n, norm, w, dispatch, home, ranks, K,
+                          lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
+                                                              ie, iw, len(ranks[d])), None))
+    gl = gpu_loads(greedy, rank_domain, K, norm, dispatch, home)
+    greedy_bal = float(gl.max() / gl.mean())
+    phy, status, lb = greedy, "greedy", 0.0
+    if use_cpsat and time_limit > 0:
+        per = time_limit / len(ranks)
+
+        def pack(d, ie, iw):
+            h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
+            sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
+            return (sol if sol is not None else h), (st, bound)
+
+        cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
+        cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
+        lb = float(max(b for _, b in info) / gl.mean())
+        status = "OPTIMAL" if all(st == "OPTIMAL" for st, _ in info) else "FEASIBLE"
+        if cl.max() <= gl.max() + 1e-12:
+            phy = cand
+        else:
+            status += " (greedy kept)"
+    moves = None
+    if prev is not None:
+        prev = np.asarray(prev, dtype=np.int64)
+        phy = _align_to_previous(phy, prev, ranks, K)
+        moves = moves_between(prev, phy, K)
+        if max_moves is not None and moves > max_moves:
+            phy = bounded_migration(prev, phy, rank_domain, K, norm, dispatch, home, max_moves)
+            moves = moves_between(prev, phy, K)
+            status += ", migration-bounded"
+    # the fallback domain a runtime must use: the home when the expert is still there
+    nfinal = np.zeros((E, len(m)), dtype=np.int64)
+    np.add.at(nfinal, (phy, rank_domain[np.arange(P * K) // K]), 1)
+    fallback = np.where(nfinal[np.arange(E), home] > 0, home, np.argmax(nfinal, axis=1))
+    bl = gpu_loads(phy, rank_domain, K, norm, dispatch, fallback)
+    return LayerResult(physical_to_logical=phy, balance=float(bl.max() / bl.mean()),
+                       greedy_balance=greedy_bal, cpsat_status=status, lower_bound=lb, moves=moves,
+                       solve_s=time.perf_counter() - t0,
+                       stats={"home": fallback,
+                              "local_experts": int((nfinal > 0).all(axis=1).sum()) if len(m) > 1 else E})
