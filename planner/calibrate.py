@@ -68,7 +68,8 @@ VARIANTS: dict[str, tuple] = {
     "attn.eff@blackwell-ultra": (0.6, 0.2, 0.95, True, 1.5,
                                  "prior 0.6: Blackwell Ultra doubles the SFU exponent rate that bounds attention softmax (NVIDIA Blackwell Ultra announcement), so attention runs closer to the matmul rate"),
 }
-PRIOR_WEIGHT = 0.15
+PRIOR_WEIGHT = 0.05
+DIFF_STEP = 1e-3
 
 
 def prior_profile(name: str, description: str = "", flops_formula: str = "current", dispatcher: str = "alltoall",
@@ -128,8 +129,44 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
             progress.advance()
         return np.array(out)
 
-    res = least_squares(residuals, u0, bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=1e-4,
+    res = least_squares(residuals, u0, bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=DIFF_STEP,
                         max_nfev=max_nfev, xtol=1e-10, ftol=1e-10, gtol=1e-10)
     vals = dict(zip(keys, to_v(res.x)))
     vals = {k: float(f"{v:.4g}") for k, v in vals.items()}
     return base.with_values(vals), {"cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status)}
+
+
+def base_profile(stack: str) -> Profile:
+    """A fresh profile for ``stack`` at its priors, keeping a shipped profile's conventions (FLOP
+    formula, dispatcher, trainer, description) when one of that name exists."""
+    from planner.profiles import available, load_profile
+
+    if stack in available():
+        shipped = load_profile(stack)
+        return prior_profile(stack, shipped.description, shipped.flops_formula, shipped.dispatcher, shipped.trainer)
+    return prior_profile(stack)
+
+
+def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude_model: str | None = None,
+                   progress=None) -> tuple[Profile, dict]:
+    """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column)."""
+    from planner.errors import InputError
+    from planner.validate import resolve_case, row_case
+
+    mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
+    if exclude_model:
+        mine = [r for r in mine if r["model"].strip() != exclude_model]
+    if not mine:
+        known = sorted({(r.get("stack") or "").strip() for r in rows} - {""})
+        raise InputError(f"{source}: no rows of stack {stack!r}" + (f"; stacks in the file: {', '.join(known)}" if known else ""))
+    missing = [r.get("id", "?") for r in mine if not (r.get("model_tflops_per_gpu") or "").strip()]
+    if missing:
+        raise InputError(f"{source}: row {missing[0]}: model_tflops_per_gpu is empty; calibration needs measured rows")
+    base = base_profile(stack)
+    cases = [resolve_case(row_case(r, stack, source, profile=base), base) for r in mine]
+    prof, info = fit_profile(cases, base, progress=progress)
+    name = source.rsplit("/", 1)[-1]
+    prof = prof.model_copy(update={"fit_rows": f"{name}: {len(cases)} rows of stack {stack}"
+                                   + (f" without {exclude_model}" if exclude_model else "")})
+    info["rows"] = len(cases)
+    return prof, info

@@ -86,14 +86,20 @@ _CLUSTER_CACHE: dict = {}
 
 def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "CSV"):
     """The preset cluster for a row's GPU, sized by ``num_gpus``, racks used so inner groups stay whole."""
-    from planner.placement import inner_block
-    from topologies.loader import load_cluster
-
     preset = GPU_PRESETS.get(gpu.strip().upper())
     if preset is None:
         raise InputError(f"{source}: gpu {gpu!r} has no preset; use one of {', '.join(GPU_PRESETS)}")
+    return preset_cluster(preset, num_gpus, config)
+
+
+def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig):
+    """A preset cluster of ``num_gpus`` GPUs; NVL72 racks run the most GPUs per rack that keeps the
+    inner parallel groups (tp*cp, etp*ep) whole and divides ``num_gpus`` (64 of 72 for EP32/EP64)."""
+    from planner.placement import inner_block
+    from topologies.loader import load_cluster
+
     usable = None
-    if preset.endswith("nvl72") and num_gpus > 72:
+    if preset.lower().endswith("nvl72") and num_gpus > 72:
         block = inner_block(config)
         for g in range(72, 0, -1):
             if (g % block == 0 or block % g == 0) and num_gpus % g == 0:
@@ -105,7 +111,7 @@ def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "
     return _CLUSTER_CACHE[key]
 
 
-def row_case(row: dict, stack: str | None = None, source: str = "CSV") -> Case:
+def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=None) -> Case:
     from planner.model import load_model
 
     rid = row.get("id") or "?"
@@ -120,7 +126,7 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV") -> Case:
         st = (stack or row.get("stack") or "megatron-26.08").strip()
         from planner.profiles import load_profile
 
-        prof = load_profile(st)
+        prof = profile if profile is not None else load_profile(st)
         config = config.model_copy(update={"dispatcher": prof.dispatcher})
         training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
                             precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
@@ -167,7 +173,7 @@ def validate_rows(rows: list[dict], stack: str | None = None, profile=None, sour
     """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document)."""
     out = []
     for row in rows:
-        case = row_case(row, stack, source)
+        case = row_case(row, stack, source, profile=profile)
         p = predict_case(case, profile)
         meas = case.measured_tflops
         err = error_pct(p.tflops_per_gpu, meas) if meas else None
