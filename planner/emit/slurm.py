@@ -105,13 +105,13 @@ main() {{
     [ "$TORCHRUN_OK" = 1 ] || {{ echo "topoplan: this plan's rank order is not whole-host blocks; use the srun launcher" >&2; exit 2; }}
     topoplan_node_env "${{SLURMD_NODENAME:-$(hostname -s)}}"
     export CUDA_VISIBLE_DEVICES="$GPUS"
-    cmd=$(trainer_cmd "torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT")
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "NODE_RANK=$NODE_RANK CUDA_VISIBLE_DEVICES=$GPUS"; exit 0; fi
+    cmd=$(trainer_cmd "torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT")
   else
     topoplan_rank_env "${{SLURM_PROCID:?run under srun}}"
     export RANK LOCAL_RANK
+    if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "RANK=$RANK LOCAL_RANK=$LOCAL_RANK"; exit 0; fi
     cmd=$(trainer_cmd python)
-    if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "RANK=$RANK HOST=$(hostname -s) LOCAL_RANK=$LOCAL_RANK"; exit 0; fi
   fi
   eval "exec $cmd"
 }}

@@ -11,8 +11,9 @@ this runs, in one process (imports cost ~10 s, each check well under a second):
 4. ``parallel_state.initialize_model_parallel(...)`` on torch's fake process group, recording every
    rank list Megatron passes to ``create_group`` (all groups of every rank, not only rank 0's).
 
-RESULTS.json holds per job ``{"id", "ok", "stage", "error", "dp", "vpp", "groups": {axis: [[ranks]]},
-"config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
+RESULTS.json holds ``{"fields": {"model": TransformerConfig fields, "ddp": DistributedDataParallelConfig
+fields}, "results": [...]}`` with per job ``{"id", "ok", "stage", "error", "dp", "vpp",
+"groups": {axis: [[ranks]]}, "config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
 one triton-importing module, a fake GPU of the job's compute capability and a current
 Transformer Engine version.
 """
@@ -176,8 +177,15 @@ def main() -> int:
         results.append(r)
         print(f"megatron-core check {job['id']}: {'OK' if r['ok'] else 'REJECTED at ' + r['stage']}"
               + ("" if r["ok"] else f": {r['error']}"), file=sys.stderr)
+    import dataclasses
+
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    fields = {"model": sorted(f.name for f in dataclasses.fields(TransformerConfig)),
+              "ddp": sorted(f.name for f in dataclasses.fields(DistributedDataParallelConfig))}
     with open(results_path, "w") as fh:
-        json.dump(results, fh)
+        json.dump({"fields": fields, "results": results}, fh)
     return 0
 
 
