@@ -192,9 +192,12 @@ def inflight_per_chunk(pp: int, vpp: int, rank: int, num_microbatches: int) -> l
     total = m * vpp
     warmup = (pp - rank - 1) * 2 + (vpp - 1) * pp
     n = min(warmup + 1, total)
+    if n == total:  # the whole step is warm-up: every micro-batch through every chunk
+        return [m] * vpp
+    group = min(pp, m)  # Megatron's microbatch_group_size_per_vp_stage (pp by default)
     counts = [0] * vpp
     for k in range(n):
-        counts[(k // pp) % vpp] += 1
+        counts[(k // group) % vpp] += 1
     return counts
 
 
