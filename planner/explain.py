@@ -277,42 +277,56 @@ def _stage_glyph(stage: int) -> str:
     return _STAGE_GLYPHS[stage] if stage < len(_STAGE_GLYPHS) else "#"
 
 
-def gpu_stage_grid(plan: Mapping, domain_sizes: Sequence[int]) -> list[list[int]]:
-    """Per domain, per GPU (canonical order): the pipeline stage on it, or -1 when unused."""
+def _coords_all(config: Mapping, world: int, order: str, grid: str):
+    """Coordinates of every rank at once (numpy), same arithmetic as ``rank_coords``."""
+    import numpy as np
+
+    sizes = _grid_sizes(config, world, grid)
+    rest = np.arange(world, dtype=np.int64)
+    coords = {}
+    for axis in order.split("-"):
+        coords[axis] = rest % sizes[axis]
+        rest = rest // sizes[axis]
+    return coords, sizes
+
+
+def _per_gpu_grid(plan: Mapping, domain_sizes: Sequence[int], what: str) -> list[list[int]]:
+    import numpy as np
+
     config = plan.get("config") or {}
     pl = plan.get("placement") or {}
-    rank_to_gpu = list(pl.get("rank_to_gpu") or [])
+    rank_to_gpu = np.asarray(pl.get("rank_to_gpu") or [], dtype=np.int64)
     order = pl.get("order") or "tp-cp-ep-dp-pp"
     world = len(rank_to_gpu)
-    total = sum(domain_sizes)
-    flat = [-1] * total
-    for rank, gpu in enumerate(rank_to_gpu):
-        if 0 <= gpu < total:
-            flat[gpu] = pipeline_stage(rank, config, world, order)
-    grid, start = [], 0
+    total = int(sum(domain_sizes))
+    flat = np.full(total, -1, dtype=np.int64)
+    if world:
+        if what == "stage":
+            coords, _ = _coords_all(config, world, order, "attention")
+            value = coords["pp"]
+        else:  # EP group: mixed-radix index over every expert-grid axis but ep
+            coords, sizes = _coords_all(config, world, order, "expert")
+            value = np.zeros(world, dtype=np.int64)
+            for axis in order.split("-"):
+                if axis != "ep":
+                    value = value * sizes[axis] + coords[axis]
+        ok = (rank_to_gpu >= 0) & (rank_to_gpu < total)
+        flat[rank_to_gpu[ok]] = value[ok]
+    out, start = [], 0
     for n in domain_sizes:
-        grid.append(flat[start:start + n])
+        out.append(flat[start:start + n].tolist())
         start += n
-    return grid
+    return out
+
+
+def gpu_stage_grid(plan: Mapping, domain_sizes: Sequence[int]) -> list[list[int]]:
+    """Per domain, per GPU (canonical order): the pipeline stage on it, or -1 when unused."""
+    return _per_gpu_grid(plan, domain_sizes, "stage")
 
 
 def gpu_ep_grid(plan: Mapping, domain_sizes: Sequence[int]) -> list[list[int]]:
-    """Per domain, per GPU: the EP group index on it, or -1 when unused."""
-    config = plan.get("config") or {}
-    pl = plan.get("placement") or {}
-    rank_to_gpu = list(pl.get("rank_to_gpu") or [])
-    order = pl.get("order") or "tp-cp-ep-dp-pp"
-    world = len(rank_to_gpu)
-    total = sum(domain_sizes)
-    flat = [-1] * total
-    for rank, gpu in enumerate(rank_to_gpu):
-        if 0 <= gpu < total:
-            flat[gpu] = ep_group(rank, config, world, order)
-    grid, start = [], 0
-    for n in domain_sizes:
-        grid.append(flat[start:start + n])
-        start += n
-    return grid
+    """Per domain, per GPU: the EP group index on it (``ep_group``), or -1 when unused."""
+    return _per_gpu_grid(plan, domain_sizes, "ep")
 
 
 def domain_word(domain_sizes: Sequence[int], plural: bool = True) -> str:

@@ -354,3 +354,29 @@ def test_expert_series_accepts_a_flat_per_layer_metrics_list():
     assert s["balance"] == [1.1, 1.3] and s["remote"] == [0.5, 0.7]
     assert s["baselines"]["EPLB global"]["balance"] == [1.0, 1.05]
     assert s["ep_rank_domain"] == [0, 1] and s["slots"] == doc["physical_to_logical"]
+
+
+def test_vectorised_grids_agree_with_the_scalar_rank_arithmetic():
+    import random
+
+    rng = random.Random(5)
+    for _ in range(20):
+        tp, cp, pp, ep = rng.choice([1, 2, 4]), rng.choice([1, 2]), rng.choice([1, 2, 3]), rng.choice([1, 2, 4, 8])
+        etp = rng.choice([1, tp])
+        world = tp * cp * pp * 8
+        if world % (etp * ep * pp):
+            continue
+        cfg = {"tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp}
+        gpus = list(range(world))
+        rng.shuffle(gpus)
+        plan = {"config": cfg, "placement": {"rank_to_gpu": gpus}}
+        sizes = [8] * (world // 8)
+        flat_stage = sum(explain.gpu_stage_grid(plan, sizes), [])
+        flat_ep = sum(explain.gpu_ep_grid(plan, sizes), [])
+        for r, g in enumerate(gpus):
+            assert flat_stage[g] == explain.pipeline_stage(r, cfg, world)
+            assert flat_ep[g] == explain.ep_group(r, cfg, world)
+        # every EP group has exactly ep members
+        from collections import Counter
+
+        assert set(Counter(flat_ep).values()) == {ep}

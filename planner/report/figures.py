@@ -107,9 +107,9 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
     if n <= 12:
         handles = [Patch(color=colors[k], label=f"{label} {k}") for k in range(n)]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    # domain borders
-    for i in range(len(grid) + 1):
-        ax.axhline(i - 0.5, color="white", lw=1.2)
+    if len(grid) <= 64:  # domain borders, while they can be told apart
+        for i in range(len(grid) + 1):
+            ax.axhline(i - 0.5, color="white", lw=1.2)
 
 
 def placement_figure(stage_grid: Sequence[Sequence[int]], ep_grid: Sequence[Sequence[int]] | None,
