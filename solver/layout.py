@@ -65,6 +65,7 @@ class Program:
     nodes: list = field(default_factory=list)
     objective: int | None = None
     weight: tuple | None = None                     # (vars, {tuple: positive int})
+    limits: list = field(default_factory=list)      # (node, upper bound)
 
     def __post_init__(self):
         self.domains = [int(d) for d in self.domains]
@@ -152,6 +153,10 @@ class Program:
             raise ValueError("argmax needs as many present flags as keys")
         return self._add(_Node("argmax", args=keys + present))
 
+    def at_most(self, node: int, bound: int) -> None:
+        """Constraint: ``node <= bound``."""
+        self.limits.append((int(node), int(bound)))
+
     def minimize(self, node: int, weight_vars=None, weight_values: dict | None = None) -> None:
         """Objective: minimise ``weight(x) * node(x)``; weight defaults to 1."""
         self.objective = int(node)
@@ -182,6 +187,7 @@ class LayoutResult:
     statuses: list[str] = field(default_factory=list)  # status of each top-K solve
     num_vars: int = 0
     num_constraints: int = 0
+    rejected: int = 0           # solutions cut off by the ``accept`` callback (lazy constraints)
 
     @property
     def gap(self) -> float | None:
@@ -245,6 +251,8 @@ def evaluate(prog: Program, x: Sequence[int]) -> int | None:
         return None
     vals = _node_values(prog, x)
     if vals is None:
+        return None
+    if any(vals[n] > b for n, b in prog.limits):
         return None
     w = 1
     if prog.weight is not None:
@@ -418,6 +426,9 @@ def _build(prog: Program):
             m.AddExactlyOne(firsts)
         nv.append(t)
 
+    for n, bnd in prog.limits:
+        m.Add(nv[n] <= bnd)
+
     # Objective: weight(x) * node(x), linearised over the distinct weight values.
     obj_node = nv[prog.objective]
     olo, ohi = bounds[prog.objective]
@@ -459,11 +470,18 @@ _STATUS = {
 
 
 def solve(prog: Program, top: int = 1, time_limit: float | None = None, workers: int = 2,
-          hint: Sequence[int] | None = None, seed: int = 0) -> LayoutResult:
+          hint: Sequence[int] | None = None, seed: int = 0, accept=None,
+          max_rejections: int = 10_000) -> LayoutResult:
     """Solve ``prog``; return up to ``top`` best assignments, best first.
 
     ``time_limit`` (seconds) bounds the whole call, top-K re-solves included. With a limit the
     first solve may end FEASIBLE: the best assignment found, and ``bound`` the proven bound.
+
+    ``accept(choice)`` (optional) checks a solution against a constraint the program does not
+    hold (a lazy constraint). It returns None to accept, or a list of variable indices: the
+    solution is rejected and every assignment that agrees with it on those variables is cut off
+    (so the cut must be valid for all of them). The program is then solved again; the final
+    optimum is optimal among the assignments that were never cut. ``rejected`` counts the cuts.
     """
     t0 = time.perf_counter()
     m, xs, zs, nv = _build(prog)
@@ -476,38 +494,52 @@ def solve(prog: Program, top: int = 1, time_limit: float | None = None, workers:
     statuses: list[str] = []
     first_obj = first_bound = None
     first_status = "UNKNOWN"
-    for k in range(max(1, top)):
+    rejected = 0
+    k = 0
+    while k < max(1, top):
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = max(1, int(workers))
         solver.parameters.random_seed = seed
         if time_limit is not None:
             left = time_limit - (time.perf_counter() - t0)
-            if left <= 0 and k > 0:
+            if left <= 0 and (k > 0 or rejected > 0):
                 break
             solver.parameters.max_time_in_seconds = max(0.01, left)
         st = solver.Solve(m)
         status = _STATUS.get(st, "UNKNOWN")
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if k == 0:
+                first_status = status
+                first_obj = first_bound = None
+            break
+        choice = tuple(int(solver.Value(x)) for x in xs)
+        cut = accept(choice) if accept is not None else None
+        if cut is not None:
+            # Lazy constraint: forbid every assignment agreeing with this one on ``cut``.
+            m.AddBoolOr([zs[i][choice[i]].Not() for i in cut])
+            rejected += 1
+            if k == 0:
+                first_obj = first_bound = None
+                first_status = "UNKNOWN"
+            if rejected >= max_rejections:
+                break
+            continue
         if k == 0:
             first_status = status
-            if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                first_obj = int(round(solver.ObjectiveValue()))
-                first_bound = float(solver.BestObjectiveBound())
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if k == 0 and st == cp_model.INFEASIBLE:
-                first_bound = None
-            break
+            first_obj = int(round(solver.ObjectiveValue()))
+            first_bound = float(solver.BestObjectiveBound())
         statuses.append(status)
-        choice = tuple(int(solver.Value(x)) for x in xs)
         sols.append(Solution(choice=choice, objective=int(round(solver.ObjectiveValue())),
                              node_value=int(solver.Value(nv[prog.objective]))))
         # No-good cut: this exact assignment is not allowed in the next solve.
         m.AddBoolOr([zs[i][a].Not() for i, a in enumerate(choice)])
         m.ClearHints()
+        k += 1
         if status != "OPTIMAL":
             break   # the next solve could not prove anything the first did not
     return LayoutResult(status=first_status, objective=first_obj, bound=first_bound,
                         wall_s=time.perf_counter() - t0, solutions=sols, statuses=statuses,
-                        num_vars=nvars, num_constraints=ncons)
+                        num_vars=nvars, num_constraints=ncons, rejected=rejected)
 
 
 def scale_to_int(values, unit: float) -> dict:

@@ -84,6 +84,9 @@ def programs(draw):
         nodes.append(prog.element(am, vals, index_is_node=True))
     obj = nodes[-1]
     if draw(st.booleans()):
+        lim = rnd.choice(tables)
+        prog.at_most(lim, max(prog.nodes[lim].values.values()) - rnd.randint(0, 10))
+    if draw(st.booleans()):
         vs = some_vars(2)
         weights = {t: rnd.randint(1, 6) for t in all_tuples(vs)}
         prog.minimize(obj, vs, weights)
@@ -189,3 +192,27 @@ def test_presolve_regression_one_hot_channel_with_table():
     prog.minimize(prog.table((0,), {(0,): 1, (2,): 0}))
     res = solve(prog, workers=1)
     assert res.objective == 0 and res.solutions[0].choice == (2, 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(programs(), st.integers(1, 3), st.data())
+def test_lazy_constraints_by_callback_match_brute_force(prog, top, data):
+    # A hidden set of "does not fit" assignments, checked only by the callback; the callback cuts
+    # every assignment agreeing on a random subset of variables when that whole family is hidden.
+    n = len(prog.domains)
+    every = list(itertools.product(*(range(d) for d in prog.domains)))
+    hidden = {x for x in every if data.draw(st.booleans(), label=f"hide{x}")} if len(every) <= 64 else set()
+    cut_vars = tuple(range(n))
+
+    def accept(choice):
+        return cut_vars if choice in hidden else None
+
+    res = solve(prog, top=top, workers=1, accept=accept)
+    good = {x: evaluate(prog, x) for x in every if x not in hidden}
+    good = {x: v for x, v in good.items() if v is not None}
+    if not good:
+        assert res.solutions == []
+        return
+    assert res.status == "OPTIMAL"
+    assert [s.objective for s in res.solutions] == sorted(good.values())[:top]
+    assert all(s.choice not in hidden for s in res.solutions)
