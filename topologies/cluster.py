@@ -127,8 +127,10 @@ class Cluster(BaseModel):
     name: str = Field("cluster", description="a label for reports")
     gpu: str = Field(description="GPU type (catalog key or alias)")
     nodes: list[Node] = Field(description="hosts with their GPU counts")
-    domains: list[Domain] | None = Field(None, description="NVLink domains; omitted = one per node")
-    tiers: list[Tier] | None = Field(None, description="scale-out tiers, lowest first")
+    domains: list[Domain] | None = Field(None, description="NVLink domains; omitted = one per node "
+                                         "(always a list after validation)")
+    tiers: list[Tier] | None = Field(None, description="scale-out tiers, lowest first; omitted = one flat "
+                                     "non-blocking tier at the GPU's NIC rate (always a list after validation)")
     health: Health = Field(default_factory=Health)
 
     _gpus: list[GPU] = PrivateAttr(default_factory=list)
@@ -246,6 +248,8 @@ class Cluster(BaseModel):
                         f"nodes[{k}].gpus: {n.gpus} GPUs on {n.name!r} exceed the {spec.name} NVLink domain "
                         f"of {spec.nvlink_domain_max}"
                     )
+            # the contract: ``domains`` and ``tiers`` are always lists after validation
+            self.domains = [Domain(name=n.name, nodes=[n.name]) for n in self.nodes]
         # health
         failed_nodes = set()
         for field, lst in (("failed_nodes", self.health.failed_nodes), ("failed_trays", self.health.failed_trays)):
@@ -266,7 +270,9 @@ class Cluster(BaseModel):
                 )
             failed_gpus.add((host, int(idx)))
         # tiers
-        tiers = self.tiers if self.tiers is not None else default_tiers(spec)
+        if self.tiers is None:
+            self.tiers = default_tiers(spec)
+        tiers = self.tiers
         if not tiers:
             raise ValueError("tiers: empty list; omit 'tiers' for a flat non-blocking fabric")
         prev = 0
@@ -354,8 +360,8 @@ class Cluster(BaseModel):
 
     @property
     def fabric_tiers(self) -> list[Tier]:
-        """The tiers in effect (``tiers`` or the flat default)."""
-        return self.tiers if self.tiers is not None else default_tiers(self.gpu_spec)
+        """The tiers in effect (``tiers``, filled with the flat default when the file has none)."""
+        return self.tiers
 
     def gpus(self) -> list[GPU]:
         """Healthy GPUs in canonical order (domain by domain, node by node, local index ascending)."""
@@ -412,7 +418,9 @@ class Cluster(BaseModel):
         if run:
             nodes.append({"name": compress(run), "gpus": run_gpus})
         data["nodes"] = nodes
-        if self.domains is not None:
+        if all(len(d.nodes) == 1 and d.name == d.nodes[0] for d in self.domains):
+            data.pop("domains", None)      # one domain per host (HGX): the default, left implicit
+        else:
             data["domains"] = [{"name": d.name, "nodes": compress(d.nodes)} for d in self.domains]
         if self.tiers is not None:
             tiers = []

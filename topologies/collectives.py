@@ -37,6 +37,7 @@ the cluster. ``collective_time`` is the general query for any set of GPU indices
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -100,6 +101,32 @@ def shape_of(cluster, gpu_indices) -> GroupShape:
             tier = t
             break
     return GroupShape(size=len(idx), per_domain=max(counts.values()), domains=len(counts), tier=tier)
+
+
+_MEMO_MAX = 1_000_000
+
+
+def _memo(fn):
+    """Cache a Fabric method's result per instance (the step-time model repeats the same queries)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kw):
+        key = (name, args, tuple(kw.items())) if kw else (name, args)
+        memo = self._memo
+        try:
+            return memo[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable argument: compute without caching
+            return fn(self, *args, **kw)
+        value = fn(self, *args, **kw)
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = value
+        return value
+
+    return wrapper
 
 
 def _pipe(x: float, alpha_p: float) -> float:
@@ -166,6 +193,7 @@ class Fabric:
         self.num_tiers = len(tiers)
         p = PARAMS
         self._p = {k: v * 1e-6 for k, v in p.items()}
+        self._memo: dict = {}
 
     # ---- helpers --------------------------------------------------------------------------
     def net_bw(self, tier: int, eff: float = NET_EFF_NCCL) -> float:
@@ -193,22 +221,24 @@ class Fabric:
         """Latency a group pays at least once for leaving its NVLink domain."""
         return self._p["net_step_us"] + self._net_lat(tier)
 
-    def _ar_local(self, n: int, S: float) -> float:
+    def _ar_local(self, n: int, S: float, nvls: bool = True) -> float:
         p = self._p
         vol = 2.0 * (n - 1) / n * S
         t = self._intra_alpha(2 * (n - 1)) + _pipe(vol / self.b_ring, p["pipe_nvl_us"])
-        if self.b_nvls and n > 2:
+        if nvls and self.b_nvls and n > 2:
             t = min(t, p["nvls_base_us"] + _pipe(vol / self.b_nvls, p["pipe_nvl_us"]))
         return t
 
-    def all_reduce(self, shape: GroupShape, nbytes: float) -> float:
-        """All-reduce of an ``nbytes`` buffer per rank (nccl-tests S)."""
+    @_memo
+    def all_reduce(self, shape: GroupShape, nbytes: float, algo: str = "auto") -> float:
+        """All-reduce of an ``nbytes`` buffer per rank (nccl-tests S). ``algo``: "auto" (the faster
+        of ring and NVLS, as NCCL's tuner picks) or "ring" (NVLS disabled)."""
         n = shape.size
         if n <= 1 or nbytes <= 0:
             return 0.0
         S = float(nbytes)
         if shape.domains <= 1:
-            return self._ar_local(n, S)
+            return self._ar_local(n, S, nvls=algo != "ring")
         g, k = shape.per_domain, shape.domains
         b_in = max(self.b_ring, self.b_nvls or 0.0)
         x_in = 2.0 * (g - 1) / g * S / b_in if g > 1 else 0.0
@@ -233,10 +263,12 @@ class Fabric:
         t = self._inter_alpha(shape, g - 1, 1) + _pipe(max(x_in, x_out), self._p["pipe_net_us"])
         return max(t, self._gather_local(n, S)) + self._hop(shape.tier)
 
+    @_memo
     def all_gather(self, shape: GroupShape, nbytes: float) -> float:
         """All-gather; ``nbytes`` is the full gathered array (nccl-tests S)."""
         return self._gather_like(shape, nbytes)
 
+    @_memo
     def reduce_scatter(self, shape: GroupShape, nbytes: float) -> float:
         """Reduce-scatter; ``nbytes`` is the full input array (nccl-tests S)."""
         return self._gather_like(shape, nbytes)
@@ -255,6 +287,7 @@ class Fabric:
             return p["a2a_base_us"] + x
         return p["a2a_base_us"] + _pipe(x, p["pipe_nvl_us"])
 
+    @_memo
     def all_to_all(self, shape: GroupShape, nbytes: float, impl: str = "nccl") -> float:
         """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl" or "deepep" (DeepEP
         dispatch/combine: measured effective bandwidths, no pipeline-fill term since DeepEP's
@@ -277,6 +310,7 @@ class Fabric:
             t = p["a2a_base_us"] + _pipe(x, p["pipe_net_us"])
         return max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
 
+    @_memo
     def p2p(self, nbytes: float, tier: int) -> float:
         """One send/recv of ``nbytes`` between two GPUs; ``tier`` -1 = inside an NVLink domain."""
         if nbytes <= 0:

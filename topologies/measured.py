@@ -82,13 +82,7 @@ def comparisons() -> list[Comparison]:
         for size, busbw in cells:
             if busbw is None:
                 continue
-            if row.get("algo") == "ring":
-                saved = fab.b_nvls
-                fab.b_nvls = None
-                t = fab.all_reduce(shape, size)
-                fab.b_nvls = saved
-            else:
-                t = fab.all_reduce(shape, size)
+            t = fab.all_reduce(shape, size, algo=row.get("algo", "auto"))
             if row["harness"] == "torch":
                 t += HOST_OVERHEAD_US * 1e-6
             model = size * 2 * (n - 1) / n / t / 1e9
