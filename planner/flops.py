@@ -33,6 +33,7 @@ its own field) and gives each layer's parameter counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner.model import ModelSpec
 
@@ -225,6 +226,11 @@ def layer_costs(model: ModelSpec, seq_len: int) -> list[LayerCost]:
     Summing ``3 * cost.flops`` over the list and adding ``3 * logits_flops(model)`` (one head per
     main model and MTP depth) gives ``flops_per_token(model, seq_len)`` exactly.
     """
+    return list(_layer_costs(model, int(seq_len)))
+
+
+@lru_cache(maxsize=256)
+def _layer_costs(model: ModelSpec, seq_len: int) -> tuple[LayerCost, ...]:
     h = model.hidden_size
     proj = 2.0 * _attn_proj_macs(model)
     a_par = _attn_params(model)
@@ -262,7 +268,7 @@ def layer_costs(model: ModelSpec, seq_len: int) -> list[LayerCost]:
                 mtp_proj_params=(2 * h * h + 2 * h) if kind == "mtp" else 0,  # eh_proj + enorm/hnorm
             )
         )
-    return out
+    return tuple(out)
 
 
 def logits_flops(model: ModelSpec, tp: int = 1) -> float:

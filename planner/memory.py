@@ -354,10 +354,10 @@ def memory_per_gpu(
     fsdp = config.fsdp
 
     # per-layer activation bytes per micro-batch
-    act_cache: dict[tuple[str, int], tuple[float, float]] = {}
+    act_cache: dict[tuple, tuple[float, float]] = {}
 
     def act(c: LayerCost) -> tuple[float, float]:
-        key = (c.kind, c.index)
+        key = (c.kind, c.is_moe, c.swa)  # layers of one kind have identical activations
         if key not in act_cache:
             act_cache[key] = layer_activation_bytes(model, c, config, training)
         return act_cache[key]
