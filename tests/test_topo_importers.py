@@ -239,3 +239,34 @@ def test_cli_import_errors_write_nothing(tmp_path, capsys, fmt, text, args, matc
     err = capsys.readouterr().err
     assert match in err and err.count("\n") == 1 and err.startswith("error: ")
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["topology.conf"]
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 18), min_size=1, max_size=8), st.sampled_from([None, 2, 4]),
+       st.sampled_from(["conf", "yaml"]))
+def test_block_import_reexport_stable(tmp_path_factory, blocks, group, fmt):
+    """Random NVL72 block files: import -> YAML -> load -> YAML is a fixed point, domains match blocks."""
+    tmp = tmp_path_factory.mktemp("blk")
+    names, start = [], 1
+    for b, size in enumerate(blocks):
+        names.append((f"b{b + 1}", f"tray[{start:03d}-{start + size - 1:03d}]"))
+        start += size
+    base = 18
+    sizes = [base] + ([base * group] if group else [])
+    if fmt == "conf":
+        text = "".join(f"BlockName={b} Nodes={n}\n" for b, n in names) + f"BlockSizes={','.join(map(str, sizes))}\n"
+        c = import_slurm_conf(_w(tmp, "t.conf", text), "gb300", 4)
+    else:
+        doc = [{"topology": "t", "cluster_default": True,
+                "block": {"block_sizes": sizes, "blocks": [{"block": b, "nodes": n} for b, n in names]}}]
+        c = import_slurm_yaml(_w(tmp, "t.yaml", yaml.safe_dump(doc)), "gb300", 4)
+    assert c.domain_sizes() == [4 * s for s in blocks]
+    first = c.to_yaml()
+    again = load_cluster(str(_w(tmp, "c.yaml", first)))
+    assert again.to_yaml() == first and again.gpus() == c.gpus()
+    if group:
+        assert len(c.fabric_tiers[0].groups) == -(-len(blocks) // group)

@@ -138,7 +138,7 @@ def show_cmd(
 @topology_app.command("import")
 def import_cmd(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="slurm | slurm-yaml | nccl-xml | k8s"),
-    file: Path = typer.Argument(..., help="topology.conf, topology.yaml, NCCL XML, or a node list (JSON/YAML)"),
+    file: Path = typer.Argument(..., metavar="FILE", help="topology.conf, topology.yaml, NCCL XML, or a node list (JSON/YAML)"),
     out: Path = typer.Option(..., "-o", "--out", help="cluster YAML to write"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU type (h100, h200, h800, b200, b300, gb200, gb300)"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per host (default: the GPU type's)"),
