@@ -169,6 +169,10 @@ class MemoryEstimate:
     def fits(self, hbm_gib: float) -> bool:
         return self.peak_gib <= hbm_gib
 
+    def stage_components(self) -> list[dict[str, float]]:
+        """Every pipeline rank's components (GiB), rank order."""
+        return [r.components() for r in self.per_stage]
+
     def to_dict(self) -> dict:
         return {
             "peak_gib": round(self.peak_gib, 3),

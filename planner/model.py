@@ -275,9 +275,10 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     shared = 0
     n_group = topk_group = 1
     if n_exp > 0:
-        top_k = r.int(_first_key(r, ("num_experts_per_tok", "moe_topk", "top_k")) or "num_experts_per_tok", minimum=1)
+        kk = _first_key(r, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")) or "num_experts_per_tok"
+        top_k = r.int(kk, minimum=1)
         if top_k > n_exp:
-            raise r.err("num_experts_per_tok", f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
+            raise r.err(kk, f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
         if family in ("mixtral", "gpt_oss"):
             moe_ffn = r.int("intermediate_size", minimum=1)
         else:

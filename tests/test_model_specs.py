@@ -100,6 +100,15 @@ def test_deepseek_without_q_lora_and_gpt_oss_layer_types():
     assert spec_from_config(g).swa_layers == (False,) * 20 + (True,) * 4
 
 
+def test_gpt_oss_config_with_openai_key_names():
+    cfg = dict(catalog_entry("gpt-oss-20b"))
+    cfg["experts_per_token"] = cfg.pop("num_experts_per_tok")
+    assert spec_from_config(cfg).top_k == 4
+    cfg["experts_per_token"] = 64
+    with pytest.raises(InputError, match="'experts_per_token'"):
+        spec_from_config(cfg)
+
+
 def test_unknown_family_with_complete_fields_is_read_generically():
     cfg = {"model_type": "my_decoder", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
            "intermediate_size": 1536, "vocab_size": 1000}
