@@ -90,6 +90,8 @@ def load_cluster(name_or_path: str, gpus: int | None = None, usable_per_domain: 
     ``oversubscription``: presets only, the ratio above the scalable unit.
     """
     if isinstance(name_or_path, Cluster):
+        if gpus is not None and int(gpus) != name_or_path.num_gpus:
+            return restrict(name_or_path, int(gpus), name_or_path.name)
         return name_or_path
     text = str(name_or_path).strip()
     if text.lower() in PRESETS:
