@@ -307,7 +307,7 @@ class ExpertBalance:
     worst_balance: float = 1.0
     policy: str = "topoplan"
     routing: str = "sampled"
-    dispatch: str = "local"
+    dispatch: str = "home"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -344,15 +344,27 @@ class Placement:
     metrics: list[dict]                       # per layer
     policy: str = "topoplan"
     routing: str = "sampled"
-    dispatch: str = "local"
-    solver: list[dict] = field(default_factory=list)
+    dispatch: str = "home"
 
-    @property
+    num_experts: int = 0
+    fallback_domain: np.ndarray | None = None  # [layers, experts] for the "home" dispatch
+
     def logical_maps(self):
+        """(logical_to_physical[layers, experts, max], logical_count[layers, experts])."""
         from solver.experts import logical_maps
         return logical_maps(self.physical_to_logical, self.num_experts)
 
-    num_experts: int = 0
+    def expert_balance(self, hidden: int, tokens_per_step: float, moe_layers: int | None = None) -> ExpertBalance:
+        """Summary for the step-time model; bytes scale to ``moe_layers`` when the placement covers
+        a subset of the model's MoE layers."""
+        s = self.summary()
+        remote = [x["remote_domains_per_token"] for x in self.metrics]
+        scale = (moe_layers or len(remote)) / len(remote)
+        return ExpertBalance(balance=s["balance"], remote_domains_per_token=s["remote_domains_per_token"],
+                             cross_domain_fraction=s["cross_domain_fraction"],
+                             cross_domain_bytes_per_step=cross_domain_bytes(remote, tokens_per_step, hidden) * scale,
+                             domains_per_token=s["domains_per_token"], worst_balance=s["worst_balance"],
+                             policy=self.policy, routing=self.routing, dispatch=self.dispatch)
 
     def summary(self) -> dict:
         m = self.metrics
@@ -366,7 +378,86 @@ class Placement:
 
 
 def evaluate_placement(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int,
-                       loads: np.ndarray, routing: Sequence[np.ndarray], dispatch: str = "local") -> list[dict]:
+                       loads: np.ndarray, routing: Sequence[np.ndarray], dispatch: str = "even") -> list[dict]:
     """Per-layer metrics of any placement (topoplan's or EPLB's) under one routing/dispatch model."""
     return [layer_metrics(phy2log[i], rank_domain, slots_per_gpu, loads[i], routing[i], dispatch)
             for i in range(len(loads))]
+
+
+# ------------------------------------------------------------------------------ placing layers
+def _routing_label(recorded: bool, n_group: int, topk_group: int, top_k: int, tokens: int, seed: int) -> str:
+    if recorded:
+        return "recorded top-k selections"
+    lim = f"{n_group} groups, top-{topk_group} groups, " if n_group > 1 else ""
+    return f"sampled from the group-limited router ({lim}top-{top_k}), {tokens} tokens per layer, seed {seed}"
+
+
+def _place_one(args):
+    (i, load, group_of, rank_domain, K, prev, max_moves, time_limit, seed, dispatch, routing,
+     n_group, topk_group, top_k, tokens) = args
+    from solver.experts import solve_layer
+
+    sel = routing if routing is not None else sample_routing(load, n_group, topk_group, top_k, tokens, seed + i)
+    res = solve_layer(load, group_of, rank_domain, K, dispatch=dispatch, prev=prev, max_moves=max_moves,
+                      time_limit=time_limit, seed=seed)
+    met = layer_metrics(res.physical_to_logical, rank_domain, K, load, sel, dispatch, res.stats["home"])
+    met.update(moves=res.moves, solve_s=res.solve_s, solver_status=res.cpsat_status,
+               greedy_balance=res.greedy_balance, lower_bound=res.lower_bound)
+    return res.physical_to_logical, res.stats["home"], met
+
+
+def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_group: int = 1,
+          topk_group: int = 1, top_k: int = 8, previous: np.ndarray | None = None,
+          max_moves: int | None = None, time_limit: float = 0.5, seed: int = 0, dispatch: str = "home",
+          routing: Sequence[np.ndarray] | None = None, tokens: int = 2048,
+          workers: int | None = None) -> Placement:
+    """Place every MoE layer (layers in parallel processes, ``workers`` default: the CPU count).
+    ``loads[L, E]``; ``previous[L, slots]`` and ``max_moves`` (per layer) bound the migration."""
+    loads = np.asarray(loads, dtype=float)
+    L, E = loads.shape
+    rank_domain = np.asarray(rank_domain, dtype=np.int64)
+    group_of = np.arange(E) // (E // n_group) if n_group > 1 else np.arange(E)
+    jobs = [(i, loads[i], group_of, rank_domain, slots_per_gpu,
+             None if previous is None else np.asarray(previous[i]), max_moves, time_limit, seed, dispatch,
+             None if routing is None else np.asarray(routing[i]), n_group, topk_group, top_k, tokens)
+            for i in range(L)]
+    workers = min(workers or os.cpu_count() or 1, L)
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            out = list(pool.map(_place_one, jobs))
+    else:
+        out = [_place_one(j) for j in jobs]
+    return Placement(physical_to_logical=np.stack([o[0] for o in out]), slots_per_gpu=slots_per_gpu,
+                     rank_domain=rank_domain, metrics=[o[2] for o in out], policy="topoplan",
+                     routing=_routing_label(routing is not None, n_group, topk_group, top_k, tokens, seed),
+                     dispatch=dispatch, num_experts=E, fallback_domain=np.stack([o[1] for o in out]))
+
+
+def expert_balance_for(model, cluster, ep: int, loads, *, slots_per_gpu: int | None = None,
+                       gpus: int | None = None, gpu_indices: Sequence[int] | None = None,
+                       tokens_per_step: float | None = None, time_limit: float = 0.5, seed: int = 0,
+                       workers: int | None = None) -> ExpertBalance:
+    """What a (possibly skewed) expert load costs a plan: place the experts on the EP group's GPUs
+    and summarise balance and cross-domain traffic for ``planner.predict(..., expert_balance=...)``.
+
+    ``model``/``cluster``: specs or names; ``loads``: array ``[MoE layers, experts]`` or a file path.
+    ``slots_per_gpu`` defaults to one spare slot per GPU; ``tokens_per_step`` (tokens the EP group
+    routes per step) defaults to 4096 per EP rank."""
+    from planner.model import ModelSpec, load_model
+
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if not spec.is_moe:
+        raise InputError(f"model {spec.name}: dense model, no experts to place")
+    if not hasattr(cluster, "gpus"):
+        from topologies.loader import load_cluster
+        cluster = load_cluster(cluster, gpus=gpus)
+    moe_layers = int(sum(spec.moe_layers))
+    if isinstance(loads, (str, os.PathLike)):
+        loads = load_loads(loads, moe_layers, spec.num_experts)
+    loads = np.asarray(loads, dtype=float)
+    rank_domain = ep_rank_domains(cluster, ep, gpu_indices)
+    K = slots_per_gpu or (-(-spec.num_experts // ep) + 1)
+    pl = place(loads, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
+               time_limit=time_limit, seed=seed, workers=workers)
+    return pl.expert_balance(spec.hidden_size, tokens_per_step or 4096 * ep, len(loads))

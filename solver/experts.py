@@ -417,7 +417,7 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
 
 
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
-                time_limit=2.0, seed=0, locality_weight=0.05, use_cpsat=True) -> LayerResult:
+                time_limit=2.0, seed=0, locality_weight=0.05, overload_weight=0.3, use_cpsat=True) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
     ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU. Returns the
     placement (``physical_to_logical``), the fallback (home) domain of every expert in
@@ -437,11 +437,17 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     m = np.array([len(r) for r in ranks], dtype=np.int64)
     w = m / P
     norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
-    n, home = domain_counts(norm, np.asarray(group_of), m, K, dispatch, locality_weight)
-    greedy, _ = _assemble(n, norm, w, dispatch, home, ranks, K,
+    # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
+    best = None
+    for lw, ow in ((locality_weight, overload_weight), (locality_weight / 2, 1.0), (locality_weight, 0.1)):
+        n_, home_ = domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow)
+        g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
                           lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
                                                               ie, iw, len(ranks[d])), None))
-    gl = gpu_loads(greedy, rank_domain, K, norm, dispatch, home)
+        gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
+        if best is None or gl_.max() < best[0] - 1e-12:
+            best = (gl_.max(), n_, home_, g_, gl_)
+    _, n, home, greedy, gl = best
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
     if use_cpsat and time_limit > 0:
