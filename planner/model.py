@@ -28,10 +28,11 @@ v2``, ``kimi_k2``             ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_
                               ``layer_types`` says); Megatron's activation is a clamped quick-GELU GLU
 ============================  =====================================================================
 
-Any other ``model_type`` is read generically (standard HF keys; experts from ``num_experts`` /
-``num_local_experts`` / ``n_routed_experts``; MLA when ``kv_lora_rank`` is set); a config that
-lacks a field the cost model needs is refused with an :class:`~planner.errors.InputError` that names
-the file and the field.
+A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
+a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
+hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict
+each other, is refused with an :class:`~planner.errors.InputError` that names the file and the
+field.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe")
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss")
+_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
+    "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
+    "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss",
+}
 
 
 class ModelSpec(BaseModel):
@@ -196,9 +203,7 @@ class _Reader:
         v = self.cfg.get(key)
         if v is None:
             if default is ...:
-                fam = self.cfg.get("model_type")
-                hint = "" if fam in KNOWN_FAMILIES else f" (model_type {fam!r} is read generically; add the field)"
-                raise self.err(key, "is missing" + hint)
+                raise self.err(key, "is missing; add it (Hugging Face config.json name)")
             return default
         if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
             raise self.err(key, f"must be an integer, got {v!r}")
@@ -230,9 +235,20 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
     r = _Reader(cfg, source)
     family = str(cfg.get("model_type") or "").strip().lower()
-    if not family:
-        archs = cfg.get("architectures") or []
-        raise r.err("model_type", f"is missing (architectures {archs!r}); add model_type, e.g. \"llama\"")
+    archs = cfg.get("architectures") or []
+    if family not in KNOWN_FAMILIES:
+        # a renamed model_type of a known architecture (e.g. a fine-tune) is read as that family
+        by_arch = [_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES]
+        if by_arch:
+            family = by_arch[0]
+        elif not family:
+            raise r.err("model_type", f"is missing (architectures {archs!r}); set it to one of {', '.join(KNOWN_FAMILIES)}")
+        else:
+            raise r.err(
+                "model_type",
+                f"{family!r} (architectures {archs!r}) is not a decoder family topoplan can model; "
+                f"use one of {', '.join(KNOWN_FAMILIES)} if the layers match",
+            )
 
     L = r.int("num_hidden_layers", minimum=1)
     h = r.int("hidden_size", minimum=1)

@@ -109,18 +109,22 @@ def test_gpt_oss_config_with_openai_key_names():
         spec_from_config(cfg)
 
 
-def test_unknown_family_with_complete_fields_is_read_generically():
-    cfg = {"model_type": "my_decoder", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
-           "intermediate_size": 1536, "vocab_size": 1000}
+def test_renamed_model_type_is_read_by_architecture_and_unknown_ones_refused():
+    cfg = {"model_type": "my_llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4,
+           "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 1536, "vocab_size": 1000}
     m = spec_from_config(cfg, name="mine")
-    assert (m.family, m.head_dim, m.num_kv_heads, m.is_moe) == ("my_decoder", 64, 8, False)
+    assert (m.family, m.head_dim, m.num_kv_heads, m.is_moe) == ("llama", 64, 8, False)
+    cfg.update(model_type="mamba", architectures=["MambaForCausalLM"])
+    with pytest.raises(InputError, match="field 'model_type' 'mamba'"):
+        spec_from_config(cfg, source="mamba.json")
 
 
 @pytest.mark.parametrize(
     "change, field",
     [
-        ({"model_type": "mystery", "hidden_size": None}, "hidden_size"),
-        ({"model_type": None}, "model_type"),
+        ({"hidden_size": None}, "hidden_size"),
+        ({"model_type": "mystery", "architectures": ["MysteryForCausalLM"]}, "model_type"),
+        ({"model_type": None, "architectures": None}, "model_type"),
         ({"head_dim": None, "hidden_size": 1000}, "num_attention_heads"),   # 16 heads do not divide 1000
         ({"num_experts_per_tok": 40}, "num_experts_per_tok"),             # 40 > 32 experts
         ({"num_key_value_heads": 5}, "num_key_value_heads"),
