@@ -61,6 +61,25 @@ def test_tiny_dense_model_by_hand():
     assert est.peak_gib * GIB == pytest.approx(16 * P + acts + logits + reserve)
 
 
+def test_matches_korthikanti_for_a_gpt_layer():
+    # Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"),
+    # bytes per layer: s*b*h*(34 + 5*a*s/h), with tensor+sequence parallelism all divided by t.
+    # A fused stack keeps no s x s scores (the 5as^2b term) and no dropout masks (2 sbh: one in
+    # attention, one after the MLP), leaving 32 sbh/t; flash attention adds its softmax
+    # statistics, 4 B per head per token. Full recompute keeps 2 sbh/t per layer.
+    h, a, s, b, t = 2048, 16, 2048, 2, 4
+    gpt = ModelSpec(name="gpt", family="gpt", num_layers=4, hidden_size=h, vocab_size=50304,
+                    num_attention_heads=a, num_kv_heads=a, head_dim=h // a, ffn_hidden_size=4 * h,
+                    gated_mlp=False, activation="gelu")
+    tr = Training(seq_len=s, global_batch=b, precision="bf16")
+    est = memory_per_gpu(gpt, ParallelConfig(tp=t, mbs=b, dp=1), tr, t, None)
+    korthikanti = 34 * s * b * h / t - 2 * s * b * h / t
+    lse = a * 4 / t * s * b
+    assert est.components["activations"] * GIB == pytest.approx(4 * (korthikanti + lse))
+    full = memory_per_gpu(gpt, ParallelConfig(tp=t, mbs=b, dp=1, recompute="full"), tr, t, None)
+    assert full.components["activations"] * GIB == pytest.approx(4 * 2 * s * b * h / t + (korthikanti + lse))
+
+
 def test_recompute_and_precision_by_hand():
     tr8 = Training(seq_len=1024, global_batch=1, precision="mxfp8")
     base = memory_per_gpu(TINY, ParallelConfig(dp=1), tr8, 1, None)
