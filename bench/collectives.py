@@ -56,10 +56,11 @@ def main() -> None:
                                         error=c.error, checked=c.checked, note=c.note) for c in rows],
                           **rate}, indent=2))
         return
-    print(f"{'collective':16} {'row':22} {'size':>9} {'measured':>9} {'model':>9} {'error':>8}  checked")
+    print("busbw / bandwidth in GB/s; deepep-ll rows are latencies in microseconds")
+    print(f"{'collective':18} {'row':22} {'size':>9} {'measured':>9} {'model':>9} {'error':>8}  checked")
     for c in rows:
         mark = "yes" if c.checked else f"no: {c.note}"
-        print(f"{c.kind:16} {c.row:22} {_size(c.size):>9} {c.measured:9.2f} {c.model:9.2f} {c.error:+8.1%}  {mark}")
+        print(f"{c.kind:18} {c.row:22} {_size(c.size):>9} {c.measured:9.2f} {c.model:9.2f} {c.error:+8.1%}  {mark}")
     checked = [abs(c.error) for c in rows if c.checked]
     print(f"\nchecked cells: {len(checked)}; max |error| {max(checked):.1%} (limit {LIMIT:.0%}); "
           f"mean |error| {sum(checked) / len(checked):.1%}")

@@ -63,6 +63,7 @@ PARAMS = {
     "pipe_nvl_us": 7.0,       # pipeline per-chunk latency, NVLink
     "pipe_net_us": 45.0,      # pipeline per-chunk latency, network
     "a2a_base_us": 10.0,      # all-to-all / DeepEP kernel launch floor
+    "a2a_ll_us": 40.0,        # DeepEP low-latency kernels: fixed cost, fitted to the V1 H800 LL table (s2.3)
     "p2p_base_us": 5.0,       # a send/recv pair
 }
 
@@ -282,29 +283,30 @@ class Fabric:
 
     def _a2a_local(self, n: int, S: float, impl: str) -> float:
         p = self._p
-        x = S * (n - 1) / n / (self.b_deepep_nvl if impl == "deepep" else self.b_ring)
-        if impl == "deepep":
-            return p["a2a_base_us"] + x
-        return p["a2a_base_us"] + _pipe(x, p["pipe_nvl_us"])
+        if impl == "nccl":
+            return p["a2a_base_us"] + _pipe(S * (n - 1) / n / self.b_ring, p["pipe_nvl_us"])
+        base = p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]
+        return base + S * (n - 1) / n / self.b_deepep_nvl
 
     @_memo
     def all_to_all(self, shape: GroupShape, nbytes: float, impl: str = "nccl") -> float:
-        """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl" or "deepep" (DeepEP
+        """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl"; "deepep" (DeepEP normal
         dispatch/combine: measured effective bandwidths, no pipeline-fill term since DeepEP's
-        figures are already effective bandwidths of its streaming kernels)."""
+        figures are already effective bandwidths of its streaming kernels); "deepep-ll" (DeepEP
+        low-latency kernels: the same bandwidths plus a fixed ``a2a_ll_us``)."""
         n = shape.size
         if n <= 1 or nbytes <= 0:
             return 0.0
-        if impl not in ("nccl", "deepep"):
-            raise ValueError(f"all_to_all impl {impl!r}: use 'nccl' or 'deepep'")
+        if impl not in ("nccl", "deepep", "deepep-ll"):
+            raise ValueError(f"all_to_all impl {impl!r}: use 'nccl', 'deepep' or 'deepep-ll'")
         S = float(nbytes)
         if shape.domains <= 1:
             return self._a2a_local(n, S, impl)
         p = self._p
         v_nvl, v_net = self.a2a_volumes(shape, S)
-        if impl == "deepep":
+        if impl != "nccl":
             x = max(v_nvl / self.b_deepep_nvl, v_net / self.net_bw(shape.tier, NET_EFF_DEEPEP))
-            t = p["a2a_base_us"] + x
+            t = (p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]) + x
         else:
             x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
             t = p["a2a_base_us"] + _pipe(x, p["pipe_net_us"])

@@ -5,8 +5,9 @@ the same setup, the relative error, and whether the cell is one the model is hel
 or only reported, with the reason. tests/test_topo_collectives.py asserts |error| <= 25% on every
 checked cell; bench/collectives.py prints the whole table.
 
-What is checked: every large-message cell (>= 128 MiB, where bandwidth dominates) of every
-all-reduce row, and every DeepEP normal-mode row. Reported only: cells below 128 MiB across nodes
+What is checked: every cell of the one-node all-reduce rows, every large-message cell (>= 128 MiB)
+of the multi-node rows, every DeepEP normal-mode row (bandwidth) and every DeepEP low-latency row
+(latency, in microseconds). Reported only: cells below 128 MiB across nodes
 (the two 4x8 B200 runs disagree with each other by 2-65x there, so no model can meet both), and the
 GB200-over-IB figure, which implies 12 GB/s per NIC (busbw x (k-1)/(n-1), hardware.md s2.2) on a
 400G NIC, i.e. an unrepresentative setup.
@@ -39,8 +40,8 @@ class Comparison:
     kind: str        # "all_reduce" or "deepep-dispatch"/"deepep-combine"
     row: str
     size: int        # bytes (per rank)
-    measured: float  # GB/s
-    model: float     # GB/s
+    measured: float  # GB/s (deepep-ll rows: microseconds)
+    model: float     # GB/s (deepep-ll rows: microseconds)
     checked: bool
     note: str
 
@@ -103,4 +104,15 @@ def comparisons() -> list[Comparison]:
             moved = {"nvlink": v_nvl, "rdma": v_net, "logical": v_nvl + v_net}[row["metric"]]
             out.append(Comparison(f"deepep-{phase}", row["id"], size, row[phase], moved / t / 1e9, True,
                                   f"{row['metric']} bandwidth"))
+    ll = data["deepep_ll"]
+    for row in ll["rows"]:
+        domains = row.get("domains") or [8] * row["nodes"]
+        fab = fabric_for(row_cluster(row["gpu"], domains))
+        shape = _shape(domains)
+        for phase, width in (("dispatch", 1), ("combine", 2)):
+            size = ll["tokens"] * ll["topk"] * ll["hidden"] * width
+            t = fab.all_to_all(shape, size, impl="deepep-ll")
+            # compared as latency (us): `measured` and `model` hold microseconds for these rows
+            out.append(Comparison(f"deepep-ll-{phase}", row["id"], size, float(row[f"{phase}_us"]), t * 1e6, True,
+                                  "latency in us (low-latency kernels)"))
     return out
