@@ -230,28 +230,30 @@ def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=200):
     """Pairwise swaps between the busiest GPU and any other that lower the busiest GPU's load."""
     gpu_of = gpu_of.copy()
     load = np.bincount(gpu_of, weights=items_w, minlength=gpus)
+    experts, eid = np.unique(items_e, return_inverse=True)
+    holds = np.zeros((gpus, len(experts)), dtype=bool)
+    holds[gpu_of, eid] = True
     for _ in range(rounds):
         g = int(np.argmax(load))
-        best = None
-        on_g = np.flatnonzero(gpu_of == g)
-        for i in on_g:
-            others = np.flatnonzero((gpu_of != g) & (items_w < items_w[i]))
-            for j in others:
-                h = gpu_of[j]
-                if items_e[i] == items_e[j]:
-                    continue
-                if np.any(items_e[gpu_of == h] == items_e[i]) or np.any(items_e[on_g] == items_e[j]):
-                    continue
-                d = items_w[i] - items_w[j]
-                new_max = max(load[g] - d, load[h] + d)
-                if new_max < load[g] - 1e-15 and (best is None or new_max < best[0]):
-                    best = (new_max, i, j, h, d)
-        if best is None:
+        on = np.flatnonzero(gpu_of == g)
+        off = np.flatnonzero(gpu_of != g)
+        h = gpu_of[off]
+        d = items_w[on][:, None] - items_w[off][None, :]                 # load moved from g to h
+        ok = ((d > 0) & ~holds[h][:, eid[on]].T & ~holds[g][eid[off]][None, :]
+              & (eid[on][:, None] != eid[off][None, :]))
+        new_max = np.maximum(load[g] - d, load[h][None, :] + d)
+        new_max = np.where(ok & (new_max < load[g] - 1e-15), new_max, np.inf)
+        k = int(np.argmin(new_max))
+        i, j = np.unravel_index(k, new_max.shape)
+        if not np.isfinite(new_max[i, j]):
             break
-        _, i, j, h, d = best
-        gpu_of[i], gpu_of[j] = h, g
-        load[g] -= d
-        load[h] += d
+        a, b = on[i], off[j]
+        ha = gpu_of[b]
+        holds[g, eid[a]] = False; holds[ha, eid[b]] = False
+        gpu_of[a], gpu_of[b] = ha, g
+        holds[ha, eid[a]] = True; holds[g, eid[b]] = True
+        load[g] -= d[i, j]
+        load[ha] += d[i, j]
     return gpu_of
 
 
@@ -451,17 +453,22 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
     if use_cpsat and time_limit > 0:
-        per = time_limit / len(ranks)
+
+        dom_max = np.array([gl[r].max() for r in ranks])
+        hot = set(np.flatnonzero(dom_max >= gl.max() * 0.995).tolist())   # only these set the balance
+        per = time_limit / len(hot)
 
         def pack(d, ie, iw):
             h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
+            if d not in hot:
+                return h, ("NOT_RUN", 0.0)
             sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
             return (sol if sol is not None else h), (st, bound)
 
         cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
         cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
         lb = float(max(b for _, b in info) / gl.mean())
-        status = "OPTIMAL" if all(st == "OPTIMAL" for st, _ in info) else "FEASIBLE"
+        status = "OPTIMAL" if all(st in ("OPTIMAL", "NOT_RUN") for st, _ in info) else "FEASIBLE"
         if cl.max() <= gl.max() + 1e-12:
             phy = cand
         else:
