@@ -58,8 +58,9 @@ adds the final-norm and head inputs and, per head (1 + MTP layers), the bf16 log
 softmax kept by vocab-parallel cross entropy: V_pad/tp * 6 B per token, for one micro-batch.
 
 **Micro-batches in flight** on pipeline rank r (M micro-batches per step): no PP 1; 1F1B
-min(pp - r, M); interleaved Megatron's warm-up ``(pp - r - 1)*2 + (vpp - 1)*pp`` plus one, capped
-at M*vpp, each virtual micro-batch k belonging to chunk ``(k // pp) % vpp``.
+min(pp - r, M); interleaved: Megatron's warm-up ``(pp - r - 1)*2 + (vpp - 1)*pp`` plus one,
+capped at M*vpp; which chunks those virtual micro-batches belong to changes during the step, so
+``inflight_compositions`` simulates the schedule and the heaviest live set sets the peak.
 
 **Reserve**: 3 GiB (CUDA context ~0.6, NCCL communicators and buffers ~1.5, cuBLAS/TE
 workspaces and MoE dispatcher buffers ~0.9) plus 5 % of the activations for allocator
@@ -78,6 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
 from planner.flops import LayerCost, layer_costs
@@ -186,16 +188,24 @@ class MemoryEstimate:
 # Micro-batches in flight
 
 
+def _warmup(pp: int, vpp: int, rank: int, m: int) -> int:
+    """Megatron's warm-up forward count for the interleaved schedule (all of them when M == pp)."""
+    total = m * vpp
+    if m == pp:
+        return total
+    return min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+
+
 def inflight_per_chunk(pp: int, vpp: int, rank: int, num_microbatches: int) -> list[int]:
-    """Micro-batches whose activations pipeline rank ``rank`` holds at its peak, per model chunk."""
+    """Micro-batches in flight per model chunk at the first steady-state step (warm-up + 1):
+    1F1B ``min(pp - rank, M)``; interleaved, virtual micro-batch k runs chunk ``(k // pp) % vpp``."""
     m = max(1, int(num_microbatches))
     if pp <= 1:
         return [1] * vpp
     if vpp <= 1:
         return [min(pp - rank, m)]
     total = m * vpp
-    warmup = (pp - rank - 1) * 2 + (vpp - 1) * pp
-    n = min(warmup + 1, total)
+    n = min(_warmup(pp, vpp, rank, m) + 1, total)
     if n == total:  # the whole step is warm-up: every micro-batch through every chunk
         return [m] * vpp
     group = min(pp, m)  # Megatron's microbatch_group_size_per_vp_stage (pp by default)
@@ -203,6 +213,47 @@ def inflight_per_chunk(pp: int, vpp: int, rank: int, num_microbatches: int) -> l
     for k in range(n):
         counts[(k // group) % vpp] += 1
     return counts
+
+
+@lru_cache(maxsize=8192)
+def inflight_compositions(pp: int, vpp: int, rank: int, num_microbatches: int) -> tuple[tuple[int, ...], ...]:
+    """Every per-chunk count of live micro-batches that can be a memory peak on ``rank``.
+
+    Simulates Megatron's interleaved schedule: W warm-up forwards, then one forward and one
+    backward per step, then the cool-down backwards. Forward k runs chunk ``(k // g) % vpp`` and
+    backward k chunk ``vpp - 1 - (k // g) % vpp`` of micro-batch ``(k // (g*vpp))*g + k % g``
+    (``g = min(pp, M)``). Activations peak right after a forward; the compositions seen there
+    repeat with period ``g*vpp``, so the simulation stops after one period of steady state.
+    Returns the Pareto-maximal count vectors (1F1B and no-PP: one vector)."""
+    m = max(1, int(num_microbatches))
+    if pp <= 1 or vpp <= 1:
+        return (tuple(inflight_per_chunk(pp, vpp, rank, m)),)
+    g = min(pp, m)
+    m_sim = -(-m // g) * g
+    total = m_sim * vpp
+    w = _warmup(pp, vpp, rank, m_sim)
+    horizon = min(total, w + 2 * g * vpp)
+
+    def mb(k: int) -> int:
+        return (k // (g * vpp)) * g + k % g
+
+    live: dict[tuple[int, int], None] = {}
+    counts = [0] * vpp
+    seen: set[tuple[int, ...]] = set()
+    f = b = 0
+    while f < horizon:
+        c = (f // g) % vpp
+        live[(mb(f), c)] = None
+        counts[c] += 1
+        f += 1
+        seen.add(tuple(counts))
+        if f > w and b < total:  # steady state: one backward after each forward
+            cb = vpp - 1 - (b // g) % vpp
+            del live[(mb(b), cb)]
+            counts[cb] -= 1
+            b += 1
+    peaks = [v for v in seen if not any(o != v and all(x >= y for x, y in zip(o, v)) for o in seen)]
+    return tuple(sorted(peaks, reverse=True))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,27 +427,31 @@ def memory_per_gpu(
     ranks: list[RankMemory] = []
     for r in range(pp):
         chunks = layout.for_rank(r)
-        inflight = inflight_per_chunk(pp, vpp, r, micro)
         dense = expert = linear = 0.0
         biggest = 0.0
-        acts = 0.0
-        logits = 0.0
         work = 0.0
         nlayers = 0
-        for chunk, n_in in zip(chunks, inflight):
+        chunk_act: list[float] = []
+        chunk_logits: list[float] = []
+        for chunk in chunks:
             d, e, lin, big = _stage_params(model, chunk, dec, mtp, config, pp)
             dense += d
             expert += e
             linear += lin
             biggest = max(biggest, big)
-            layers = [dec[i] for i in chunk.layers] + mtp[: chunk.mtp]
             nlayers += len(chunk.layers)
-            for c in layers:
+            a = 0.0
+            for c in [dec[i] for i in chunk.layers] + mtp[: chunk.mtp]:
                 saved, full = act(c)
-                acts += saved * n_in
+                a += saved
                 work = max(work, full)
-            if chunk.loss and n_in:
-                logits += logits_per_mb  # the loss chunk runs its backward right after its forward
+            chunk_act.append(a)
+            chunk_logits.append(logits_per_mb if chunk.loss else 0.0)
+        # the heaviest set of live micro-batches the schedule produces on this rank
+        comps = inflight_compositions(pp, vpp, r, micro)
+        inflight = max(comps, key=lambda v: sum(n * (a + lg) for n, a, lg in zip(v, chunk_act, chunk_logits)))
+        acts = sum(n * a for n, a in zip(inflight, chunk_act))
+        logits = sum(n * lg for n, lg in zip(inflight, chunk_logits))
         if config.recompute == "full":
             acts += work  # one layer recomputed at a time during backward
 

@@ -19,6 +19,7 @@ from planner.config import ParallelConfig, Training
 from planner.memory import (
     GIB,
     MemoryOptions,
+    inflight_compositions,
     inflight_per_chunk,
     memory_per_gpu,
 )
@@ -138,6 +139,25 @@ def test_deepseek_h100_recipe_rank_by_hand():
 )
 def test_inflight_micro_batches(pp, vpp, rank, m, expected):
     assert inflight_per_chunk(pp, vpp, rank, m) == expected
+
+
+def test_interleaved_schedule_compositions_by_hand():
+    # PP4 VPP2, rank 0, 64 micro-batches: warm-up (4-0-1)*2 + (2-1)*4 = 10 forwards run chunks
+    # 0000 1111 00 -> (6, 4). Steady state: forward 10 (chunk 0) -> (7, 4), backward 0 (chunk 1)
+    # -> (7, 3); forward 11 (chunk 0) -> (8, 3), backward 1 (chunk 1) -> (8, 2); forward 12
+    # (chunk 1) -> (8, 3) ... so the peaks are (7, 4) and (8, 3).
+    assert set(inflight_compositions(4, 2, 0, 64)) == {(7, 4), (8, 3)}
+    # 1F1B and no pipeline: one vector
+    assert inflight_compositions(8, 1, 2, 64) == ((6,),)
+    assert inflight_compositions(1, 1, 0, 64) == ((1,),)
+
+
+@pytest.mark.parametrize("pp, vpp, m", [(2, 8, 256), (4, 2, 64), (4, 4, 64), (8, 4, 64), (8, 2, 24), (4, 4, 4)])
+def test_schedule_simulation_agrees_with_the_warmup_count(pp, vpp, m):
+    # The most live micro-batches the simulation sees equals Megatron's warm-up + 1 (capped).
+    for r in range(pp):
+        peak = max(sum(v) for v in inflight_compositions(pp, vpp, r, m))
+        assert peak == sum(inflight_per_chunk(pp, vpp, r, m)), r
 
 
 # ----- monotonicity (degrees grow with dp fixed, so the world grows with them) ----------------
