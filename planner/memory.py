@@ -82,6 +82,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
+from planner.errors import InputError
 from planner.flops import LayerCost, layer_costs
 from planner.model import ModelSpec
 from planner.pipeline import PipelineLayout, StageSpec, pipeline_layout
@@ -396,6 +397,8 @@ def memory_per_gpu(
     pp, vpp, tp, cp = config.pp, config.vpp, config.tp, config.cp
     if layout is None:
         layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
+    elif (layout.pp, layout.vpp) != (pp, vpp):
+        raise InputError(f"pipeline layout has pp={layout.pp} vpp={layout.vpp} but the config has pp={pp} vpp={vpp}")
     dp = max(1, config.dp if config.dp is not None else world // (tp * cp * pp))
     edp = max(1, world // (config.etp_eff * config.ep * pp))
     d_dense = dp * cp

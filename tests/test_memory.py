@@ -292,6 +292,18 @@ def test_every_published_run_fits():
         assert fits, row["id"]
 
 
+def test_layout_must_match_the_config():
+    from planner.errors import InputError
+    from planner.pipeline import pipeline_layout
+
+    tr = Training(seq_len=4096, global_batch=4096, precision="bf16")
+    with pytest.raises(InputError, match="pp=4 vpp=1 but the config has pp=8"):
+        memory_per_gpu(DS, ParallelConfig(pp=8, ep=8), tr, 64, None, layout=pipeline_layout(DS, 4))
+    custom = pipeline_layout(DS, 8, pp_first=4, pp_last=7)
+    est = memory_per_gpu(DS, ParallelConfig(pp=8, ep=8), tr, 64, None, layout=custom)
+    assert est.per_stage[0].layers == 4 and est.per_stage[-1].layers == 7
+
+
 def test_options_and_report_shape():
     tr = Training(seq_len=4096, global_batch=4096, precision="bf16")
     cfg = ParallelConfig(tp=2, pp=8, ep=32, etp=1, recompute="full")
