@@ -65,11 +65,15 @@ VARIANTS: dict[str, tuple] = {
                             "Blackwell (B200 1000 W, GB200 1200 W) sustained speed relative to MAMF; prior 1"),
     "gpu.speed@blackwell-ultra": (1.0, 0.5, 1.5, True, 1.3,
                                   "Blackwell Ultra (B300, GB300 1400 W) sustained speed relative to MAMF; prior 1"),
+    "gemm.nvfp4@blackwell-ultra": (1.0, 0.4, 1.3, True, 1.3,
+                                   "multiplier on the NVFP4 MAMF fraction on Blackwell Ultra, whose 15 PFLOP/s dense FP4 peak (hardware.md s1) has no MAMF measurement; prior 1 = the B200 fraction"),
     "attn.eff@blackwell-ultra": (0.6, 0.2, 0.95, True, 1.5,
                                  "prior 0.6: Blackwell Ultra doubles the SFU exponent rate that bounds attention softmax (NVIDIA Blackwell Ultra announcement), so attention runs closer to the matmul rate"),
 }
 PRIOR_WEIGHT = 0.05
 DIFF_STEP = 1e-3
+LOSS = "soft_l1"  # robust: a row whose recipe differs from the stack's usual one cannot drag the profile
+F_SCALE = 0.03  # residual scale (weighted log error) beyond which the loss grows linearly
 
 
 def prior_profile(name: str, description: str = "", flops_formula: str = "current", dispatcher: str = "alltoall",
@@ -129,7 +133,7 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
             progress.advance()
         return np.array(out)
 
-    res = least_squares(residuals, u0, bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=DIFF_STEP,
+    res = least_squares(residuals, u0, bounds=(lo, hi), method="trf", x_scale="jac", diff_step=DIFF_STEP, loss=LOSS, f_scale=F_SCALE,
                         max_nfev=max_nfev, xtol=1e-10, ftol=1e-10, gtol=1e-10)
     vals = dict(zip(keys, to_v(res.x)))
     vals = {k: float(f"{v:.4g}") for k, v in vals.items()}

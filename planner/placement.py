@@ -191,26 +191,64 @@ def _worse(a, b):
     return (a.tier, a.domains, -a.per_domain) > (b.tier, b.domains, -b.per_domain)
 
 
+def axis_stride_size(config: ParallelConfig, world: int, axis: str, order: str = DEFAULT_ORDER) -> tuple[int, int]:
+    """(stride, size) of a single axis on its grid: a group is ``base + k * stride`` for k < size."""
+    tokens = _check_order(order)
+    if axis in _DENSE_AXES:
+        sizes = {"tp": config.tp, "cp": config.cp, "ep": 1, "dp": world // (config.tp * config.cp * config.pp),
+                 "pp": config.pp}
+        name = _DENSE_AXES[axis]
+    elif axis in _EXPERT_AXES:
+        sizes = {"tp": config.etp_eff, "cp": 1, "ep": config.ep,
+                 "dp": world // (config.etp_eff * config.ep * config.pp), "pp": config.pp}
+        name = _EXPERT_AXES[axis]
+    else:
+        raise InputError(f"axis {axis!r}: use one of {', '.join(AXES)}")
+    stride = 1
+    for t in tokens:
+        if t == name:
+            return stride, sizes[t]
+        stride *= sizes[t]
+    raise AssertionError(axis)  # pragma: no cover
+
+
 def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
-    """The worst group (highest tier crossed, most domains) of every axis, as ``GroupShape``."""
+    """The worst group (highest tier crossed, most domains, fewest ranks per domain) of every axis.
+
+    Groups are built from the axis stride (the same groups as ``rank_groups``) with numpy; only the
+    groups that touch the most NVLink domains are priced with ``topologies.collectives.shape_of``.
+    """
     key = (id(cluster), getattr(cluster, "name", ""), config.tp, config.cp, config.ep, config.etp_eff,
            config.pp, placement.world, placement.order, placement.rank_to_gpu)
     hit = _SHAPES_CACHE.get(key)
     if hit is not None and hit[0] is cluster:
         return hit[1]
+    import numpy as np
+
     from topologies.collectives import shape_of
 
+    dom = _domains_of(cluster)
+    r2g = np.asarray(placement.rank_to_gpu)
+    rdom = dom[r2g]
+    world = placement.world
+    ranks = np.arange(world)
     out = {}
     for axis in AXES:
-        worst = None
-        seen = set()
-        for group in rank_groups(config, placement.world, axis, placement.order):
-            gpus = tuple(placement.rank_to_gpu[r] for r in group)
-            sig = _domain_signature(cluster, gpus)
+        stride, size = axis_stride_size(config, world, axis, placement.order)
+        bases = ranks[(ranks // stride) % size == 0]
+        members = bases[:, None] + np.arange(size)[None, :] * stride
+        d = np.sort(rdom[members], axis=1)
+        change = np.ones_like(d, dtype=bool)
+        change[:, 1:] = d[:, 1:] != d[:, :-1]
+        ndom = change.sum(axis=1)
+        worst_rows = np.nonzero(ndom == ndom.max())[0]
+        seen, worst = set(), None
+        for i in worst_rows[:256]:
+            sig = tuple(d[i])
             if sig in seen:
                 continue
             seen.add(sig)
-            shape = shape_of(cluster, list(gpus))
+            shape = shape_of(cluster, [int(g) for g in r2g[members[i]]])
             if worst is None or _worse(shape, worst):
                 worst = shape
         out[axis] = worst
@@ -220,19 +258,15 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
     return out
 
 
+def _domains_of(cluster):
+    import numpy as np
+
+    hit = _GPU_DOMAIN_CACHE.get(id(cluster))
+    if hit is None or hit[0] is not cluster:
+        hit = (cluster, np.array([g.domain for g in cluster.gpus()], dtype=np.int64))
+        _GPU_DOMAIN_CACHE[id(cluster)] = hit
+    return hit[1]
+
+
 _SHAPES_CACHE: dict = {}
 _GPU_DOMAIN_CACHE: dict = {}
-
-
-def _domain_signature(cluster, gpus):
-    """Groups with the same per-domain multiset of counts (and the same domains touched) cost the same
-    unless the scale-out tiers differ; keep the domains themselves so tier differences are seen."""
-    dom = _GPU_DOMAIN_CACHE.get(id(cluster))
-    if dom is None or dom[0] is not cluster:
-        dom = (cluster, [g.domain for g in cluster.gpus()])
-        _GPU_DOMAIN_CACHE[id(cluster)] = dom
-    d = dom[1]
-    counts: dict[int, int] = {}
-    for g in gpus:
-        counts[d[g]] = counts.get(d[g], 0) + 1
-    return tuple(sorted(counts.items()))

@@ -175,7 +175,8 @@ def dump_profile(profile: Profile) -> str:
         p = profile.params[key]
         prior = p.value if p.prior is None else p.prior
         src = json.dumps(p.source)
-        lines.append(f"  # {key}: {p.source}")
+        fitted = f"fitted to {profile.fit_rows}; " if (p.fit and profile.fit_rows) else ""
+        lines.append(f"  # {key}: {fitted}source: {p.source}")
         lines.append(f"  {key}: {{value: {_num(p.value)}, min: {_num(p.min)}, max: {_num(p.max)}, "
                      f"prior: {_num(prior)}, fit: {str(p.fit).lower()}, source: {src}}}")
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
 from planner.costs import compute as C
@@ -84,13 +85,63 @@ def efficiencies(gpu, precision: str, profile) -> Efficiencies:
         quant_bytes=C.quant_bytes_per_element(precision))
 
 
-def _layer_kinds(model):
+@lru_cache(maxsize=256)
+def _layer_kinds(model) -> tuple:
     kinds = []
     for i in range(model.num_layers):
         moe = bool(model.moe_layers[i]) if model.moe_layers else False
         swa = bool(model.swa_layers[i]) if model.swa_layers else False
         kinds.append(("moe" if moe else "dense", swa))
-    return kinds
+    return tuple(kinds)
+
+
+@dataclass(frozen=True)
+class RankInventory:
+    """What one pipeline rank holds: layers by kind, MTP layers, head, and parameter counts."""
+
+    kinds: tuple            # ((kind, swa), count) pairs, MTP layers included
+    mtp: int
+    loss: bool
+    embedding: bool
+    dense_params: float     # before TP split (embedding / output head included)
+    expert_params: float    # every routed expert of the rank's MoE layers, before EP x ETP split
+
+
+@lru_cache(maxsize=1024)
+def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
+    """Per pipeline rank: its ``RankInventory`` (memoised per model and layout)."""
+    from planner.flops import layer_costs
+
+    costs = layer_costs(model, seq_len)
+    kinds = _layer_kinds(model)
+    mtp_kind = (kinds[-1][0], False)
+    vocab_params = model.hidden_size * model.padded_vocab(1)
+    out = []
+    for r in range(pp):
+        count: dict = {}
+        dense = expert = 0.0
+        mtp = 0
+        loss = emb = False
+        for st in layout.for_rank(r):
+            for i in st.layers:
+                count[kinds[i]] = count.get(kinds[i], 0) + 1
+                dense += costs[i].dense_params
+                expert += costs[i].expert_params * costs[i].n_experts
+            for j in range(int(st.mtp or 0)):
+                count[mtp_kind] = count.get(mtp_kind, 0) + 1
+                lc = costs[model.num_layers + j] if len(costs) > model.num_layers + j else costs[-1]
+                dense += lc.dense_params
+                expert += lc.expert_params * lc.n_experts
+                mtp += 1
+            if st.loss:
+                loss = True
+                if not model.tied_embeddings:
+                    dense += vocab_params
+            if st.embedding:
+                emb = True
+                dense += vocab_params
+        out.append(RankInventory(tuple(sorted(count.items())), mtp, loss, emb, dense, expert))
+    return tuple(out)
 
 
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
@@ -142,54 +193,38 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
     launch = par("other.layer_us") * 1e-6
 
+    inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
-    for kind in set(_layer_kinds(model)) | ({(_layer_kinds(model)[-1][0], False)} if model.mtp_layers else set()):
+    for kind in {k for inv in inventory for k, _ in inv.kinds}:
         work = C.layer_work(model, kind[0], kind[1], s, mbs, tp, cp, ep, etp, lp)
         lt = eff.layer_time(work, recompute)
-        gemm_f = sum(C.gemm_time(g, eff.peak_lp, eff.peak_bf16, eff.eff_lp, eff.eff_bf16, eff.dim_half, eff.m_half)
-                     for g in work.gemms)
-        tp_x = TP.tp_exposed(t_tp_layer, par("tp.overlap"), 3.0 * gemm_f)
+        tp_x = TP.tp_exposed(t_tp_layer, par("tp.overlap"), 3.0 * lt.gemm_fwd)
         a2a_x = EA.a2a_exposed(t_a2a_layer, par("ep.overlap"), lt.total) if kind[0] == "moe" else 0.0
         cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
-        per_kind[kind] = dict(compute=lt.total, fwd=lt.fwd, bwd=lt.bwd, expert_excess=lt.expert * (balance - 1.0),
-                              tp=tp_x, ep=a2a_x, cp=cp_x, other=launch, tp_raw=t_tp_layer,
-                              ep_raw=t_a2a_layer if kind[0] == "moe" else 0.0, cp_raw=t_cp_layer)
+        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch)
     head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())
     mtp_extra = eff.layer_time(C.head_work(model, s, mbs, tp, cp, True), ()) if model.mtp_layers else None
-    kinds = _layer_kinds(model)
-    mtp_kind = (kinds[-1][0], False)
 
     # --- per pipeline rank ----------------------------------------------------------------------
-    from planner.flops import layer_costs
-    costs = layer_costs(model, s)
+    keys = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
     ranks = []
-    for r in range(pp):
-        acc = dict(compute=0.0, fwd=0.0, bwd=0.0, expert_excess=0.0, tp=0.0, ep=0.0, cp=0.0, other=0.0,
-                   dense_params=0.0, expert_params=0.0, ep_raw=0.0)
-        for st in layout.for_rank(r):
-            items = [kinds[i] for i in st.layers] + [mtp_kind] * int(st.mtp or 0)
-            for k in items:
-                for key in ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other", "ep_raw"):
-                    acc[key] += per_kind[k][key]
-            for i in st.layers:
-                lc = costs[i]
-                acc["dense_params"] += lc.dense_params / tp
-                acc["expert_params"] += lc.expert_params * lc.n_experts / (ep * etp)
-            for j in range(int(st.mtp or 0)):
-                lc = costs[model.num_layers + j] if len(costs) > model.num_layers + j else costs[-1]
-                acc["dense_params"] += lc.dense_params / tp
-                acc["expert_params"] += lc.expert_params * lc.n_experts / (ep * etp)
-                acc["compute"] += mtp_extra.total
-                acc["fwd"] += mtp_extra.fwd
-                acc["bwd"] += mtp_extra.bwd
-            if st.loss:
-                acc["compute"] += head.total
-                acc["fwd"] += head.fwd
-                acc["bwd"] += head.bwd
-                if not model.tied_embeddings:
-                    acc["dense_params"] += h * model.padded_vocab(tp) / tp
-            if st.embedding:
-                acc["dense_params"] += h * model.padded_vocab(tp) / tp
+    for inv in inventory:
+        vals = [0.0] * len(keys)
+        for kind, n in inv.kinds:
+            pk = per_kind[kind]
+            for i in range(len(keys)):
+                vals[i] += n * pk[i]
+        acc = dict(zip(keys, vals))
+        if inv.mtp:
+            acc["compute"] += inv.mtp * mtp_extra.total
+            acc["fwd"] += inv.mtp * mtp_extra.fwd
+            acc["bwd"] += inv.mtp * mtp_extra.bwd
+        if inv.loss:
+            acc["compute"] += head.total
+            acc["fwd"] += head.fwd
+            acc["bwd"] += head.bwd
+        acc["dense_params"] = inv.dense_params / tp
+        acc["expert_params"] = inv.expert_params / (ep * etp)
         acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"]
         ranks.append(acc)
     n = len(ranks)

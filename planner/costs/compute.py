@@ -232,6 +232,7 @@ class LayerTime:
     expert: float          # the routed-expert part of fwd + bwd (scaled by expert load balance)
     attn_core: float       # attention core fwd + bwd (the window that hides CP exchange)
     recompute: float       # extra forward work in the backward pass
+    gemm_fwd: float = 0.0  # forward GEMM seconds (the compute TP collectives can hide behind)
 
     @property
     def total(self) -> float:
@@ -274,4 +275,5 @@ def layer_time(work: LayerWork, *, peak_lp: float, peak_bf16: float, eff_lp: flo
                 rc += em.get("layernorm", 0.0) * elem_s
             elif mod == "shared_experts":
                 rc += by_mod.get("shared", 0.0) + em.get("shared_experts", 0.0) * elem_s
-    return LayerTime(fwd=fwd, bwd=bwd + rc, expert=3.0 * expert_f, attn_core=3.5 * attn_f, recompute=rc)
+    return LayerTime(fwd=fwd, bwd=bwd + rc, expert=3.0 * expert_f, attn_core=3.5 * attn_f, recompute=rc,
+                     gemm_fwd=gemm_f)

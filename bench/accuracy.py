@@ -1,0 +1,80 @@
+"""Accuracy of the step-time model on calibration.csv: per-row table, MAPE per stack, leave-one-model-out.
+
+Run: ``/work/venv/bin/python bench/accuracy.py [CSV] [--no-lomo]``
+
+1. Every row predicted with the shipped profile of its stack (planner/data/profiles/<stack>.yaml).
+2. MAPE per stack and overall, worst row.
+3. Leave-one-model-out: for every stack and every model in it, the profile is re-fitted
+   (``planner.calibrate.calibrate_rows``) on the stack's other models only and the left-out model's rows
+   are predicted with it - what a user with a new model gets.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# the shared reference folder sits next to the repository (../shared/reference)
+DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "calibration.csv"
+
+
+def main(argv: list[str]) -> int:
+    from planner.calibrate import calibrate_rows
+    from planner.validate import read_rows, validate_rows
+
+    args = [a for a in argv if not a.startswith("--")]
+    csv_path = Path(args[0]) if args else DEFAULT_CSV
+    rows = read_rows(csv_path)
+    t0 = time.perf_counter()
+    res = validate_rows(rows, source=str(csv_path))
+    dt = time.perf_counter() - t0
+    print(f"{'id':7s} {'stack':15s} {'model':16s} {'GPUs':>10s} {'prec':6s} {'layout':40s} {'pred':>6s} {'meas':>6s} {'err%':>7s}")
+    for r in res["rows"]:
+        print(f"{r['id']:7s} {r['stack']:15s} {r['model']:16s} {str(r['num_gpus']) + ' ' + r['gpu']:>10s} "
+              f"{r['precision']:6s} {r['config'][:40]:40s} {r['predicted_tflops_per_gpu']:6.0f} "
+              f"{r['measured_tflops_per_gpu']:6.0f} {r['error_pct']:+7.1f}")
+    stacks = sorted({r["stack"] for r in res["rows"]})
+    print()
+    for st in stacks:
+        errs = [abs(r["error_pct"]) for r in res["rows"] if r["stack"] == st]
+        print(f"MAPE {st:15s} {statistics.mean(errs):5.2f}%  worst {max(errs):5.1f}%  ({len(errs)} rows)")
+    allerr = [abs(r["error_pct"]) for r in res["rows"]]
+    worst = max(res["rows"], key=lambda r: abs(r["error_pct"]))
+    print(f"MAPE {'all':15s} {statistics.mean(allerr):5.2f}%  worst {worst['id']} {worst['model']} "
+          f"{worst['error_pct']:+.1f}%")
+    head = [r for r in res["rows"] if r["id"] == "mb276"]
+    if head:
+        h = head[0]
+        print(f"headline mb276 DeepSeek-V3 256 GB300 MXFP8 TP1 PP2 VPP8 EP32: predicted "
+              f"{h['predicted_tflops_per_gpu']:.0f} vs measured {h['measured_tflops_per_gpu']:.0f} "
+              f"({h['error_pct']:+.1f}%)")
+    print(f"prediction time: {1000 * dt / len(rows):.1f} ms per row (cold caches, recompute search included)")
+    if "--no-lomo" in argv:
+        return 0
+    print()
+    print("leave-one-model-out (profile refitted without the model):")
+    lomo = []
+    for st in stacks:
+        mine = [r for r in rows if r["stack"] == st]
+        for model in sorted({r["model"] for r in mine}):
+            prof, _ = calibrate_rows(rows, st, source=str(csv_path), exclude_model=model)
+            held = [r for r in mine if r["model"] == model]
+            out = validate_rows(held, stack=st, profile=prof, source=str(csv_path))
+            for r in out["rows"]:
+                lomo.append((st, model, r["id"], r["error_pct"]))
+            errs = ", ".join(f"{r['id']} {r['error_pct']:+.1f}%" for r in out["rows"])
+            print(f"  {st:15s} without {model:16s} {errs}")
+    for st in stacks:
+        e = [abs(x[3]) for x in lomo if x[0] == st]
+        print(f"LOMO MAPE {st:15s} {statistics.mean(e):5.2f}%  worst {max(e):5.1f}%")
+    e = [abs(x[3]) for x in lomo]
+    print(f"LOMO MAPE {'all':15s} {statistics.mean(e):5.2f}%  worst {max(e):5.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
