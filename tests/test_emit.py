@@ -5,7 +5,6 @@ Bridge overrides against the Megatron arguments. (tests/test_emit_trainers.py ru
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from planner.errors import InputError
 from planner.rules import violations
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
+from trainers.maxtext_rules import maxtext_mesh_errors
 from trainers.sites import bash_words, srun_sites, torchrun_sites
 
 DSV3 = ("deepseek-v3", lambda: nvl72_cluster("gb300", 4),
@@ -223,23 +223,6 @@ def test_srun_task_runs_the_emitted_megatron_argv(tmp_path, dsv3_doc):
 
 
 # --- MaxText mesh rules ----------------------------------------------------------------------
-
-def maxtext_mesh_errors(o: dict, devices: int) -> list[str]:
-    """MaxText 0.2.5's rules (max_utils.fill_unspecified_mesh_axes, MaxTextConfig), re-stated."""
-    errs = []
-    ici = [v for k, v in o.items() if k.startswith("ici_")]
-    dcn = [v for k, v in o.items() if k.startswith("dcn_")]
-    slices = o["num_slices"]
-    per_slice = devices // slices
-    for name, group, target in (("ICI", ici, per_slice), ("DCN", dcn, slices)):
-        if sum(1 for v in group if v == -1) > 1:
-            errs.append(f"more than one -1 in {name}")
-        if math.prod(group) != target:
-            errs.append(f"{name} product {math.prod(group)} != {target}")
-    if math.prod(dcn) > 1 and slices == 1:
-        errs.append("DCN parallelism requested but only one slice available")
-    return errs
-
 
 LAYOUTS = st.fixed_dictionaries({
     "tp": st.sampled_from([1, 2, 4, 8]), "pp": st.sampled_from([1, 2, 4]), "cp": st.sampled_from([1, 2]),

@@ -36,7 +36,7 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     o: dict[str, object] = {
         "model.tensor_model_parallel_size": c.tp,
         "model.pipeline_model_parallel_size": c.pp,
-        "model.virtual_pipeline_model_parallel_size": None,
+        "model.virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
         "model.context_parallel_size": c.cp,
         "model.sequence_parallel": c.tp > 1,
         "model.seq_length": ctx.training.seq_len,

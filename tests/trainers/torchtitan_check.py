@@ -101,7 +101,7 @@ def check(job: dict) -> dict:
                 groups.setdefault(axis, [])
                 if ranks not in groups[axis]:
                     groups[axis].append(ranks)
-        for axis, n in (("tp", pd.tp), ("cp", pd.cp), ("pp", pd.pp), ("ep", pd.ep)):
+        for axis, n in (("tp", pd.tp), ("cp", pd.cp), ("pp", pd.pp), ("ep", pd.ep), ("dp_shard", pd.dp_shard)):
             if axis not in groups:  # degree 1: singletons; whole world: the default group (no new_group)
                 groups[axis] = [[r] for r in range(world)] if n == 1 else (
                     [list(range(world))] if n == world else None)

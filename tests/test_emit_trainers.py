@@ -1,0 +1,463 @@
+"""The emitted launch configs, checked by the trainers' own code (megatron-core 0.19.2, torchtitan 0.3.0).
+
+For each example plan (the issue's DeepSeek-V3 on 256 GB300, Llama 3.1 405B on 1,024 H100 and
+Qwen3-235B-A22B on 256 GB200, plus a few more) and for random feasible plans (hypothesis), the
+emitted files go through, in ONE subprocess per trainer (tests/trainers/*_check.py):
+
+* Megatron: ``parse_args`` + ``validate_args`` + ``core_transformer_config_from_args`` +
+  ``initialize_model_parallel`` on torch's fake process group, with the argv bash makes of
+  megatron/args.txt and the environment of megatron/env.sh;
+* TorchTitan: ``ConfigManager().parse_args`` + ``ParallelDims`` + ``build_mesh`` on the fake process
+  group, with the arguments of torchtitan/command.txt.
+
+Then every TP, CP, DP, PP, EP (and ETP, EDP) group the trainer built is mapped through
+slurm/hostfile and slurm/task.sh (rank -> host, GPU) and compared with the planner's placement, and
+every EP group must sit inside one NVLink domain where the plan says so. A line per check goes to
+the terminal (``trainer check ...``) so CI logs show what ran. megatron-core needs Python 3.12 per
+its metadata, so its wheel is downloaded once into .cache/ and unpacked onto PYTHONPATH
+(../shared/reference/trainers.md section 1.4 verified that it runs on 3.11 with the shims in
+tests/trainers/megatron_check.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from planner.config import ParallelConfig, Training
+from planner.emit import emit_plan, load_context
+from planner.model import load_model
+from planner.placement import Placement, group_shapes, rank_groups
+from planner.rules import violations
+from topologies.cluster import Cluster
+from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
+from trainers.maxtext_rules import maxtext_mesh_errors
+from trainers.sites import bash_words, srun_sites
+
+pytestmark = pytest.mark.trainers
+
+REPO = Path(__file__).resolve().parents[1]
+HARNESS = Path(__file__).resolve().parent / "trainers"
+CACHE = REPO / ".cache"
+MCORE = "0.19.2"
+
+
+@dataclass(frozen=True)
+class Example:
+    model: str
+    cluster: tuple           # ("nvl72", gpu, racks) or ("hgx", gpu, nodes)
+    config: ParallelConfig
+    training: Training
+    world: int
+    gpus_per_domain: int | None = None
+    ep_in_one_domain: bool | None = None   # the claim the test must prove (None: not an MoE claim)
+
+    def doc(self) -> dict:
+        kind, gpu, n = self.cluster
+        cl = nvl72_cluster(gpu, n) if kind == "nvl72" else hgx_cluster(gpu, n)
+        return plan_doc(self.model, cl, self.config, self.training, world=self.world,
+                        gpus_per_domain=self.gpus_per_domain)
+
+
+EXAMPLES = {
+    # DEVELOPERS.md reference: Megatron Core, DeepSeek-V3 on 256 GB300 (TP1 PP2 VPP8 EP32, MXFP8), 64 GPUs per rack
+    "deepseek-v3@256xGB300": Example(
+        "deepseek-v3", ("nvl72", "gb300", 4),
+        ParallelConfig(tp=1, pp=2, vpp=8, ep=32, mbs=1, recompute="mla_up_proj+moe_act", dispatcher="flex-hybridep"),
+        Training(seq_len=4096, global_batch=4096, precision="mxfp8"), 256, 64, True),
+    # Megatron-Bridge's Llama 3.1 405B recipe layout (TP8 PP8 VPP2 CP4) on 128 HGX H100 nodes
+    "llama3.1-405b@1024xH100": Example(
+        "llama3.1-405b", ("hgx", "h100", 128), ParallelConfig(tp=8, pp=8, vpp=2, cp=4, mbs=1),
+        Training(seq_len=8192, global_batch=512, precision="fp8"), 1024),
+    "qwen3-235b-a22b@256xGB200": Example(
+        "qwen3-235b-a22b", ("nvl72", "gb200", 4), ParallelConfig(tp=2, pp=4, ep=32, etp=1, mbs=1, recompute="full"),
+        Training(seq_len=4096, global_batch=2048, precision="mxfp8"), 256, 64, True),
+    # trainers.md 1.3: the verified 256 x H100 DeepSeek-V3 recipe; EP32 spans four 8-GPU hosts
+    "deepseek-v3@256xH100-recipe": Example(
+        "deepseek-v3", ("hgx", "h100", 32),
+        ParallelConfig(tp=2, pp=8, ep=32, etp=1, mbs=1, recompute="full"),
+        Training(seq_len=4096, global_batch=4096, precision="bf16"), 256, None, False),
+    "qwen3-30b-a3b@64xB200-fsdp": Example(
+        "qwen3-30b-a3b", ("hgx", "b200", 8), ParallelConfig(tp=1, pp=1, ep=8, mbs=2, fsdp=True, recompute="moe_act"),
+        Training(seq_len=4096, global_batch=512, precision="nvfp4"), 64, None, True),
+}
+TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith("fsdp")]
+
+# Layouts megatron-core must refuse: proof that the harness can fail (trainers.md 1.4 rejections).
+MEGATRON_NEGATIVE = {
+    "neg:experts%EP": ("--expert-model-parallel-size", "48", "Number of experts"),
+    "neg:world%TP*PP*CP": ("--context-parallel-size", "3", "not divisible"),
+}
+
+
+def _say(request, line: str) -> None:
+    """Write a line to the terminal even under output capture (so CI logs show every check)."""
+    tr = request.config.pluginmanager.getplugin("terminalreporter")
+    cm = request.config.pluginmanager.getplugin("capturemanager")
+    if tr is None or cm is None:  # pragma: no cover - xdist workers have no terminal
+        print(line)
+        return
+    with cm.global_and_fixture_disabled():
+        tr.write_line(line)
+
+
+# --- random feasible plans -------------------------------------------------------------------
+
+MODELS = ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3-70b", "llama3-8b", "mixtral-8x7b"]
+TITAN_MODELS = ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3-70b", "llama3-8b"]
+
+
+@st.composite
+def random_plans(draw, trainer: str):
+    model = draw(st.sampled_from(MODELS if trainer == "megatron" else TITAN_MODELS))
+    spec = load_model(model)
+    kind = draw(st.sampled_from(["hgx-h100", "hgx-b200", "nvl72-gb200", "nvl72-gb300"]))
+    if kind.startswith("hgx"):
+        gpu = kind.split("-")[1]
+        nodes = draw(st.sampled_from([2, 4, 8, 16]))
+        cluster, per, usable = hgx_cluster(gpu, nodes), None, nodes * 8
+    else:
+        gpu = kind.split("-")[1]
+        racks = draw(st.integers(1, 2))
+        per = draw(st.sampled_from([None, 64, 48, 32]))
+        cluster, usable = nvl72_cluster(gpu, racks), racks * (per or 72)
+    tp = draw(st.sampled_from([1, 2, 4, 8]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    vpp = draw(st.sampled_from([1, 2])) if pp > 1 else 1
+    cp = draw(st.sampled_from([1, 1, 2]))
+    moe = spec.num_experts > 0
+    ep = draw(st.sampled_from([1, 2, 4, 8, 16, 32])) if moe else 1
+    etp = draw(st.sampled_from([None, 1])) if moe else None
+    mbs = draw(st.sampled_from([1, 2]))
+    mp = tp * cp * pp
+    world = usable - usable % (mp * ep * (etp or tp))
+    assume(world >= mp)
+    precisions = ["bf16", "fp8", "fp8-block"] + (["mxfp8", "nvfp4"] if gpu != "h100" else [])
+    recomputes = ["none", "full", "core_attn"] + (["mla_up_proj+moe_act"] if spec.attention == "mla" else []) + (
+        ["moe_act"] if moe else ["mlp"])
+    cfg = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs,
+                         fsdp=draw(st.booleans()) if trainer == "megatron" else False,
+                         recompute=draw(st.sampled_from(recomputes)),
+                         dispatcher=draw(st.sampled_from(["alltoall", "allgather", "flex-deepep", "flex-hybridep"]))
+                         if moe else "alltoall")
+    dp = world // mp
+    training = Training(seq_len=draw(st.sampled_from([2048, 4096])), global_batch=dp * mbs * draw(st.integers(1, 4)),
+                        precision=draw(st.sampled_from(precisions)), trainer=trainer)
+    assume(not violations(spec, cfg, training, world, trainer))
+    return plan_doc(model, cluster, cfg, training, world=world, gpus_per_domain=per)
+
+
+def draw_plans(trainer: str, n: int) -> list[dict]:
+    docs: list[dict] = []
+
+    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(random_plans(trainer))
+    def collect(doc):
+        docs.append(doc)
+
+    collect()
+    return docs[:n]
+
+
+# --- emitted files and the trainers' verdicts ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    """id -> (plan doc, output directory) for every example and random plan."""
+    root = tmp_path_factory.mktemp("emit")
+    out = {}
+    for name, ex in EXAMPLES.items():
+        doc = ex.doc()
+        d = root / name.replace("@", "_")
+        emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if name in TITAN_EXAMPLES else []), d)
+        out[name] = (doc, d)
+    for trainer, n in (("megatron", 12), ("torchtitan", 12)):
+        for i, doc in enumerate(draw_plans(trainer, n)):
+            name = f"random-{trainer}-{i}"
+            d = root / name
+            emit_plan(doc, [trainer if trainer == "torchtitan" else "megatron", "slurm"], d)
+            out[name] = (doc, d)
+    return out
+
+
+@pytest.fixture(scope="session")
+def mcore_dir() -> Path:
+    """megatron-core 0.19.2 unpacked (cached in .cache/; TOPOPLAN_MCORE_DIR overrides)."""
+    if os.environ.get("TOPOPLAN_MCORE_DIR"):
+        return Path(os.environ["TOPOPLAN_MCORE_DIR"])
+    target = CACHE / f"megatron-core-{MCORE}"
+    if (target / "megatron" / "training" / "arguments.py").exists():
+        return target
+    CACHE.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
+                            "--only-binary=:all:", "-d", tmp, f"megatron-core=={MCORE}"],
+                           capture_output=True, text=True)
+        if p.returncode:
+            pytest.fail(f"could not download megatron-core {MCORE} (needed to check the Megatron configs; set "
+                        f"TOPOPLAN_MCORE_DIR to an unpacked wheel when offline): {p.stderr.strip()[-400:]}")
+        wheel = next(Path(tmp).glob("megatron_core-*.whl"))
+        stage = Path(tmp) / "unpacked"
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(stage)
+        try:
+            os.replace(stage, target)
+        except OSError:  # another worker got there first
+            shutil.rmtree(stage, ignore_errors=True)
+    return target
+
+
+def _run(script: str, jobs: list[dict], tmp: Path, extra_path: str | None = None) -> dict:
+    jobs_file, res_file = tmp / f"{script}.jobs.json", tmp / f"{script}.results.json"
+    jobs_file.write_text(json.dumps(jobs))
+    env = dict(os.environ)
+    if extra_path:
+        env["PYTHONPATH"] = extra_path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    p = subprocess.run([sys.executable, str(HARNESS / script), str(jobs_file), str(res_file)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert p.returncode == 0 and res_file.exists(), p.stderr[-3000:]
+    return json.loads(res_file.read_text())
+
+
+def _megatron_env(out: Path) -> dict:
+    env = {}
+    for line in (out / "megatron" / "env.sh").read_text().splitlines():
+        if line.startswith("export "):
+            k, _, v = line[7:].partition("=")
+            env[k] = v
+    return env
+
+
+@pytest.fixture(scope="module")
+def megatron_results(emitted, mcore_dir, tmp_path_factory):
+    jobs = []
+    for name, (doc, out) in emitted.items():
+        if (out / "megatron").exists():
+            ctx = load_context(doc)
+            jobs.append({"id": name, "args": bash_words(out / "megatron" / "args.txt"), "env": _megatron_env(out),
+                         "sm": ctx.sm})
+    base = next(j for j in jobs if j["id"] == "deepseek-v3@256xH100-recipe")
+    for name, (flag, value, _) in MEGATRON_NEGATIVE.items():
+        args = list(base["args"])
+        args[args.index(flag) + 1] = value
+        jobs.append({**base, "id": name, "args": args})
+    data = _run("megatron_check.py", jobs, tmp_path_factory.mktemp("mcore"), str(mcore_dir))
+    return {"fields": data["fields"], **{r["id"]: r for r in data["results"]}}
+
+
+@pytest.fixture(scope="module")
+def titan_results(emitted, tmp_path_factory):
+    jobs = []
+    for name, (doc, out) in emitted.items():
+        if (out / "torchtitan").exists():
+            from planner.emit.torchtitan import parse_command
+
+            ctx = load_context(doc)
+            reg = out / "torchtitan" / "topoplan_config.py"
+            jobs.append({"id": name, "args": parse_command((out / "torchtitan" / "command.txt").read_text()),
+                         "world": ctx.world, "sm": ctx.sm, "path": str(reg.parent) if reg.exists() else None})
+    bad = dict(next(j for j in jobs if j["id"] == "deepseek-v3@256xGB300"))
+    bad["id"], bad["world"] = "neg:world-mismatch", bad["world"] - 8
+    jobs.append(bad)
+    data = _run("torchtitan_check.py", jobs, tmp_path_factory.mktemp("titan"))
+    return {r["id"]: r for r in data}
+
+
+# --- the group checks ------------------------------------------------------------------------
+
+def check_groups(doc: dict, out: Path, groups: dict, axes: dict[str, str], config: ParallelConfig) -> dict:
+    """Trainer groups == planner groups, mapped through the emitted hostfile to the same hosts and
+    NVLink domains as the placement. Returns {axis: domains of the worst group}."""
+    cluster = Cluster.model_validate(doc["cluster"])
+    gpus = cluster.gpus()
+    placement = doc["plans"][0]["placement"]
+    r2g = placement["rank_to_gpu"]
+    world = len(r2g)
+    domain_of = {(g.node, g.local): g.domain for g in gpus}
+    sites = srun_sites(out)
+    assert len(sites) == world
+    worst = {}
+    for axis, planner_axis in axes.items():
+        got = groups.get(axis)
+        assert got, f"trainer built no {axis} groups"
+        want = rank_groups(config, world, planner_axis, placement["order"])
+        assert sorted(sorted(g) for g in got) == sorted(sorted(g) for g in want), f"{axis} groups differ"
+        for g in got:
+            emitted_domains = {domain_of[sites[r]] for r in g}
+            assert emitted_domains == {gpus[r2g[r]].domain for r in g}, f"{axis} group {g[:4]}.. lands elsewhere"
+            assert {sites[r][0] for r in g} == {gpus[r2g[r]].node for r in g}
+            worst[axis] = max(worst.get(axis, 0), len(emitted_domains))
+    return worst
+
+
+MEGATRON_AXES = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp", "ep": "ep", "etp": "etp", "edp": "edp"}
+TITAN_AXES = {"tp": "tp", "cp": "cp", "pp": "pp", "dp_shard": "dp", "ep": "ep"}
+
+
+def _plan_says_ep_in_one_domain(doc: dict) -> bool:
+    cluster = Cluster.model_validate(doc["cluster"])
+    p = doc["plans"][0]["placement"]
+    cfg = load_context(doc).config
+    placement = Placement(world=len(p["rank_to_gpu"]), order=p["order"], gpus_per_domain=p["gpus_per_domain"],
+                          rank_to_gpu=tuple(p["rank_to_gpu"]))
+    return group_shapes(cluster, cfg, placement)["ep"].domains == 1
+
+
+def _megatron_verdict(name, megatron_results, emitted):
+    r = megatron_results[name]
+    assert r["ok"], f"megatron-core refused {name} at {r['stage']}: {r['error']}"
+    doc, out = emitted[name]
+    ctx = load_context(doc)
+    m, c = ctx.model, ctx.config
+    cfg = r["config"]
+    assert r["dp"] == ctx.dp
+    assert (cfg["tensor_model_parallel_size"], cfg["pipeline_model_parallel_size"], cfg["context_parallel_size"]) == (
+        c.tp, c.pp, c.cp)
+    assert (r["vpp"] or 1) == c.vpp
+    assert (cfg["num_layers"], cfg["hidden_size"], cfg["num_attention_heads"]) == (
+        m.num_layers, m.hidden_size, m.num_attention_heads)
+    if m.num_experts:
+        assert (cfg["num_moe_experts"], cfg["moe_router_topk"], cfg["expert_model_parallel_size"],
+                cfg["expert_tensor_parallel_size"]) == (m.num_experts, m.top_k, c.ep, c.etp_eff)
+        freq = cfg["moe_layer_freq"]
+        assert (freq == [int(x) for x in m.moe_layers]) if isinstance(freq, list) else all(m.moe_layers)
+    worst = check_groups(doc, out, r["groups"], MEGATRON_AXES, c)
+    if _plan_says_ep_in_one_domain(doc):
+        assert worst["ep"] == 1, "an EP group spans NVLink domains although the plan keeps it in one"
+    return worst
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_megatron_core_accepts_example(name, megatron_results, emitted, request):
+    worst = _megatron_verdict(name, megatron_results, emitted)
+    ex = EXAMPLES[name]
+    if ex.ep_in_one_domain is not None:
+        assert (worst["ep"] == 1) == ex.ep_in_one_domain
+    _say(request, f"megatron-core {MCORE} check {name}: OK (parse_args, validate_args, TransformerConfig, "
+                  f"initialize_model_parallel); tp/cp/dp/pp/ep/etp/edp groups match the hostfile; "
+                  f"NVLink domains per group: " + " ".join(f"{k}={v}" for k, v in worst.items()))
+
+
+def test_megatron_core_accepts_random_plans(megatron_results, emitted, request):
+    names = [n for n in emitted if n.startswith("random-megatron-")]
+    assert len(names) >= 10
+    for name in names:
+        worst = _megatron_verdict(name, megatron_results, emitted)
+        doc = emitted[name][0]
+        _say(request, f"megatron-core {MCORE} check {name} ({doc['model']['name']}, "
+                      f"{load_context(doc).config.short()}, {len(doc['plans'][0]['placement']['rank_to_gpu'])} x "
+                      f"{doc['cluster']['gpu']}, {doc['training']['precision']}): OK; ep domains={worst['ep']}")
+
+
+def test_megatron_core_rejects_broken_layouts(megatron_results, request):
+    for name, (_, _, words) in MEGATRON_NEGATIVE.items():
+        r = megatron_results[name]
+        assert not r["ok"] and words in r["error"], r
+        _say(request, f"megatron-core {MCORE} check {name}: REJECTED as expected ({r['error'][:90]})")
+
+
+def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
+    """Every model.* / ddp.* override names a real megatron-core config field, and the model.* values
+    equal the TransformerConfig megatron-core built from megatron/args.txt."""
+    from planner.emit.bridge import parse_overrides
+
+    fields = megatron_results["fields"]
+    bridge_only = {"seq_length"}  # GPTModelProvider field (Bridge), not TransformerConfig
+    for name in EXAMPLES:
+        doc, out = emitted[name]
+        cfg = megatron_results[name]["config"]
+        for key, val in parse_overrides((out / "bridge" / "overrides.txt").read_text()).items():
+            section, _, field = key.partition(".")
+            if section == "model":
+                assert field in fields["model"] or field in bridge_only, key
+                if field in cfg and field != "recompute_modules":
+                    want = cfg[field]
+                    shown = "null" if want is None else (str(want).lower() if isinstance(want, bool) else str(want))
+                    assert val.strip("'") == shown, (name, key, val, want)
+            elif section == "ddp":
+                assert field in fields["ddp"], key
+
+
+def _titan_verdict(name, titan_results, emitted):
+    r = titan_results[name]
+    assert r["ok"], f"torchtitan refused {name} at {r['stage']}: {r['error']}"
+    doc, out = emitted[name]
+    ctx = load_context(doc)
+    c = ctx.config
+    p = r["parallelism"]
+    assert (p["tensor_parallel_degree"], p["pipeline_parallel_degree"], p["context_parallel_degree"],
+            p["data_parallel_shard_degree"]) == (c.tp, c.pp, c.cp, ctx.dp)
+    assert r["training"]["global_batch_size"] == ctx.training.global_batch
+    # TorchTitan has no ETP: EP borrows from dp_shard * cp * tp, i.e. Megatron's expert grid with ETP = 1
+    titan_cfg = c.model_copy(update={"etp": 1})
+    axes = dict(TITAN_AXES)
+    if not (ctx.model.num_experts and c.ep > 1):
+        axes.pop("ep")
+    worst = check_groups(doc, out, r["groups"], axes, titan_cfg)
+    if "ep" in axes:
+        cluster = Cluster.model_validate(doc["cluster"])
+        pl = doc["plans"][0]["placement"]
+        placement = Placement(world=ctx.world, order=pl["order"], gpus_per_domain=pl["gpus_per_domain"],
+                              rank_to_gpu=tuple(pl["rank_to_gpu"]))
+        if group_shapes(cluster, titan_cfg, placement)["ep"].domains == 1:
+            assert worst["ep"] == 1
+    return worst
+
+
+@pytest.mark.parametrize("name", TITAN_EXAMPLES)
+def test_torchtitan_accepts_example(name, titan_results, emitted, request):
+    worst = _titan_verdict(name, titan_results, emitted)
+    ex = EXAMPLES[name]
+    if ex.ep_in_one_domain and "ep" in worst:
+        assert worst["ep"] == 1
+    _say(request, f"torchtitan 0.3.0 check {name}: OK (ConfigManager.parse_args, ParallelDims, build_mesh); "
+                  f"mesh groups match the hostfile; NVLink domains per group: "
+                  + " ".join(f"{k}={v}" for k, v in worst.items()))
+
+
+def test_torchtitan_accepts_random_plans(titan_results, emitted, request):
+    names = [n for n in emitted if n.startswith("random-torchtitan-")]
+    assert len(names) >= 10
+    for name in names:
+        worst = _titan_verdict(name, titan_results, emitted)
+        doc = emitted[name][0]
+        _say(request, f"torchtitan 0.3.0 check {name} ({doc['model']['name']}, {load_context(doc).config.short()}, "
+                      f"{len(doc['plans'][0]['placement']['rank_to_gpu'])} x {doc['cluster']['gpu']}): OK")
+
+
+def test_torchtitan_rejects_world_mismatch(titan_results, request):
+    r = titan_results["neg:world-mismatch"]
+    assert not r["ok"] and "WORLD_SIZE" in r["error"], r
+    _say(request, f"torchtitan 0.3.0 check neg:world-mismatch: REJECTED as expected ({r['error'][:90]})")
+
+
+MAXTEXT_EXAMPLES = ["deepseek-v3@256xGB300", "llama3.1-405b@1024xH100", "qwen3-235b-a22b@256xGB200"]
+
+
+@pytest.mark.parametrize("name", MAXTEXT_EXAMPLES)
+def test_maxtext_example_obeys_mesh_rules(name, request):
+    from planner.emit import maxtext
+
+    ctx = load_context(EXAMPLES[name].doc())
+    o = maxtext.overrides(ctx)
+    assert maxtext_mesh_errors(o, ctx.world) == []
+    _say(request, f"maxtext mesh-rule check {name}: OK (num_slices={o['num_slices']}, ICI "
+                  + " ".join(f"{k[4:-12]}={v}" for k, v in o.items() if k.startswith("ici_") and v > 1) + ", DCN "
+                  + " ".join(f"{k[4:-12]}={v}" for k, v in o.items() if k.startswith("dcn_") and v > 1) + ")")
+
+
+def test_maxtext_real_loader_when_available():
+    pytest.importorskip("maxtext.configs.pyconfig",
+                        reason="MaxText 0.2.5 needs Python 3.12 + jax; its mesh rules are checked in test_emit.py")
