@@ -119,6 +119,16 @@ def _tt_ep_divides(m, c, t, world):
                     f"= {prod}")
 
 
+def _maxtext_ep_in_dp(m, c, t, world):
+    # MaxText's mesh axes are orthogonal: 'expert' sits beside data/fsdp (it cannot borrow TP ranks as
+    # Megatron's folded expert grid does), so EP must divide the data-parallel degree.
+    if c.ep > 1 and world % (c.tp * c.pp * c.cp) == 0:
+        dp = world // (c.tp * c.pp * c.cp)
+        if dp % c.ep:
+            return (f"maxtext: ici/dcn_expert_parallelism ({c.ep}) must divide the data-parallel degree ({dp}); "
+                    "its expert axis cannot borrow tensor-parallel ranks")
+
+
 RULES: tuple[Rule, ...] = (
     Rule("world_div_model_parallel", ("megatron", "torchtitan", "maxtext"), _world_div_model_parallel),
     Rule("dp_matches_world", ("megatron", "torchtitan", "maxtext"), _dp_matches),
@@ -132,6 +142,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gbs_div_mbs_dp", ("megatron", "torchtitan", "maxtext"), _gbs_div),
     Rule("torchtitan_no_etp", ("torchtitan",), _tt_no_etp),
     Rule("torchtitan_ep_divides", ("torchtitan",), _tt_ep_divides),
+    Rule("maxtext_ep_divides_dp", ("maxtext",), _maxtext_ep_in_dp),
 )
 
 
