@@ -313,3 +313,15 @@ def test_slurm_node_blocks_follow_the_plan(dsv3_doc):
     blocks = slurm.node_blocks(ctx)
     assert len(blocks) == 64 and all(g == [0, 1, 2, 3] for _, g in blocks)
     assert [h for h, _ in blocks][:17][-1] == "gb300-r02-t01"  # rack 1 contributes 16 trays (64 GPUs)
+
+
+def test_maxtext_rule_matches_the_emitter():
+    # the 256 x H100 DeepSeek-V3 recipe folds EP32 over TP2 x DP16: Megatron can, MaxText cannot
+    doc = plan_doc("deepseek-v3", hgx_cluster("h100", 32), ParallelConfig(tp=2, pp=8, ep=32, etp=1),
+                   Training(seq_len=4096, global_batch=4096, trainer="maxtext"), world=256)
+    ctx = load_context(doc)
+    v = violations(ctx.model, ctx.config, ctx.training, ctx.world, "maxtext")
+    assert [x.rule for x in v] == ["maxtext_ep_divides_dp"]
+    assert not violations(ctx.model, ctx.config, ctx.training, ctx.world, "megatron")
+    with pytest.raises(InputError, match="EP \\(32\\) must divide data parallelism \\(16\\)"):
+        maxtext.overrides(ctx)
