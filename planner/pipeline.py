@@ -226,24 +226,52 @@ def _bounds(counts: list[int]) -> list[tuple[int, int]]:
 
 
 def _split(w: list[int], stages: int, last_extra: int, first: int | None, last: int | None) -> list[int]:
-    """Layer counts per stage: lexicographic (max stage cost, sum of squares, early-light)."""
+    """Layer counts per stage: lexicographic (max stage cost, sum of squares, early-light).
+
+    Two dynamic programs over (stage, layers placed so far): the first finds the smallest
+    achievable heaviest stage, the second the split with the least sum of squared stage costs
+    (ties: more load on later stages) among those that respect it. States that cannot be
+    completed (too many layers left for the remaining stages) are skipped."""
     n = len(w)
     pre = [0]
     for x in w:
         pre.append(pre[-1] + x)
-
-    def allowed(s: int, cnt: int) -> bool:
-        if s == 0 and first is not None and cnt != first:
-            return False
-        if s == stages - 1 and last is not None and cnt != last:
-            return False
-        return True
-
-    def cost(s: int, i: int, j: int) -> int:
-        return pre[j] - pre[i] + (last_extra if s == stages - 1 else 0)
+    extra = [0] * stages
+    extra[-1] += last_extra
+    fixed: list[int | None] = [None] * stages
+    if first is not None:
+        fixed[0] = first
+    if last is not None:
+        fixed[-1] = last  # (a single stage never reaches here: it holds every layer)
 
     # an upper bound from the even split keeps both passes short: no stage may cost more
-    ub = max(cost(st, a, b) for st, (a, b) in enumerate(_bounds(_even_counts(n, stages, first, last))))
+    even = _bounds(_even_counts(n, stages, first, last))
+    ub = max(pre[j] - pre[i] + extra[st] for st, (i, j) in enumerate(even))
+    # the most layers any stage can take under ub, for pruning unreachable states
+    kmax, lo = 0, 0
+    for hi in range(1, n + 1):
+        while pre[hi] - pre[lo] > ub:
+            lo += 1
+        kmax = max(kmax, hi - lo)
+
+    def spans(s: int, i: int, limit: int):
+        """(j, cost) for stage s starting at layer i, cost <= limit."""
+        e = extra[s]
+        if fixed[s] is not None:
+            j = i + fixed[s]
+            if j <= n and pre[j] - pre[i] + e <= limit:
+                yield j, pre[j] - pre[i] + e
+            return
+        base = pre[i] - e
+        for j in range(i, min(n, i + kmax) + 1):
+            c = pre[j] - base
+            if c > limit:
+                return
+            yield j, c
+
+    def feasible_from(s: int) -> int:
+        """Smallest layer index stage s may start at and still place every layer."""
+        return max(0, n - (stages - s) * max(kmax, 1))
 
     # phase 1: the smallest achievable maximum stage cost
     INF = float("inf")
@@ -251,39 +279,32 @@ def _split(w: list[int], stages: int, last_extra: int, first: int | None, last: 
     best[0] = 0
     for s in range(stages):
         new = [INF] * (n + 1)
-        for i in range(n + 1):
-            if best[i] == INF:
+        for i in range(feasible_from(s), n + 1):
+            bi = best[i]
+            if bi == INF:
                 continue
-            for j in range(i, n + 1):
-                c = cost(s, i, j)
-                if c > ub:
-                    break
-                if allowed(s, j - i):
-                    v = max(best[i], c)
-                    if v < new[j]:
-                        new[j] = v
+            for j, c in spans(s, i, ub):
+                v = bi if bi > c else c
+                if v < new[j]:
+                    new[j] = v
         best = new
     bound = best[n]
     if bound == INF:  # pragma: no cover - the even split is always feasible
         raise InputError("no pipeline split satisfies the given first/last stage layer counts")
 
     # phase 2: minimise (sum of squares, -sum(stage_index * cost)) with every stage <= bound
-    key = [None] * (n + 1)
+    key: list = [None] * (n + 1)
     key[0] = (0, 0)
     back: list[list[int]] = []
     for s in range(stages):
         new = [None] * (n + 1)
         arg = [-1] * (n + 1)
-        for i in range(n + 1):
-            if key[i] is None:
+        for i in range(feasible_from(s), n + 1):
+            ki = key[i]
+            if ki is None:
                 continue
-            for j in range(i, n + 1):
-                c = cost(s, i, j)
-                if c > bound:
-                    break
-                if not allowed(s, j - i):
-                    continue
-                k = (key[i][0] + c * c, key[i][1] - s * c)
+            for j, c in spans(s, i, bound):
+                k = (ki[0] + c * c, ki[1] - s * c)
                 if new[j] is None or k < new[j]:
                     new[j], arg[j] = k, i
         key = new
