@@ -154,9 +154,15 @@ def test_first_and_last_counts_are_honoured():
     w=st.lists(st.integers(1, 9), min_size=1, max_size=8),
     stages=st.integers(2, 4),
     extra=st.integers(0, 12),
+    pin=st.sampled_from([None, "first", "last", "both"]),
+    data=st.data(),
 )
-def test_split_minimises_the_heaviest_stage_like_brute_force(w, stages, extra):
+def test_split_minimises_the_heaviest_stage_like_brute_force(w, stages, extra, pin, data):
     n = len(w)
+    first = data.draw(st.integers(0, n)) if pin in ("first", "both") else None
+    last = data.draw(st.integers(0, n - (first or 0))) if pin in ("last", "both") else None
+    if stages == 2 and first is not None and last is not None and first + last != n:
+        last = n - first
 
     def stage_costs(counts):
         out, a = [], 0
@@ -169,11 +175,15 @@ def test_split_minimises_the_heaviest_stage_like_brute_force(w, stages, extra):
     best_max, best_sq = None, None
     for cuts in itertools.combinations_with_replacement(range(n + 1), stages - 1):
         counts = [b - a for a, b in zip((0,) + cuts, cuts + (n,))]
+        if (first is not None and counts[0] != first) or (last is not None and counts[-1] != last):
+            continue
         c = stage_costs(counts)
         key = (max(c), sum(x * x for x in c))
         if best_max is None or key < (best_max, best_sq):
             best_max, best_sq = key
-    got = _split(w, stages, extra, None, None)
+    got = _split(w, stages, extra, first, last)
     assert sum(got) == n
+    assert first is None or got[0] == first
+    assert last is None or got[-1] == last
     c = stage_costs(got)
     assert (max(c), sum(x * x for x in c)) == (best_max, best_sq)
