@@ -1,0 +1,76 @@
+"""calibrate: the shipped profiles come out of calibration.csv; a fit recovers a known profile."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from planner.calibrate import base_profile, calibrate_rows, fit_profile
+from planner.cli import main
+from planner.profiles import PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
+from planner.validate import read_rows, resolve_case, row_case, validate_rows
+
+# The shared reference folder sits next to the repository root: <repo>/../shared/reference.
+CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
+
+
+@pytest.mark.parametrize("stack", ["megatron-26.04", "megatron-26.08"])
+def test_shipped_profile_is_reproduced_from_calibration_csv(stack):
+    shipped = load_profile(stack)
+    fitted, info = calibrate_rows(read_rows(CSV), stack, source=str(CSV))
+    assert info["rows"] == sum(1 for r in read_rows(CSV) if r["stack"] == stack)
+    for key, p in shipped.params.items():
+        assert fitted.params[key].value == pytest.approx(p.value, rel=0.01, abs=1e-3), key
+    assert fitted.flops_formula == shipped.flops_formula and fitted.dispatcher == shipped.dispatcher
+
+
+def test_profiles_are_small_and_sourced():
+    for name in ("megatron-26.04", "megatron-26.08", "torchtitan", "maxtext"):
+        prof = load_profile(name)
+        assert len(prof.params) <= MAX_PARAMS
+        assert all(len(p.source) > 10 for p in prof.params.values())
+        assert set(PARAM_NAMES) <= set(prof.params)
+        assert parse_profile(dump_profile(prof), name) == prof
+
+
+def test_fit_recovers_a_known_profile():
+    # Synthetic measurements from a profile with known efficiencies; the fit starts from the priors
+    # and must explain them (the rows come from the 26.08 layouts in calibration.csv).
+    rows = [r for r in read_rows(CSV) if r["stack"] == "megatron-26.08"]
+    base = base_profile("megatron-26.08")
+    truth = base.with_values({"gemm.mxfp8": 0.85, "ep.overlap": 0.7, "mem.elementwise": 2.0,
+                              "gpu.speed@blackwell": 0.9})
+    cases = [resolve_case(row_case(r, "megatron-26.08", profile=base), base) for r in rows]
+    from dataclasses import replace
+
+    from planner.predict import predict
+
+    synth = [replace(c, measured_tflops=predict(c.model, c.cluster, c.config, c.training, profile=truth).tflops_per_gpu)
+             for c in cases]
+    start = [abs(predict(c.model, c.cluster, c.config, c.training, profile=base).tflops_per_gpu / c.measured_tflops - 1)
+             for c in synth]
+    fitted, _ = fit_profile(synth, base)
+    errs = [abs(predict(c.model, c.cluster, c.config, c.training, profile=fitted).tflops_per_gpu / c.measured_tflops - 1)
+            for c in synth]
+    assert sum(start) / len(start) > 0.05           # the priors are off ...
+    assert sum(errs) / len(errs) < 0.015             # ... and the fit explains the synthetic rows
+    assert fitted.param("gemm.mxfp8") < 0.97         # moved towards the truth (0.85) from the prior 1.0
+
+
+def test_cli_writes_a_profile_that_predict_can_use(tmp_path, capsys):
+    rows = [r for r in csv.DictReader(CSV.open()) if r["model"] == "qwen3-30b-a3b" and r["stack"] == "megatron-26.08"]
+    sub = tmp_path / "rows.csv"
+    with sub.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = tmp_path / "mine.yaml"
+    assert main(["calibrate", str(sub), "--stack", "megatron-26.08", "-o", str(out)]) == 0
+    prof = load_profile(str(out))
+    assert prof.fit_rows.startswith("rows.csv: 3 rows")
+    res = validate_rows(read_rows(sub), stack=str(out))
+    assert res["mape_pct"] < 5.0
+    capsys.readouterr()
+    assert main(["calibrate", str(sub), "--stack", "nope", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert "no rows of stack 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "x.yaml").exists()

@@ -1,0 +1,91 @@
+"""predict(): the Python API and the `topoplan predict` command."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import planner
+import topologies
+from planner.cli import main
+from planner.flops import flops_per_token
+
+
+def test_api_returns_consistent_figures():
+    model = planner.load_model("deepseek-v3")
+    cluster = topologies.load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+    training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8", stack="megatron-26.08")
+    # the 26.08 recipe dispatches with HybridEP (flex); ParallelConfig's default is the NCCL all-to-all
+    cfg = planner.ParallelConfig(pp=2, vpp=8, ep=32, dispatcher="flex-hybridep")
+    p = planner.predict(model, cluster, cfg, training)
+    nccl = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
+    assert nccl.breakdown["ep_a2a"] > p.breakdown["ep_a2a"]
+    assert p.world == 256 and p.fits and not p.violations
+    assert p.tokens_per_s == pytest.approx(4096 * 4096 / p.step_time_s)
+    assert p.tokens_per_s_per_gpu == pytest.approx(p.tokens_per_s / 256)
+    assert p.tflops_per_gpu == pytest.approx(p.tokens_per_s_per_gpu * flops_per_token(model, 4096) / 1e12)
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s)
+    d = p.to_dict()
+    for key in ("tflops_per_gpu", "tokens_per_s_per_gpu", "step_time_s", "memory_gib_per_gpu", "fits", "breakdown"):
+        assert key in d
+    json.dumps(d)
+    # the published run (Megatron-Bridge 26.08, 1,635-1,648 TFLOP/s per GPU) within 5%
+    assert 1635 * 0.95 <= p.tflops_per_gpu <= 1648 * 1.05
+
+
+def test_legacy_formula_for_the_26_04_stack():
+    model = planner.load_model("gpt-oss-120b")
+    cluster = topologies.load_cluster("gb200-nvl72", gpus=64)
+    cfg = planner.ParallelConfig(ep=64, mbs=4)
+    old = planner.predict(model, cluster, cfg, planner.Training(global_batch=1280, stack="megatron-26.04"))
+    assert old.tflops_per_gpu == pytest.approx(
+        old.tokens_per_s_per_gpu * flops_per_token(model, 4096, formula="legacy") / 1e12)
+
+
+def test_broken_rule_is_listed_not_raised():
+    model = planner.load_model("deepseek-v3")
+    cluster = topologies.load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+    p = planner.predict(model, cluster, planner.ParallelConfig(pp=2, ep=48),
+                        planner.Training(global_batch=4096, precision="mxfp8"))
+    assert not p.fits and any(v.rule == "experts_div_ep" for v in p.violations)
+
+
+def _run(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+BASE = ["predict", "--model", "deepseek-v3", "--cluster", "gb300-nvl72", "--gpus", "256", "--precision", "mxfp8",
+        "--gbs", "4096"]
+
+
+def test_cli_json(capsys):
+    code, out, _ = _run(BASE + ["--pp", "2", "--vpp", "8", "--ep", "32", "--json"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    assert d["fits"] is True and d["tflops_per_gpu"] > 1000
+    assert set(d["breakdown"]) >= {"compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm",
+                                   "optimizer", "imbalance", "other"}
+
+
+def test_cli_broken_rule_exits_2_with_one_line(capsys):
+    code, out, err = _run(BASE + ["--pp", "2", "--ep", "48"], capsys)
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "expert" in err.lower()
+
+
+def test_cli_does_not_fit_exits_0(capsys):
+    args = ["predict", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "16", "--precision", "bf16",
+            "--gbs", "64", "--ep", "16"]
+    code, out, _ = _run(args + ["--json"], capsys)
+    assert code == 0 and json.loads(out)["fits"] is False
+    code, out, _ = _run(args, capsys)
+    assert code == 0 and "does not fit" in out
+
+
+def test_cli_human_output(capsys):
+    code, out, _ = _run(BASE + ["--pp", "2", "--vpp", "8", "--ep", "32"], capsys)
+    assert code == 0
+    assert "model TFLOP/s per GPU" in out and "ep_a2a" in out and "memory per GPU" in out

@@ -1,0 +1,216 @@
+"""Step-time terms against hand calculations, and physical monotonicity properties (hypothesis)."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import planner
+from planner.config import ParallelConfig, Training
+from planner.costs import compute as C
+from planner.costs import data_parallel as DP
+from planner.costs import exposed
+from planner.costs import pipeline as PPL
+from planner.placement import group_shapes, make_placement
+from planner.predict import predict
+from planner.profiles import load_profile
+from planner.steptime import TERMS, step_time
+from topologies.collectives import fabric_for
+from topologies.loader import load_cluster
+
+DS = planner.load_model("deepseek-v3")
+LLAMA = planner.load_model("llama3-70b")
+QWEN = planner.load_model("qwen3-30b-a3b")
+PROF = load_profile("megatron-26.08")
+
+
+def test_gemm_time_hand_calculation():
+    g = C.Gemm("mlp", 4096, 4096, 4096, True)
+    t = C.gemm_time(g, peak_lp=1e15, peak_bf16=5e14, eff_lp=0.8, eff_bf16=0.7, dim_half=128, m_half=64)
+    assert t == pytest.approx(2 * 4096**3 / (1e15 * 0.8 * 4096 / (4096 + 128)))
+    bf = C.Gemm("logits", 4096, 4096, 4096, False)
+    assert C.gemm_time(bf, 1e15, 5e14, 0.8, 0.7, 128, 64) == pytest.approx(2 * 4096**3 / (5e14 * 0.7 * 4096 / 4224))
+    grouped = C.Gemm("expert", 1024, 4096, 4096, True, grouped_m=256)
+    assert C.gemm_time(grouped, 1e15, 5e14, 0.8, 0.7, 128, 64) == pytest.approx(
+        2 * 1024 * 4096 * 4096 / (1e15 * 0.8 * (1024 / 1152) * (256 / 320)))
+
+
+def test_causal_context():
+    assert C.causal_context(4096, None) == 2048
+    assert C.causal_context(4096, 128) == pytest.approx(128 - 128 * 127 / 8192)
+    assert C.causal_context(100, 200) == 50
+
+
+def test_bubble_and_exposed_formulas():
+    assert PPL.bubble_fraction(4, 2, 8) == pytest.approx(3 / 16)
+    assert PPL.bubble_time(8, 1, 2.0) == pytest.approx(14.0)
+    assert PPL.bubble_time(1, 1, 2.0) == 0.0
+    assert exposed(1.0, 0.8, 10.0) == pytest.approx(0.2)   # overlap-limited
+    assert exposed(1.0, 0.8, 0.5) == pytest.approx(0.5)    # window-limited
+    assert exposed(1.0, 0.0, 10.0) == pytest.approx(1.0)
+
+
+def _setup(model, cluster, cfg, training, world=None):
+    world = world or cluster.num_gpus
+    pl = make_placement(cluster, cfg, world)
+    return pl, group_shapes(cluster, cfg, pl)
+
+
+def test_breakdown_adds_up_and_bubble_is_hand_formula():
+    cl = load_cluster("gb200-nvl72", gpus=64)
+    tr = Training(seq_len=8192, global_batch=64, precision="fp8")
+    cfg = ParallelConfig(tp=2, pp=4, vpp=2)
+    pl, sh = _setup(LLAMA, cl, cfg, tr)
+    stt = step_time(LLAMA, cl, cfg, tr, 64, pl, PROF, sh)
+    assert list(stt.breakdown) == list(TERMS)
+    assert sum(stt.breakdown.values()) == pytest.approx(stt.step_time_s)
+    assert all(v >= 0 for v in stt.breakdown.values())
+    # interleaved 1F1B: (pp-1)/vpp micro-batch times of the slowest rank
+    assert stt.breakdown["pp_bubble"] == pytest.approx(3 / 2 * stt.details["t_microbatch_max"])
+    m = stt.microbatches
+    assert m == 64 / (1 * 8)
+    assert stt.breakdown["pp_bubble"] / (m * stt.details["t_microbatch_max"]) == pytest.approx(
+        PPL.bubble_fraction(4, 2, int(m)))
+
+
+def test_dp_reduce_scatter_and_all_gather_priced_by_the_fabric():
+    # Llama3-70B, PP1, 16 DP ranks on two HGX nodes: one micro-batch per rank, so the gradient
+    # reduce-scatter hides only behind that micro-batch's backward, the all-gather behind its forward.
+    from planner.flops import layer_costs
+
+    cl = load_cluster("dgx-h100", gpus=16)
+    tr = Training(seq_len=4096, global_batch=16, precision="bf16")
+    cfg = ParallelConfig()
+    pl, sh = _setup(LLAMA, cl, cfg, tr)
+    stt = step_time(LLAMA, cl, cfg, tr, 16, pl, PROF, sh)
+    params = sum(c.dense_params for c in layer_costs(LLAMA, 4096)) + 2 * LLAMA.hidden_size * LLAMA.padded_vocab(1)
+    fab = fabric_for(cl)
+    rs = fab.reduce_scatter(sh["dp"], params * DP.GRAD_BYTES)
+    ag = fab.all_gather(sh["dp"], params * DP.PARAM_BYTES)
+    assert stt.details["dp_raw_s"] == pytest.approx(rs + ag, rel=1e-9)
+    assert sh["dp"].domains == 2 and sh["dp"].tier >= 0
+    ov = PROF.param("dp.overlap", "hopper")
+    t_mb = stt.details["t_microbatch_max"]
+    hand = exposed(rs, ov, t_mb * 2 / 3) + exposed(ag, ov, t_mb / 3)
+    assert stt.breakdown["dp_comm"] == pytest.approx(hand, rel=0.1)
+
+
+def test_optimizer_and_attention_terms_are_positive_and_small():
+    cl = load_cluster("dgx-b200", gpus=8)
+    tr = Training(seq_len=4096, global_batch=64, precision="mxfp8")
+    p = predict(QWEN, cl, ParallelConfig(ep=8, mbs=4), tr)
+    assert 0 < p.breakdown["optimizer"] < 0.05 * p.step_time_s
+    assert p.breakdown["tp_comm"] == 0 and p.breakdown["cp_comm"] == 0 and p.breakdown["pp_bubble"] == 0
+    assert p.breakdown["ep_a2a"] > 0
+
+
+class _Scaled:
+    """A fabric whose every collective is ``k`` times faster (more bandwidth, lower latency)."""
+
+    def __init__(self, fab, k):
+        self.fab, self.k = fab, k
+
+    def __getattr__(self, name):
+        f = getattr(self.fab, name)
+        return lambda *a, **kw: f(*a, **kw) / self.k
+
+
+CONFIGS = st.sampled_from([
+    (DS, "gb300-nvl72", 256, dict(pp=2, vpp=8, ep=32), 4096, "mxfp8"),
+    (DS, "dgx-h100", 256, dict(tp=2, pp=8, ep=32, etp=1), 4096, "bf16"),
+    (QWEN, "dgx-h100", 16, dict(ep=16), 1024, "fp8"),
+    (LLAMA, "gb200-nvl72", 64, dict(tp=4, pp=2, cp=2), 256, "fp8"),
+    (LLAMA, "dgx-b200", 32, dict(fsdp=True, mbs=2), 256, "bf16"),
+])
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=CONFIGS, k=st.floats(1.0, 8.0))
+def test_more_bandwidth_is_never_slower(case, k):
+    import planner.steptime as S
+
+    model, preset, gpus, kw, gbs, prec = case
+    cl = load_cluster(preset, gpus=gpus)
+    tr = Training(seq_len=4096, global_batch=gbs, precision=prec)
+    cfg = ParallelConfig(**kw)
+    pl, sh = _setup(model, cl, cfg, tr)
+    base = step_time(model, cl, cfg, tr, gpus, pl, PROF, sh).step_time_s
+    orig = S.fabric_for
+    try:
+        S.fabric_for = lambda c: _Scaled(orig(c), k)
+        fast = step_time(model, cl, cfg, tr, gpus, pl, PROF, sh).step_time_s
+    finally:
+        S.fabric_for = orig
+    assert fast <= base * (1 + 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(ep=st.sampled_from([8, 16, 32]), mbs=st.sampled_from([1, 2]), prec=st.sampled_from(["bf16", "mxfp8"]))
+def test_ep_spanning_two_domains_is_never_faster(ep, mbs, prec):
+    # the same layout (PP2, EP=ep, world 2*ep) inside one NVL72 rack (64 GPUs per rack) and with
+    # every EP group split over two racks (ep/2 GPUs per rack): only the placement differs.
+    cl = load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+    tr = Training(seq_len=4096, global_batch=256, precision=prec)
+    world = 2 * ep
+    cfg = ParallelConfig(pp=2, vpp=4, ep=ep, mbs=mbs, dp=ep)
+    within = make_placement(cl, cfg, world, gpus_per_domain=64)
+    split = make_placement(cl, cfg, world, gpus_per_domain=ep // 2)
+    assert group_shapes(cl, cfg, split)["ep"].domains == 2
+    assert group_shapes(cl, cfg, within)["ep"].domains == 1
+    a = predict(DS, cl, cfg, tr, placement=within)
+    b = predict(DS, cl, cfg, tr, placement=split)
+    assert b.breakdown["ep_a2a"] > a.breakdown["ep_a2a"]
+    assert b.step_time_s >= a.step_time_s * (1 - 1e-12)
+
+
+EFF_PARAMS = ["gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "attn.eff", "tp.overlap", "ep.overlap",
+              "dp.overlap", "pp.overlap", "cp.overlap", "mem.hbm_eff", "gpu.speed@blackwell-ultra",
+              "gpu.speed@hopper"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=CONFIGS, name=st.sampled_from(EFF_PARAMS), up=st.floats(1.0, 1.5))
+def test_higher_efficiency_is_never_slower(case, name, up):
+    model, preset, gpus, kw, gbs, prec = case
+    cl = load_cluster(preset, gpus=gpus)
+    tr = Training(seq_len=4096, global_batch=gbs, precision=prec)
+    cfg = ParallelConfig(**kw)
+    pl, sh = _setup(model, cl, cfg, tr)
+    p0 = PROF.params[name]
+    better = PROF.with_values({name: min(p0.max, p0.value * up)})
+    t0 = step_time(model, cl, cfg, tr, gpus, pl, PROF, sh).step_time_s
+    t1 = step_time(model, cl, cfg, tr, gpus, pl, better, sh).step_time_s
+    assert t1 <= t0 * (1 + 1e-12)
+
+
+def test_expert_balance_scales_expert_work_and_cross_domain_traffic():
+    from types import SimpleNamespace
+
+    cl = load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+    tr = Training(seq_len=4096, global_batch=4096, precision="mxfp8")
+    cfg = ParallelConfig(pp=2, vpp=8, ep=32)
+    even = predict(DS, cl, cfg, tr)
+    skew = predict(DS, cl, cfg, tr, expert_balance=SimpleNamespace(balance=1.5, cross_domain_fraction=0.0,
+                                                                   remote_domains_per_token=0.0))
+    assert skew.breakdown["imbalance"] > even.breakdown["imbalance"]
+    assert skew.step_time_s > even.step_time_s
+    # EP64 split over two racks: more cross-domain traffic than uniform costs more
+    cfg64 = ParallelConfig(pp=2, vpp=8, ep=64, dp=64)
+    split = make_placement(cl, cfg64, 128, gpus_per_domain=32)
+    assert group_shapes(cl, cfg64, split)["ep"].domains == 2
+    lo = predict(DS, cl, cfg64, tr, placement=split,
+                 expert_balance=SimpleNamespace(balance=1.0, cross_domain_fraction=0.1, remote_domains_per_token=0.2))
+    hi = predict(DS, cl, cfg64, tr, placement=split,
+                 expert_balance=SimpleNamespace(balance=1.0, cross_domain_fraction=0.5, remote_domains_per_token=1.0))
+    assert hi.breakdown["ep_a2a"] > lo.breakdown["ep_a2a"]
+
+
+def test_recompute_costs_time():
+    cl = load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+    tr = Training(seq_len=4096, global_batch=4096, precision="mxfp8")
+    base = predict(DS, cl, ParallelConfig(pp=2, vpp=8, ep=32), tr)
+    sel = predict(DS, cl, ParallelConfig(pp=2, vpp=8, ep=32, recompute="mla_up_proj+moe_act"), tr)
+    full = predict(DS, cl, ParallelConfig(pp=2, vpp=8, ep=32, recompute="full"), tr)
+    assert base.step_time_s < sel.step_time_s < full.step_time_s
+    # full recompute repeats the forward: about a third more compute
+    assert 1.2 < full.breakdown["compute"] / base.breakdown["compute"] < 1.4
