@@ -85,3 +85,27 @@ def test_default_gpus_per_domain_keeps_ep_groups_whole():
     assert default_gpus_per_domain([8] * 8, ParallelConfig(ep=8), 64) is None
     # not enough room at 64 per rack for 256 ranks on 3 racks+: falls back to every GPU
     assert default_gpus_per_domain([72, 72, 72, 40], ParallelConfig(ep=32), 256) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 4, 8, 16, 32]),
+       gpd=st.sampled_from([None, 32, 48, 64]))
+def test_group_shapes_match_brute_force(tp, pp, ep, gpd):
+    # the worst group per axis equals the worst of shape_of over every group from rank_groups
+    from topologies.collectives import shape_of
+    from topologies.loader import load_cluster
+
+    from planner.placement import AXES, group_shapes
+
+    cl = load_cluster("gb300-nvl72", gpus=288)
+    world = 128
+    cfg = ParallelConfig(tp=tp, pp=pp, ep=ep, etp=1)
+    if world % (tp * pp) or world % (ep * pp):
+        return
+    pl = make_placement(cl, cfg, world, gpus_per_domain=gpd)
+    got = group_shapes(cl, cfg, pl)
+    for axis in AXES:
+        shapes = [shape_of(cl, [pl.rank_to_gpu[r] for r in g]) for g in rank_groups(cfg, world, axis)]
+        worst = max(shapes, key=lambda s: (s.tier, s.domains, -s.per_domain))
+        assert (got[axis].tier, got[axis].domains, got[axis].per_domain, got[axis].size) == \
+            (worst.tier, worst.domains, worst.per_domain, worst.size), axis
