@@ -54,6 +54,8 @@ PRIORS: dict[str, tuple] = {
                               "1 = tokens dispatched in FP8 for FP8/MXFP8/NVFP4 runs (DeepEP/HybridEP FP8 dispatch, BF16 combine; hardware.md s2.3)"),
     "gpu.speed": (1.0, 0.5, 1.5, False, 1.3,
                   "1 = the GPU sustains its MAMF clocks; see the @arch variants"),
+    "net.bw": (1.0, 0.3, 1.5, False, 1.5,
+               "1 = the fabric model's scale-out bandwidth (0.74 of line rate, hardware.md s2.2); see the @arch variants"),
     "other.layer_us": (25.0, 0.0, 500.0, False, 2.0,
                        "host and launch overhead not hidden per layer and micro-batch: PyTorch adds 20-30 us per call unless overlapped (hardware.md s2.4)"),
 }
@@ -65,6 +67,12 @@ VARIANTS: dict[str, tuple] = {
                             "Blackwell (B200 1000 W, GB200 1200 W) sustained speed relative to MAMF; prior 1"),
     "gpu.speed@blackwell-ultra": (1.0, 0.5, 1.5, True, 1.3,
                                   "Blackwell Ultra (B300, GB300 1400 W) sustained speed relative to MAMF; prior 1"),
+    "net.bw@hopper": (1.0, 0.3, 1.5, True, 1.5,
+                      "achieved/modelled scale-out bandwidth, 400G CX7 (0.74 of line rate measured on 4x8 B200, hardware.md s2.2); prior 1"),
+    "net.bw@blackwell": (1.0, 0.3, 1.5, True, 1.5,
+                         "achieved/modelled scale-out bandwidth, 400G CX7 on B200/GB200 (hardware.md s2.2 measured 0.74 of line rate); prior 1"),
+    "net.bw@blackwell-ultra": (1.0, 0.3, 1.5, True, 1.5,
+                               "achieved/modelled scale-out bandwidth, 800G CX8 on B300/GB300: not measured (hardware.md s6.2 assumes 0.74 of line rate); prior 1"),
     "gemm.nvfp4@blackwell-ultra": (1.0, 0.4, 1.3, True, 1.3,
                                    "multiplier on the NVFP4 MAMF fraction on Blackwell Ultra, whose 15 PFLOP/s dense FP4 peak (hardware.md s1) has no MAMF measurement; prior 1 = the B200 fraction"),
     "attn.eff@blackwell-ultra": (0.6, 0.2, 0.95, True, 1.5,
@@ -143,11 +151,15 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
 def base_profile(stack: str) -> Profile:
     """A fresh profile for ``stack`` at its priors, keeping a shipped profile's conventions (FLOP
     formula, dispatcher, trainer, description) when one of that name exists."""
-    from planner.profiles import available, load_profile
+    import yaml
 
-    if stack in available():
-        shipped = load_profile(stack)
-        return prior_profile(stack, shipped.description, shipped.flops_formula, shipped.dispatcher, shipped.trainer)
+    from planner.profiles import PROFILE_DIR
+
+    path = PROFILE_DIR / f"{stack}.yaml"
+    if path.exists():  # only the conventions are read: the parameters are refitted from their priors
+        doc = yaml.safe_load(path.read_text()) or {}
+        return prior_profile(stack, doc.get("description", ""), doc.get("flops_formula", "current"),
+                             doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"))
     return prior_profile(stack)
 
 

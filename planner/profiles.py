@@ -28,6 +28,9 @@ Parameter vocabulary (see docs/steptime.md for the equations):
 - ``other.layer_us``: host and launch overhead per layer per micro-batch (microseconds).
 - ``gpu.speed``: multiplier on all tensor-core work of a GPU generation (sustained clocks under the
   package power limit differ from the MAMF benchmark); used with an ``@arch`` qualifier.
+- ``net.bw``: achieved scale-out bandwidth relative to the fabric model (0.74 of NIC line rate), for
+  collectives that leave an NVLink domain; used with an ``@arch`` qualifier (the NIC generation
+  comes with the GPU generation: CX7 400G on Hopper/B200/GB200, CX8 800G on B300/GB300).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ PARAM_NAMES = (
     "gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.dim_half", "gemm.grouped_m_half",
     "attn.eff", "mem.elementwise", "mem.quant", "mem.hbm_eff",
     "tp.overlap", "ep.overlap", "cp.overlap", "dp.overlap", "pp.overlap",
-    "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed",
+    "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed", "net.bw",
 )
 ARCHS = ("hopper", "blackwell", "blackwell-ultra")
 PRECISION_KEYS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")

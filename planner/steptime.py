@@ -40,6 +40,35 @@ def fabric_for(cluster):
     return ff(cluster)
 
 
+class NetScaled:
+    """The fabric with every collective that leaves an NVLink domain ``scale`` times faster (the
+    profile's ``net.bw``: achieved scale-out bandwidth of this stack and NIC generation relative to the
+    fabric model's 0.74 of line rate)."""
+
+    def __init__(self, fabric, scale: float):
+        self.fabric, self.scale = fabric, scale
+
+    def _by_shape(self, name, shape, *args, **kwargs):
+        t = getattr(self.fabric, name)(shape, *args, **kwargs)
+        return t / self.scale if shape.tier >= 0 else t
+
+    def all_reduce(self, shape, nbytes):
+        return self._by_shape("all_reduce", shape, nbytes)
+
+    def all_gather(self, shape, nbytes):
+        return self._by_shape("all_gather", shape, nbytes)
+
+    def reduce_scatter(self, shape, nbytes):
+        return self._by_shape("reduce_scatter", shape, nbytes)
+
+    def all_to_all(self, shape, nbytes, impl="nccl"):
+        return self._by_shape("all_to_all", shape, nbytes, impl=impl)
+
+    def p2p(self, nbytes, tier):
+        t = self.fabric.p2p(nbytes, tier)
+        return t / self.scale if tier >= 0 else t
+
+
 @dataclass
 class StepTime:
     step_time_s: float
@@ -157,6 +186,9 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     par = lambda n: profile.param(n, arch)  # noqa: E731
     eff = efficiencies(gpu, prec, profile)
     fabric = fabric_for(cluster)
+    net = par("net.bw")
+    if net != 1.0:
+        fabric = NetScaled(fabric, net)
     dp = world // (tp * cp * pp)
     edp = world // (etp * ep * pp)
     m = training.global_batch / (mbs * dp)
