@@ -50,7 +50,7 @@ class Prediction:
             "tflops_per_gpu": self.tflops_per_gpu,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "tokens_per_s": self.tokens_per_s,
-            "step_time_s": self.step_time_s,
+            "step_time_s": self.step_time_s if self.step_time_s != float("inf") else None,
             "memory_gib_per_gpu": self.memory_gib_per_gpu,
             "hbm_gib": self.hbm_gib,
             "fits": self.fits,
