@@ -325,3 +325,23 @@ def test_maxtext_rule_matches_the_emitter():
     assert not violations(ctx.model, ctx.config, ctx.training, ctx.world, "megatron")
     with pytest.raises(InputError, match="EP \\(32\\) must divide data parallelism \\(16\\)"):
         maxtext.overrides(ctx)
+
+
+def test_torchtitan_toml_matches_the_command_line(dsv3_doc):
+    import tomllib
+
+    from planner.emit.torchtitan import parse_command
+
+    files = render_files(load_context(dsv3_doc), ["torchtitan"])
+    job = tomllib.loads(files["torchtitan/job.toml"])
+    args = parse_command(files["torchtitan/command.txt"])
+    flags = {args[i][2:]: args[i + 1] for i in range(len(args) - 1)
+             if args[i].startswith("--") and not args[i + 1].startswith("--")}
+    for key, value in job["parallelism"].items():
+        if f"parallelism.{key}" in flags:
+            assert str(value) == flags[f"parallelism.{key}"], key
+    assert job["parallelism"]["expert_parallel_degree"] == 32 and job["parallelism"]["pipeline_parallel_degree"] == 2
+    assert job["parallelism"]["data_parallel_shard_degree"] == 128  # 256 / (TP1 * CP1 * PP2)
+    assert job["training"]["global_batch_size"] == int(flags["training.global_batch_size"]) == 4096
+    assert job["model"] == {"name": "deepseek_v3", "flavor": "671B"}
+    assert job["activation_checkpoint"]["mode"] == "selective" and args[-1] == "activation-checkpoint:selective"
