@@ -174,7 +174,7 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
 
 
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
-              shapes: dict, expert_balance=None, layout=None, param_split=None) -> StepTime:
+              shapes: dict, expert_balance=None, layout=None) -> StepTime:
     """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
     from planner.pipeline import pipeline_layout
 
@@ -273,8 +273,6 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
 
     # --- data parallel and optimizer -------------------------------------------------------------
     dense_p, expert_p = crit["dense_params"], crit["expert_params"]
-    if not model.is_moe or ep * etp == 0:
-        expert_p = expert_p
     dp_shape = shapes.get("dp")
     edp_shape = shapes.get("edp")
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=DP.GRAD_BYTES)
