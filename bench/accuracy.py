@@ -53,6 +53,15 @@ def main(argv: list[str]) -> int:
               f"{h['predicted_tflops_per_gpu']:.0f} vs measured {h['measured_tflops_per_gpu']:.0f} "
               f"({h['error_pct']:+.1f}%)")
     print(f"prediction time: {1000 * dt / len(rows):.1f} ms per row (cold caches, recompute search included)")
+    from planner.predict import predict
+    from planner.validate import resolve_case, row_case
+
+    cases = [resolve_case(row_case(r, source=str(csv_path))) for r in rows]
+    t0 = time.perf_counter()
+    for c in cases:
+        predict(c.model, c.cluster, c.config, c.training)
+    warm = (time.perf_counter() - t0) / len(cases)
+    print(f"predict(): {1000 * warm:.2f} ms per call with warm per-(model, cluster, layout) caches")
     if "--no-lomo" in argv:
         return 0
     print()
