@@ -40,6 +40,15 @@ def fabric_for(cluster):
     return ff(cluster)
 
 
+def profile_fabric(cluster, profile):
+    """The cluster's fabric as a profile sees it: collectives that leave an NVLink domain scaled by the
+    profile's ``net.bw`` for this GPU generation. Every caller that prices communication for a profile
+    (``step_time``, the solver's tables) should use this, not ``fabric_for`` directly."""
+    fabric = fabric_for(cluster)
+    net = profile.param("net.bw", cluster.gpu_spec.arch)
+    return fabric if net == 1.0 else NetScaled(fabric, net)
+
+
 class NetScaled:
     """The fabric with every collective that leaves an NVLink domain ``scale`` times faster (the
     profile's ``net.bw``: achieved scale-out bandwidth of this stack and NIC generation relative to the
@@ -185,10 +194,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     arch = gpu.arch
     par = lambda n: profile.param(n, arch)  # noqa: E731
     eff = efficiencies(gpu, prec, profile)
-    fabric = fabric_for(cluster)
-    net = par("net.bw")
-    if net != 1.0:
-        fabric = NetScaled(fabric, net)
+    fabric = profile_fabric(cluster, profile)
     dp = world // (tp * cp * pp)
     edp = world // (etp * ep * pp)
     m = training.global_batch / (mbs * dp)
