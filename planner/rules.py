@@ -119,6 +119,13 @@ def _tt_ep_divides(m, c, t, world):
                     f"= {prod}")
 
 
+def _moe_bias_etp1(m, c, t, world):
+    # megatron-core TransformerConfig: "Bias in Moe is only supported when ETP==1" (GPT-OSS expert biases)
+    if m.num_experts and getattr(m, "mlp_bias", False) and c.etp_eff != 1:
+        return (f"Bias in Moe is only supported when ETP==1: expert_tensor_parallel_size is {c.etp_eff} "
+                "(set etp=1 for a model with expert biases)")
+
+
 def _maxtext_ep_in_dp(m, c, t, world):
     # MaxText's mesh axes are orthogonal: 'expert' sits beside data/fsdp (it cannot borrow TP ranks as
     # Megatron's folded expert grid does), so EP must divide the data-parallel degree.
@@ -142,6 +149,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gbs_div_mbs_dp", ("megatron", "torchtitan", "maxtext"), _gbs_div),
     Rule("torchtitan_no_etp", ("torchtitan",), _tt_no_etp),
     Rule("torchtitan_ep_divides", ("torchtitan",), _tt_ep_divides),
+    Rule("moe_bias_needs_etp1", ("megatron",), _moe_bias_etp1),
     Rule("maxtext_ep_divides_dp", ("maxtext",), _maxtext_ep_in_dp),
 )
 
