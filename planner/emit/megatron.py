@@ -88,6 +88,12 @@ def model_args(ctx: EmitContext) -> list[str]:
     ]
     if m.gated_mlp and m.activation == "silu":
         a.append("--swiglu")
+    elif m.gated_mlp and m.activation == "quick_gelu":  # GPT-OSS: clamped, offset gated quick-GELU
+        a.extend(["--quick-geglu", "--glu-linear-offset", "1.0"])
+        if hf.get("swiglu_limit"):
+            a.extend(["--activation-func-clamp-value", _num(hf["swiglu_limit"])])
+    if m.attention_sinks:
+        a.extend(["--softmax-type", "learnable"])
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if not m.attention_bias and not m.mlp_bias:
