@@ -305,5 +305,6 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     total = sum(bd.values())
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
-                   dp_raw_s=rs_d + rs_e + ag_d + ag_e, rank_t_mb=[r["t_mb"] for r in ranks])
+                   dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,
+                   t_fwd_mb=crit["fwd"], t_bwd_mb=crit["bwd"], rank_t_mb=[r["t_mb"] for r in ranks])
     return StepTime(step_time_s=total, breakdown=bd, microbatches=m, details=details)
