@@ -2,7 +2,8 @@
 
 Columns: ``id, stack, model, gpu, num_gpus, precision, seq_len, gbs, mbs, tp, pp, vpp, cp, ep, etp,
 fsdp, recompute, tokens_per_s_per_gpu, model_tflops_per_gpu`` (``source`` and other columns are
-ignored). An empty ``etp`` is the trainer default (ETP = TP); ``fsdp`` is empty/0 or the FSDP degree;
+ignored). An empty ``etp`` is the trainer default (ETP = TP); ``fsdp`` is empty/0 (distributed
+optimizer) or 1 / the FSDP sharding degree (Megatron-Bridge's tables use both);
 an empty ``recompute`` means the cheapest recompute that fits in memory (none, then the selective
 sets, then full); text after the recompute value in brackets or after a space is a comment.
 
@@ -74,11 +75,10 @@ def _float(row, key):
 
 
 def _recompute(text: str) -> str:
-    t = (text or "").strip()
-    for sep in ("(", " "):
-        if sep in t:
-            t = t.split(sep, 1)[0].strip()
-    return t
+    """The recompute column without comments in brackets: ``none (recompute_modules=[])`` -> ``none``,
+    ``mla_up_proj moe_act`` stays a module list (separators: space, comma, +)."""
+    t = (text or "").split("(", 1)[0].split("[", 1)[0]
+    return t.strip().strip('"').strip()
 
 
 _CLUSTER_CACHE: dict = {}
@@ -86,7 +86,9 @@ _CLUSTER_CACHE: dict = {}
 
 def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "CSV"):
     """The preset cluster for a row's GPU, sized by ``num_gpus``, racks used so inner groups stay whole."""
-    preset = GPU_PRESETS.get(gpu.strip().upper())
+    key = "".join(ch for ch in gpu.upper() if ch.isalnum())
+    preset = next((GPU_PRESETS[k] for k in ("GB300", "GB200", "B300", "B200", "H200", "H100") if key.startswith(k)),
+                  None)
     if preset is None:
         raise InputError(f"{source}: gpu {gpu!r} has no preset; use one of {', '.join(GPU_PRESETS)}")
     return preset_cluster(preset, num_gpus, config)
@@ -122,7 +124,7 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
         config = ParallelConfig(
             tp=_int(row, "tp", 1, source), pp=_int(row, "pp", 1, source), vpp=_int(row, "vpp", 1, source),
             cp=_int(row, "cp", 1, source), ep=_int(row, "ep", 1, source), etp=int(etp) if etp else None,
-            mbs=_int(row, "mbs", 1, source), fsdp=fsdp_deg > 1, recompute=rc or "none")
+            mbs=_int(row, "mbs", 1, source), fsdp=fsdp_deg >= 1, recompute=rc or "none")
         st = (stack or row.get("stack") or "megatron-26.08").strip()
         from planner.profiles import load_profile
 
