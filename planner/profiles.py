@@ -130,6 +130,31 @@ def available() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
+def _version(name: str) -> tuple[int, int] | None:
+    import re
+
+    m = re.fullmatch(r"megatron-(\d{2})\.(\d{2})(?:\.\d+)?", name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def resolve_name(name: str) -> str:
+    """A shipped profile name for ``name``: itself when shipped; for another Megatron container
+    release ``megatron-YY.MM`` the first shipped Megatron profile at or after it (26.06 -> 26.08,
+    25.11 -> 26.04: the same FLOP convention), else the newest; ``megatron`` -> the default."""
+    name = name.lower()
+    shipped = available()
+    if name in shipped:
+        return name
+    if name == "megatron":
+        return DEFAULT_STACK
+    want = _version(name)
+    if want is None:
+        return name
+    versions = sorted((v, n) for n in shipped if (v := _version(n)) is not None)
+    later = [n for v, n in versions if v >= want]
+    return later[0] if later else (versions[-1][1] if versions else name)
+
+
 def parse_profile(text: str, source: str) -> Profile:
     try:
         doc = yaml.safe_load(text)
@@ -155,7 +180,7 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
     name = str(name_or_path or DEFAULT_STACK)
     path = Path(name)
     if not (path.suffix in (".yaml", ".yml") and path.exists()):
-        path = PROFILE_DIR / f"{name.lower()}.yaml"
+        path = PROFILE_DIR / f"{resolve_name(name)}.yaml"
     if not path.exists():
         raise InputError(f"unknown stack profile {name!r}; use one of {', '.join(available())} or a profile .yaml path")
     return _load_cached(str(path), path.stat().st_mtime)

@@ -73,3 +73,15 @@ def test_unknown_gpu_names_the_column(tmp_path, capsys):
     f.write_text(lines[0] + "\n" + row + "\n")
     assert main(["validate", str(f)]) == 2
     assert "gpu 'TPUv5'" in capsys.readouterr().err
+
+
+def test_megatron_release_names_resolve_to_the_shipped_profiles():
+    from planner.errors import InputError
+    from planner.profiles import load_profile, resolve_name
+
+    assert resolve_name("megatron-26.06") == "megatron-26.08"      # the 26.06 rows are in the 26.08 fit
+    assert resolve_name("megatron-26.04.01") == "megatron-26.04"
+    assert resolve_name("megatron-25.11") == "megatron-26.04"      # legacy FLOP formula, like 26.04
+    assert load_profile("megatron").name == "megatron-26.08"
+    with pytest.raises(InputError, match="unknown stack profile 'nemo-1'"):
+        load_profile("nemo-1")
