@@ -91,6 +91,10 @@ EXAMPLES = {
     "qwen3-30b-a3b@64xB200-fsdp": Example(
         "qwen3-30b-a3b", ("hgx", "b200", 8), ParallelConfig(tp=1, pp=1, ep=8, mbs=2, fsdp=True, recompute="moe_act"),
         Training(seq_len=4096, global_batch=512, precision="nvfp4"), 64, None, True),
+    # expert biases: megatron-core allows them only with ETP = 1 (rule moe_bias_needs_etp1)
+    "gpt-oss-120b@64xH100": Example(
+        "gpt-oss-120b", ("hgx", "h100", 8), ParallelConfig(tp=2, pp=2, ep=8, etp=1, mbs=1),
+        Training(seq_len=4096, global_batch=256, precision="fp8"), 64, None, True),
 }
 TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith("fsdp")]
 
@@ -98,6 +102,7 @@ TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith("fsdp")]
 MEGATRON_NEGATIVE = {
     "neg:experts%EP": ("--expert-model-parallel-size", "48", "Number of experts"),
     "neg:world%TP*PP*CP": ("--context-parallel-size", "3", "not divisible"),
+    "neg:moe-bias-etp2": ("--expert-tensor-parallel-size", "2", "Bias in Moe is only supported when ETP==1"),
 }
 
 
@@ -114,7 +119,7 @@ def _say(request, line: str) -> None:
 
 # --- random feasible plans -------------------------------------------------------------------
 
-MODELS = ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3-70b", "llama3-8b", "mixtral-8x7b"]
+MODELS = ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3-70b", "llama3-8b", "mixtral-8x7b", "gpt-oss-20b"]
 TITAN_MODELS = ["deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama3-70b", "llama3-8b"]
 
 
@@ -248,8 +253,9 @@ def megatron_results(emitted, mcore_dir, tmp_path_factory):
             ctx = load_context(doc)
             jobs.append({"id": name, "args": bash_words(out / "megatron" / "args.txt"), "env": _megatron_env(out),
                          "sm": ctx.sm})
-    base = next(j for j in jobs if j["id"] == "deepseek-v3@256xH100-recipe")
     for name, (flag, value, _) in MEGATRON_NEGATIVE.items():
+        base = next(j for j in jobs if j["id"] == ("gpt-oss-120b@64xH100" if "bias" in name else
+                                                   "deepseek-v3@256xH100-recipe"))
         args = list(base["args"])
         args[args.index(flag) + 1] = value
         jobs.append({**base, "id": name, "args": args})
