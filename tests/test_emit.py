@@ -345,3 +345,11 @@ def test_torchtitan_toml_matches_the_command_line(dsv3_doc):
     assert job["training"]["global_batch_size"] == int(flags["training.global_batch_size"]) == 4096
     assert job["model"] == {"name": "deepseek_v3", "flavor": "671B"}
     assert job["activation_checkpoint"]["mode"] == "selective" and args[-1] == "activation-checkpoint:selective"
+
+
+def test_plan_entry_batch_overrides_the_training_batch(dsv3_doc):
+    # with --gbs-range the solver picks the batch per plan: config.gbs wins over training.global_batch
+    doc = json.loads(json.dumps(dsv3_doc))
+    doc["plans"][0]["config"]["gbs"] = 2048
+    a = megatron.megatron_args(load_context(doc))
+    assert a[a.index("--global-batch-size") + 1] == "2048"

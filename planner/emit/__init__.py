@@ -105,6 +105,11 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
         training = Training.model_validate(_field(plan_doc, "training"))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config / training")) from None
+    gbs = cfg_raw.get("gbs")
+    if gbs is not None and gbs != training.global_batch:  # the solver chose the batch (--gbs-range)
+        if not isinstance(gbs, int) or gbs < 1:
+            raise InputError(f"plan.json plans[{index}].config.gbs: must be a positive integer, got {gbs!r}")
+        training = training.model_copy(update={"global_batch": gbs})
     placement = _field(entry, "placement")
     rank_to_gpu = list(_field(placement, "rank_to_gpu"))
     world = len(rank_to_gpu)
