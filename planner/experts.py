@@ -399,7 +399,7 @@ def _place_one(args):
 
     sel = routing if routing is not None else sample_routing(load, n_group, topk_group, top_k, tokens, seed + i)
     res = solve_layer(load, group_of, rank_domain, K, dispatch=dispatch, prev=prev, max_moves=max_moves,
-                      time_limit=time_limit, seed=seed)
+                      time_limit=time_limit, seed=seed, tokens=sel)
     met = layer_metrics(res.physical_to_logical, rank_domain, K, load, sel, dispatch, res.stats["home"])
     met.update(moves=res.moves, solve_s=res.solve_s, solver_status=res.cpsat_status,
                greedy_balance=res.greedy_balance, lower_bound=res.lower_bound)

@@ -1,33 +1,39 @@
-"""Expert replication and placement for one MoE layer: greedy warm start, CP-SAT packing.
+"""Expert replication and placement for one MoE layer: greedy warm starts, CP-SAT packing.
 
 Plain arrays in, plain result out (no files, no CLI). The load and locality model (which replica
 serves a token, how a placement's balance and domain fan-out are measured) is
-:mod:`planner.experts`.
+:mod:`planner.experts`; the default dispatch is "home": a token uses a replica in its own NVLink
+domain when there is one, else the replicas in the expert's home (fallback) domain.
 
 The program, per layer:
 
-1. **Replica counts** by water-filling (each extra slot to the expert with the largest load per
-   replica, at most one replica per GPU). Experts whose count reaches ``full_fraction`` x domains
-   are made *full*: at least one replica in every NVLink domain, spread in proportion to the
-   domain's GPUs, so every token finds them in its own domain (balanced and local at once).
-2. **Homes**: the remaining (*partial*) experts keep their routing group together: groups, heaviest
-   first, go to the domain with the lowest load per GPU that has slots for the whole group; a group
-   is split only when no domain has room. A token that picks ``topk_group`` groups then touches at
-   most ``topk_group`` domains plus its own.
-3. **Domain balance**: swaps of one replica between the most loaded domain and another domain,
-   chosen to lower the largest domain load, with a locality penalty for every expert a swap pulls
-   away from its group's home.
-4. **Slots**: inside each domain, replicas (each carrying its share of the load under the dispatch
-   model) go heaviest first to the lightest GPU with a free slot that lacks that expert.
-5. **CP-SAT** re-packs each domain (exactly ``slots_per_gpu`` replicas per GPU, at most one replica
-   of an expert per GPU, the replica counts per domain fixed, so locality is unchanged) to minimise
-   the busiest GPU's load, hinted with step 4 and kept only when it is better; it also proves a
-   lower bound.
+1. **Warm starts** (several, the best wins on balance + ``remote_weight`` x remote domains per
+   token measured on the sampled tokens):
 
-With a previous placement and a move budget, the program starts from the previous placement, maps
-the new target's GPUs onto the old ones inside each domain to keep what can stay (an assignment
-problem), and if the remaining changes exceed the budget applies the single-slot rewrites toward the
-target that lower the busiest GPU most, one at a time, never more than the budget.
+   * *slot filling* (:func:`domain_counts`): routing groups are kept whole in home domains
+     (:func:`assign_homes`); experts that water-filling gives a replica per domain are spread over
+     every domain; then every free slot goes to the replica that most lowers a lower bound on the
+     busiest GPU, ties to locality. A replica in a new domain keeps that domain's tokens local and
+     moves their load off the home domain.
+   * *level water-filling* (:func:`waterfill_counts`): EPLB-like replica loads; an expert grows one
+     replica at a time below one per domain (all at home), then one per domain at a time (equal
+     replica loads); partial experts stay with their group (or are scattered, a variant used only
+     when the grouped ones miss a 1.05 balance); swaps of equal-count experts balance domains.
+
+2. **Refinement** (:func:`refine_counts`): the expert of the heaviest replica on the busiest GPU
+   gets another replica, the slot coming from the cheapest replica of that domain; kept only when
+   the re-packed busiest GPU gets lighter.
+3. **Slots**: inside each domain, replicas go heaviest first to the lightest GPU with a free slot
+   that lacks that expert, then pairwise swaps lower the busiest GPU.
+4. **CP-SAT** re-packs the domains holding the busiest GPUs (exactly ``slots_per_gpu`` replicas per
+   GPU, at most one replica of an expert per GPU, counts per domain fixed, so locality is
+   unchanged) to minimise the busiest GPU, hinted with step 3 and kept only when better; its bound
+   is reported. Skipped when the packing already meets the domain's mean.
+
+With a previous placement and a move budget: the new target's GPUs are mapped onto the old ones
+inside each domain to keep what can stay (an assignment problem); if the remaining changes exceed
+the budget, single-slot rewrites toward the target are applied best first (by the busiest GPU),
+never more than the budget.
 """
 
 from __future__ import annotations
@@ -91,6 +97,31 @@ def water_fill(load: np.ndarray, slots: int, cap: int, base: np.ndarray | None =
     return c
 
 
+def _level_fill(load: np.ndarray, slots: int, D: int, cap: int) -> np.ndarray:
+    """Water-filling where an expert below ``D`` replicas grows one replica at a time (all in its
+    home domain) and an expert with ``D`` or more grows ``D`` at a time (one more per domain), so
+    a spread expert's replicas carry equal loads under home dispatch."""
+    E = len(load)
+    c = np.ones(E, dtype=np.int64)
+    left = slots - E
+    while left > 0:
+        step = np.where(c >= D, D, np.where(c == D - 1, 1, 1))
+        ok = (step <= left) & (np.where(c >= D, c // D + 1 <= cap, True))
+        if not ok.any():
+            break
+        e = int(np.argmax(np.where(ok, load / c, -np.inf)))
+        c[e] += step[e]
+        left -= step[e]
+    if left > 0:          # slots that no whole step fits: singles to the heaviest partial experts
+        part = np.flatnonzero(c < D - 1)
+        for e in part[np.argsort(-(load[part] / c[part]), kind="stable")][:left]:
+            c[e] += 1
+            left -= 1
+    if left > 0:
+        raise ValueError("slot budget cannot be filled under one replica per GPU")
+    return c
+
+
 def _largest_remainder(total: int, weights: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Integer split of ``total`` in proportion to ``weights`` with bounds lo <= x <= hi."""
     x = np.clip(np.floor(total * weights / weights.sum()).astype(np.int64), lo, hi)
@@ -140,7 +171,7 @@ def assign_homes(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int) 
 
 def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
                   dispatch: str = "home", locality_weight: float = 0.05,
-                  overload_weight: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+                  overload_weight: float = 0.3, spread: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Replicas per (expert, domain) ``n[E, D]``: every expert once in its home domain, then every
     free slot, one at a time, to the replica that most lowers a lower bound on the busiest GPU,
 
@@ -159,6 +190,19 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     home = assign_homes(load, group_of, m, K)
     n = np.zeros((E, D), dtype=np.int64)
     n[np.arange(E), home] = 1
+    if D > 1 and spread:
+        # experts that water-filling gives at least one replica per domain are spread over every
+        # domain in proportion to its GPUs: balanced and local at no extra slots
+        c = water_fill(load, K * P, P)
+        for e in np.argsort(-load, kind="stable"):
+            if c[e] < D:
+                break
+            row = np.maximum(np.floor(c[e] * w).astype(np.int64), 1)
+            row = np.minimum(row, m)
+            row[home[e]] = max(row[home[e]], 1)
+            if ((K * m - n.sum(axis=0)) - (row - n[e]) < 0).any():
+                break
+            n[e] = row
     free = (K * m - n.sum(axis=0)).astype(np.int64)
     rows = np.arange(E)
     while free.sum() > 0:
@@ -198,6 +242,94 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     return n, home
 
 
+def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
+                     dispatch: str = "home", max_swaps: int = 400,
+                     scatter: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A second warm start, close to EPLB-global's replica loads: water-filled counts; an expert
+    with at least one replica per domain is spread over every domain in proportion to its GPUs,
+    the others keep all their replicas in their group's home domain (groups packed by load into
+    the slots left); then experts with equal counts swap domains while that lowers the busiest
+    domain. ``scatter`` places partial experts one by one, heaviest first, into the lightest domain
+    instead of keeping groups together (each domain then gets a similar mix of replica sizes, which
+    packs better when slots per GPU are few, at a locality cost). Returns (n, home)."""
+    E = len(load)
+    D = len(m)
+    P = int(m.sum())
+    w = m / P
+    c = _level_fill(load, K * P, D, int(m.min())) if D > 1 else water_fill(load, K * P, P)
+    n = np.zeros((E, D), dtype=np.int64)
+    full = c >= D
+    # a spread expert has the same number of replicas in every domain (equal replica loads)
+    for e in np.flatnonzero(full):
+        n[e] = _largest_remainder(int(c[e]), w, np.ones(D, dtype=np.int64), m.astype(np.int64))
+    room = K * m - n.sum(axis=0)
+    home = -np.ones(E, dtype=np.int64)
+    dload = np.zeros(D)
+    part = np.flatnonzero(~full)
+    groups = np.unique(group_of[part])
+    gload = np.array([load[part[group_of[part] == g]].sum() for g in groups])
+    order = [part[group_of[part] == g] for g in groups[np.argsort(-gload, kind="stable")]]
+    if scatter:
+        order = [part[np.argsort(-(load[part] / c[part]), kind="stable")]]
+    for members in order:
+        for e in members[np.argsort(-load[members], kind="stable")] if not scatter else members:
+            ok = np.flatnonzero(room >= c[e])
+            if len(ok) == 0:      # no domain has room for all: split over the roomiest domains
+                left = int(c[e])
+                for d in np.argsort(-room, kind="stable"):
+                    k = min(left, int(room[d]), int(m[d]))
+                    n[e, d] += k
+                    room[d] -= k
+                    left -= k
+                    if left == 0:
+                        break
+                home[e] = int(np.argmax(n[e]))
+                dload[home[e]] += load[e]
+                continue
+            # stay with the group's first domain when it has room, else the lightest with room
+            first = home[members[home[members] >= 0]]
+            if not scatter and len(first) and room[first[0]] >= c[e]:
+                d = int(first[0])
+            else:
+                d = int(ok[np.argmin(dload[ok] / w[ok])])
+            n[e, d] = c[e]
+            home[e] = d
+            room[d] -= c[e]
+            dload[d] += load[e]
+    for e in np.flatnonzero(full):
+        home[e] = int(np.argmax(n[e]))
+    if (room != 0).any():
+        raise ValueError("slots left unfilled")
+    # domain balance: swap partial experts with equal counts between the busiest domain and another
+    L = (load[:, None] * domain_share(n, w, dispatch, home)).sum(axis=0)
+    for _ in range(max_swaps):
+        a = int(np.argmax(L / w))
+        ea = part[home[part] == a]
+        best = None
+        for b in range(D):
+            if b == a:
+                continue
+            eb = part[home[part] == b]
+            same = c[ea][:, None] == c[eb][None, :]
+            delta = load[ea][:, None] - load[eb][None, :]          # load leaving a
+            newa = (L[a] - delta) / w[a]
+            newb = (L[b] + delta) / w[b]
+            rest = np.delete(L / w, [a, b]).max() if D > 2 else 0.0
+            score = np.where(same & (delta > 0), np.maximum(np.maximum(newa, newb), rest), np.inf)
+            i, j = np.unravel_index(int(np.argmin(score)), score.shape) if score.size else (0, 0)
+            if score.size and score[i, j] < (L / w).max() - 1e-12 and (best is None or score[i, j] < best[0]):
+                best = (score[i, j], b, ea[i], eb[j])
+        if best is None:
+            break
+        _, b, e, f = best
+        n[e, a], n[e, b] = 0, c[e]
+        n[f, b], n[f, a] = 0, c[f]
+        home[e], home[f] = b, a
+        L[a] += load[f] - load[e]
+        L[b] += load[e] - load[f]
+    return n, home
+
+
 # --------------------------------------------------------------------------- GPU-level packing
 def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
     """Heaviest replica first to the lightest GPU with a free slot that lacks the expert.
@@ -205,22 +337,22 @@ def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) ->
     gpu_of = -np.ones(len(items_e), dtype=np.int64)
     load = np.zeros(gpus)
     fill = np.zeros(gpus, dtype=np.int64)
-    holds: list[set] = [set() for _ in range(gpus)]
+    experts, eid = np.unique(items_e, return_inverse=True)
+    holds = np.zeros((gpus, len(experts)), dtype=bool)
     for i in np.argsort(-items_w, kind="stable"):
-        e = items_e[i]
-        ok = [g for g in range(gpus) if fill[g] < K and e not in holds[g]]
-        if ok:
-            g = min(ok, key=lambda x: load[x])
-        else:  # free slots exist only on GPUs holding e: swap with an item elsewhere
-            g_free = next(g for g in range(gpus) if fill[g] < K)
+        ok = (fill < K) & ~holds[:, eid[i]]
+        if ok.any():
+            g = int(np.argmin(np.where(ok, load, np.inf)))
+        else:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
+            g_free = int(np.flatnonzero(fill < K)[0])
             j = next(j for j in range(len(items_e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
-                     and items_e[j] not in holds[g_free] and e not in holds[gpu_of[j]])
-            g = gpu_of[j]
-            holds[g].discard(items_e[j]); load[g] -= items_w[j]; fill[g] -= 1
+                     and not holds[g_free, eid[j]] and not holds[gpu_of[j], eid[i]])
+            g = int(gpu_of[j])
+            holds[g, eid[j]] = False; load[g] -= items_w[j]; fill[g] -= 1
             gpu_of[j] = g_free
-            holds[g_free].add(items_e[j]); load[g_free] += items_w[j]; fill[g_free] += 1
+            holds[g_free, eid[j]] = True; load[g_free] += items_w[j]; fill[g_free] += 1
         gpu_of[i] = g
-        holds[g].add(e)
+        holds[g, eid[i]] = True
         load[g] += items_w[i]
         fill[g] += 1
     return gpu_of
@@ -309,6 +441,65 @@ def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, ma
     return gpu_of, name, solver.BestObjectiveBound() / scale
 
 
+# ----------------------------------------------------------------- refine counts by re-packing
+def _pack_domain(n, load, w, dispatch, home, d, m_d, K):
+    ie, iw = _items(n, load, w, dispatch, home, d)
+    g = _pack_greedy(ie, iw, m_d, K)
+    return ie, iw, g, np.bincount(g, weights=iw, minlength=m_d)
+
+
+def refine_counts(n, home, load, w, m, K, dispatch="home", max_iter=40, deadline=None):
+    """Move single replicas where the packed busiest GPU says they are needed: the expert of the
+    heaviest replica on the busiest GPU gets one more replica (in its domain, or in a new domain
+    when the busiest domain is its home), and the slot comes from the cheapest replica of that
+    domain to give up (a second copy, or a remote copy of a light expert). Each trial re-packs the
+    domains it touches; a trial is kept only if the busiest GPU gets lighter."""
+    E, D = n.shape
+    n = n.copy()
+    packs = [_pack_domain(n, load, w, dispatch, home, d, int(m[d]), K) for d in range(D)]
+    dmax = np.array([p[3].max() for p in packs])
+    for _ in range(max_iter):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        d = int(np.argmax(dmax))
+        ie, iw, g, gl = packs[d]
+        on = np.flatnonzero(g == int(np.argmax(gl)))
+        e = int(ie[on[np.argmax(iw[on])]])
+        targets = [d] if n[e, d] < m[d] else []
+        if home[e] == d:
+            others = [b for b in np.argsort(dmax) if b != d and n[e, b] == 0]
+            targets += others[:2]
+        best = None
+        share = domain_share(n, w, dispatch, home)
+        for t in targets:
+            present = np.flatnonzero(n[:, t] > 0)
+            present = present[present != e]
+            removable = present[(n[present, t] >= 2) | (home[present] != t)]
+            if len(removable) == 0:
+                continue
+            # cheapest to give up: the replica load that the remaining copies (or the home) absorb
+            after = np.where(n[removable, t] >= 2,
+                             load[removable] * share[removable, t] / np.maximum(n[removable, t] - 1, 1),
+                             load[removable] * w[t])
+            for f in removable[np.argsort(after)[:2]]:
+                trial = n.copy()
+                trial[e, t] += 1
+                trial[f, t] -= 1
+                touched = {int(t), int(home[e]), int(home[f])}
+                new_packs = {x: _pack_domain(trial, load, w, dispatch, home, x, int(m[x]), K) for x in touched}
+                nd = dmax.copy()
+                for x, pk in new_packs.items():
+                    nd[x] = pk[3].max()
+                if nd.max() < dmax.max() - 1e-12 and (best is None or nd.max() < best[0]):
+                    best = (nd.max(), trial, new_packs, nd)
+        if best is None:
+            break
+        _, n, new_packs, dmax = best
+        for x, pk in new_packs.items():
+            packs[x] = pk
+    return n
+
+
 # ------------------------------------------------------------------------------ one layer
 def _gpu_lists(rank_domain):
     D = int(rank_domain.max()) + 1
@@ -381,10 +572,21 @@ def _order_like(new, old):
     return np.array(res, dtype=np.int64)
 
 
+def _fallbacks(phy, rank_domain, K, home, E):
+    """Fallback domain options for a placement: the home where the expert still has a replica there
+    (else its domain with most replicas), and the domain with most replicas."""
+    D = int(rank_domain.max()) + 1
+    nf = np.zeros((E, D), dtype=np.int64)
+    np.add.at(nf, (phy, rank_domain[np.arange(len(phy)) // K]), 1)
+    alt = np.argmax(nf, axis=1)
+    return np.where(nf[np.arange(E), home] > 0, home, alt), alt
+
+
 def _score(phy, rank_domain, K, load, dispatch, home):
-    """(busiest GPU load, remote-replica spread) of a placement; lower is better."""
+    """Busiest GPU load of a placement under the better of its fallback options; lower is better."""
     from planner.experts import gpu_loads
-    return gpu_loads(phy, rank_domain, K, load, dispatch, home).max()
+    return min(gpu_loads(phy, rank_domain, K, load, dispatch, f).max()
+               for f in _fallbacks(phy, rank_domain, K, home, len(load)))
 
 
 def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_moves):
@@ -419,9 +621,11 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
 
 
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
-                time_limit=2.0, seed=0, locality_weight=0.05, overload_weight=0.3, use_cpsat=True) -> LayerResult:
+                time_limit=2.0, seed=0, locality_weight=0.05, overload_weight=0.3, use_cpsat=True,
+                refine=True, tokens=None, remote_weight=0.15) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
-    ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU. Returns the
+    ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU; ``tokens[T, k]``
+    (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
     placement (``physical_to_logical``), the fallback (home) domain of every expert in
     ``stats["home"]``, and the solver's figures."""
     from planner.experts import gpu_loads, moves_between
@@ -441,18 +645,44 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
     # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
     best = None
-    for lw, ow in ((locality_weight, overload_weight), (locality_weight / 2, 1.0), (locality_weight, 0.1)):
-        n_, home_ = domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow)
+    for lw, ow, sp in ((locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
+                       (locality_weight / 2, 1.0, False), (None, None, False), (None, None, True)):
+        if lw is None:
+            n_, home_ = waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp)
+        else:
+            n_, home_ = domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp)
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
                           lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
                                                               ie, iw, len(ranks[d])), None))
         gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
-        if best is None or gl_.max() < best[0] - 1e-12:
-            best = (gl_.max(), n_, home_, g_, gl_)
-    _, n, home, greedy, gl = best
+        bal_ = gl_.max() / gl_.mean()
+        if tokens is not None:
+            # the candidate's remote domains per token on the sampled tokens: the warm start
+            # minimises balance + remote_weight x remote domains per token
+            rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
+            key = (0, bal_ + remote_weight * rem_, 0.0)
+        else:
+            # earlier candidates keep groups together: a later one must be clearly better, and
+            # the scattered one is taken only when the others miss the target
+            if sp is True and lw is None and best is not None and best[1] <= 1.05:
+                continue
+            key = (0, round(bal_ / 0.005), 0.0)
+        if best is None or key < best[0]:
+            best = (key, bal_, n_, home_, g_, gl_)
+    _, _, n, home, greedy, gl = best
+    if refine:
+        n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=t0 + max(time_limit, 0.5) * 2)
+        if (n2 != n).any():
+            g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K,
+                              lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
+                                                                  ie, iw, len(ranks[d])), None))
+            gl2 = gpu_loads(g2, rank_domain, K, norm, dispatch, home)
+            if gl2.max() < gl.max() - 1e-12:
+                n, greedy, gl = n2, g2, gl2
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
-    if use_cpsat and time_limit > 0:
+    dom_bound = max(float(gl[r].mean()) for r in ranks)      # no packing beats a domain's mean
+    if use_cpsat and time_limit > 0 and gl.max() > dom_bound * 1.002:
 
         dom_max = np.array([gl[r].max() for r in ranks])
         hot = set(np.flatnonzero(dom_max >= gl.max() * 0.995).tolist())   # only these set the balance
@@ -482,11 +712,16 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             phy = bounded_migration(prev, phy, rank_domain, K, norm, dispatch, home, max_moves)
             moves = moves_between(prev, phy, K)
             status += ", migration-bounded"
-    # the fallback domain a runtime must use: the home when the expert is still there
+    # the fallback domain a runtime must use: the home when the expert is still there; after a
+    # bounded migration the domain holding most replicas may serve better
     nfinal = np.zeros((E, len(m)), dtype=np.int64)
     np.add.at(nfinal, (phy, rank_domain[np.arange(P * K) // K]), 1)
-    fallback = np.where(nfinal[np.arange(E), home] > 0, home, np.argmax(nfinal, axis=1))
+    fallback, alt = _fallbacks(phy, rank_domain, K, home, E)
     bl = gpu_loads(phy, rank_domain, K, norm, dispatch, fallback)
+    if prev is not None:
+        bl_alt = gpu_loads(phy, rank_domain, K, norm, dispatch, alt)
+        if bl_alt.max() < bl.max():
+            fallback, bl = alt, bl_alt
     return LayerResult(physical_to_logical=phy, balance=float(bl.max() / bl.mean()),
                        greedy_balance=greedy_bal, cpsat_status=status, lower_bound=lb, moves=moves,
                        solve_s=time.perf_counter() - t0,
