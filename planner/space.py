@@ -7,8 +7,9 @@ A layout is one value per variable in ``VARIABLES``:
 ``tp``          tensor parallel degree: powers of two up to 8 (and the NVLink domain) that
                 divide the query heads and KV heads
 ``cp``          context parallel degree: 1, 2, 4, 8 with seq_len % (2 cp) == 0
-``pp``          pipeline ranks: 1..16, then 24, 32, 48, 64 (at most the decoder layers)
-``vpp``         virtual stages per pipeline rank: 1..8 (``pp * vpp <= layers``)
+``pp``          pipeline ranks: 1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 36, 48, 64 (at most the
+                decoder layers)
+``vpp``         virtual stages per pipeline rank: 1, 2, 4, 8 (``pp * vpp <= layers``)
 ``split``       pipeline layout: 0 = balanced, 1 = last stage light (holds MTP + loss),
                 2 = first and last stages light (embedding, MTP + loss); uneven splits are
                 offered only when they differ from the balanced one
@@ -65,7 +66,16 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "torchtitan_no_etp": ("tp", "etp", "ep"),
     # dp_shard = world / (tp*pp*cp) = dp; reads dp, cp, tp, ep.
     "torchtitan_ep_divides": ("tp", "cp", "dp", "ep"),
+    # etp_eff = etp or tp; the model's expert biases are fixed.
+    "moe_bias_needs_etp1": ("tp", "etp"),
+    # dp = world / (tp*pp*cp) is the dp variable: reads dp, ep.
+    "maxtext_ep_divides_dp": ("dp", "ep"),
 }
+
+# Pipeline degrees: the factors of 2^a * 3^b up to 64 (GPU counts are powers of two or multiples of
+# the 72-GPU NVL72 rack), and the virtual stages NVIDIA's recipes use.
+PP_CANDIDATES = (1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 36, 48, 64)
+VPP_CANDIDATES = (1, 2, 4, 8)
 
 _NEUTRAL = {"tp": 1, "cp": 1, "pp": 1, "vpp": 1, "split": 0, "ep": 1, "etp": None, "dp": 1, "mbs": 1,
             "recompute": "none", "fsdp": False, "dispatcher": "alltoall", "gbs": None, "gpd": None}
@@ -199,8 +209,8 @@ def build_space(model, training: Training, gpus: int, domain_sizes: list[int], *
     tp = [t for t in _pow2_upto(tp_max)
           if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0]
     cp = [c for c in (1, 2, 4, 8) if c == 1 or training.seq_len % (2 * c) == 0]
-    pp = [p for p in list(range(1, 17)) + [24, 32, 48, 64] if p <= L and p <= gpus]
-    vpp = [v for v in range(1, 9) if v <= L]
+    pp = [p for p in PP_CANDIDATES if p <= L and p <= gpus]
+    vpp = [v for v in VPP_CANDIDATES if v <= L]
     ep = [e for e in _divisors(model.num_experts) if e <= gpus] if model.is_moe else [1]
     etp = [None, 1] if (model.is_moe and trainer in ("megatron", "torchtitan")) else [None]
     gbs = gbs_candidates(training.global_batch, gbs_range)
