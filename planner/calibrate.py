@@ -156,11 +156,19 @@ def base_profile(stack: str) -> Profile:
     from planner.profiles import PROFILE_DIR
 
     path = PROFILE_DIR / f"{stack}.yaml"
-    if path.exists():  # only the conventions are read: the parameters are refitted from their priors
-        doc = yaml.safe_load(path.read_text()) or {}
-        return prior_profile(stack, doc.get("description", ""), doc.get("flops_formula", "current"),
-                             doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"))
-    return prior_profile(stack)
+    if not path.exists():
+        return prior_profile(stack)
+    # A shipped profile of that name gives the conventions and each parameter's prior, bounds, fit flag
+    # and source (its values are not used: the fit starts from the priors); unknown keys are skipped.
+    doc = yaml.safe_load(path.read_text()) or {}
+    overrides = {}
+    for key, spec in (doc.get("params") or {}).items():
+        if (key in PRIORS or key in VARIANTS) and isinstance(spec, dict) and "prior" in spec:
+            prior = float(spec["prior"])
+            overrides[key] = dict(value=prior, min=float(spec["min"]), max=float(spec["max"]), prior=prior,
+                                  fit=bool(spec.get("fit", True)), source=str(spec["source"]))
+    return prior_profile(stack, doc.get("description", ""), doc.get("flops_formula", "current"),
+                         doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"), overrides)
 
 
 def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude_model: str | None = None,

@@ -14,11 +14,17 @@ from planner.validate import read_rows, resolve_case, row_case, validate_rows
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
 
 
-@pytest.mark.parametrize("stack", ["megatron-26.04", "megatron-26.08"])
-def test_shipped_profile_is_reproduced_from_calibration_csv(stack):
+# the TorchTitan team's published H100 runs, shipped next to the profile fitted to them
+TT_CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv"
+
+
+@pytest.mark.parametrize("stack,csv_path", [("megatron-26.04", CSV), ("megatron-26.08", CSV),
+                                            ("torchtitan", TT_CSV)])
+def test_shipped_profile_is_reproduced_from_its_rows(stack, csv_path):
     shipped = load_profile(stack)
-    fitted, info = calibrate_rows(read_rows(CSV), stack, source=str(CSV))
-    assert info["rows"] == sum(1 for r in read_rows(CSV) if r["stack"] == stack)
+    fitted, info = calibrate_rows(read_rows(csv_path), stack, source=str(csv_path))
+    assert info["rows"] == sum(1 for r in read_rows(csv_path) if r["stack"] == stack)
+    assert fitted.fit_rows == shipped.fit_rows
     for key, p in shipped.params.items():
         assert fitted.params[key].value == pytest.approx(p.value, rel=0.01, abs=1e-3), key
     assert fitted.flops_formula == shipped.flops_formula and fitted.dispatcher == shipped.dispatcher

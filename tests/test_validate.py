@@ -85,3 +85,10 @@ def test_megatron_release_names_resolve_to_the_shipped_profiles():
     assert load_profile("megatron").name == "megatron-26.08"
     with pytest.raises(InputError, match="unknown stack profile 'nemo-1'"):
         load_profile("nemo-1")
+
+
+def test_torchtitan_profile_on_its_published_rows():
+    csv_path = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv"
+    res = validate_rows(read_rows(csv_path), source=str(csv_path))
+    assert len(res["rows"]) == 8 and res["mape_pct"] <= 10.0
+    assert all(abs(r["error_pct"]) <= 25.0 for r in res["rows"])
