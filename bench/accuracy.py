@@ -62,11 +62,13 @@ def main(argv: list[str]) -> int:
         predict(c.model, c.cluster, c.config, c.training)
     warm = (time.perf_counter() - t0) / len(cases)
     print(f"predict(): {1000 * warm:.2f} ms per call with warm per-(model, cluster, layout) caches")
-    tt_csv = ROOT / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv"
-    if not args and tt_csv.exists():
-        tt = validate_rows(read_rows(tt_csv), source=str(tt_csv))
-        errs = ", ".join(f"{r['id']} {r['error_pct']:+.1f}%" for r in tt["rows"])
-        print(f"MAPE torchtitan      {tt['mape_pct']:5.2f}%  on the TorchTitan team's H100 rows ({errs})")
+    for stack, fname, who in (("torchtitan", "torchtitan-h100-2024-12.csv", "the TorchTitan team's H100 rows"),
+                              ("maxtext", "maxtext-h100-2025.csv", "NVIDIA's MaxText H100 rows")):
+        path = ROOT / "planner" / "data" / "profiles" / fname
+        if not args and path.exists():
+            res_s = validate_rows(read_rows(path), source=str(path))
+            errs = ", ".join(f"{r['id']} {r['error_pct']:+.1f}%" for r in res_s["rows"])
+            print(f"MAPE {stack:15s} {res_s['mape_pct']:5.2f}%  on {who} ({errs})")
     if "--no-lomo" in argv:
         return 0
     print()

@@ -18,8 +18,11 @@ CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "cal
 TT_CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv"
 
 
+MX_CSV = TT_CSV.parent / "maxtext-h100-2025.csv"
+
+
 @pytest.mark.parametrize("stack,csv_path", [("megatron-26.04", CSV), ("megatron-26.08", CSV),
-                                            ("torchtitan", TT_CSV)])
+                                            ("torchtitan", TT_CSV), ("maxtext", MX_CSV)])
 def test_shipped_profile_is_reproduced_from_its_rows(stack, csv_path):
     shipped = load_profile(stack)
     fitted, info = calibrate_rows(read_rows(csv_path), stack, source=str(csv_path))
