@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from planner.profiles import PARAM_NAMES, Param, Profile
+from planner.profiles import Param, Profile
 
 # name: (prior, min, max, fit, spread, source)
 PRIORS: dict[str, tuple] = {

@@ -16,7 +16,6 @@ inside a rack, as launchers do (e.g. 64 of 72 GPUs per rack for EP32/EP64).
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """predict(): the Python API and the `topoplan predict` command."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 

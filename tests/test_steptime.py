@@ -1,6 +1,5 @@
 """Step-time terms against hand calculations, and physical monotonicity properties (hypothesis)."""
 
-import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
