@@ -243,7 +243,7 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
 
 
 def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
-                     dispatch: str = "home", max_swaps: int = 400,
+                     dispatch: str = "home", max_swaps: int = 150,
                      scatter: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A second warm start, close to EPLB-global's replica loads: water-filled counts; an expert
     with at least one replica per domain is spread over every domain in proportion to its GPUs,
@@ -458,6 +458,12 @@ def refine_counts(n, home, load, w, m, K, dispatch="home", max_iter=40, deadline
     n = n.copy()
     packs = [_pack_domain(n, load, w, dispatch, home, d, int(m[d]), K) for d in range(D)]
     dmax = np.array([p[3].max() for p in packs])
+    mean = load.sum() / m.sum()
+
+    def excess(gl):   # how far a domain's GPUs stand above the mean: lets plateaus be crossed
+        return float((np.maximum(gl - mean, 0.0) ** 2).sum())
+
+    dexc = np.array([excess(p[3]) for p in packs])
     for _ in range(max_iter):
         if deadline is not None and time.perf_counter() > deadline:
             break
@@ -488,13 +494,18 @@ def refine_counts(n, home, load, w, m, K, dispatch="home", max_iter=40, deadline
                 touched = {int(t), int(home[e]), int(home[f])}
                 new_packs = {x: _pack_domain(trial, load, w, dispatch, home, x, int(m[x]), K) for x in touched}
                 nd = dmax.copy()
+                ne = dexc.copy()
                 for x, pk in new_packs.items():
                     nd[x] = pk[3].max()
-                if nd.max() < dmax.max() - 1e-12 and (best is None or nd.max() < best[0]):
-                    best = (nd.max(), trial, new_packs, nd)
+                    ne[x] = excess(pk[3])
+                key = (nd.max(), ne.sum())
+                if key < (dmax.max() - 1e-12, dexc.sum() - 1e-15) or (
+                        nd.max() <= dmax.max() + 1e-12 and ne.sum() < dexc.sum() * 0.999):
+                    if best is None or key < best[0]:
+                        best = (key, trial, new_packs, nd, ne)
         if best is None:
             break
-        _, n, new_packs, dmax = best
+        _, n, new_packs, dmax, dexc = best
         for x, pk in new_packs.items():
             packs[x] = pk
     return n
@@ -622,7 +633,7 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
 
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
                 time_limit=2.0, seed=0, locality_weight=0.05, overload_weight=0.3, use_cpsat=True,
-                refine=True, tokens=None, remote_weight=0.15) -> LayerResult:
+                refine=True, tokens=None, remote_weight=0.15, refine_s=0.3) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
     ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU; ``tokens[T, k]``
     (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
@@ -646,7 +657,8 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
     best = None
     for lw, ow, sp in ((locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
-                       (locality_weight / 2, 1.0, False), (None, None, False), (None, None, True)):
+                       (locality_weight / 2, 1.0, False), (locality_weight, 1.0, False),
+                       (locality_weight / 2.5, overload_weight, False), (None, None, False), (None, None, True)):
         if lw is None:
             n_, home_ = waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp)
         else:
@@ -671,7 +683,7 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             best = (key, bal_, n_, home_, g_, gl_)
     _, _, n, home, greedy, gl = best
     if refine:
-        n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=t0 + max(time_limit, 0.5) * 2)
+        n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=time.perf_counter() + refine_s)
         if (n2 != n).any():
             g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K,
                               lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
