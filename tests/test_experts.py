@@ -191,3 +191,26 @@ def test_cli_bad_loads_one_line(tmp_path):
              "--loads", str(f))
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "bad.npy" in r.stderr and "58 MoE layers" in r.stderr
+
+
+# ------------------------------------------------------------------------------- ExpertBalance
+def test_cross_domain_bytes_hand_case():
+    from planner.experts import cross_domain_bytes
+    # 1000 tokens, two layers with 1 and 3 remote domains per token, hidden 10, bf16:
+    # 1000 * 4 * 10 * 2 B * 2 (dispatch + combine) * 2 (fwd + bwd) = 320,000 B
+    assert cross_domain_bytes([1.0, 3.0], 1000, 10) == pytest.approx(320_000)
+
+
+def test_expert_balance_for_feeds_predict():
+    """A skewed load costs a plan: balance and cross-domain share from the placement reach predict."""
+    from planner.experts import ExpertBalance, expert_balance_for
+
+    loads = np.tile(synthetic_loads("zipf", 1, 256, seed=4), (58, 1))
+    eb = expert_balance_for("deepseek-v3", "dgx-h100", 16, loads, gpus=16, time_limit=0, workers=1)
+    assert isinstance(eb, ExpertBalance)
+    assert 1.0 <= eb.balance < 1.2 and eb.worst_balance >= eb.balance
+    assert 0.0 < eb.cross_domain_fraction < 1.0
+    assert 0.0 < eb.remote_domains_per_token <= 1.0            # two domains: at most one remote
+    # bytes: 4096 tokens per EP rank, 58 layers, hidden 7168, bf16, x4
+    assert eb.cross_domain_bytes_per_step == pytest.approx(
+        4096 * 16 * 58 * eb.remote_domains_per_token * 7168 * 2 * 4, rel=1e-9)
