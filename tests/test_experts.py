@@ -214,3 +214,20 @@ def test_expert_balance_for_feeds_predict():
     # bytes: 4096 tokens per EP rank, 58 layers, hidden 7168, bf16, x4
     assert eb.cross_domain_bytes_per_step == pytest.approx(
         4096 * 16 * 58 * eb.remote_domains_per_token * 7168 * 2 * 4, rel=1e-9)
+
+
+def test_plan_ep_group_maps_through_rank_to_gpu(tmp_path):
+    """--plan: the EP group is the plan's first EP group, mapped to GPUs by rank_to_gpu (here TP2:
+    Megatron's expert grid with ETP = TP puts EP ranks 2 apart)."""
+    from planner.commands.experts import _ep_gpus
+
+    doc = {"plans": [{"config": {"tp": 2, "pp": 1, "cp": 1, "ep": 4, "mbs": 1},
+                      "placement": {"order": "tp-cp-ep-dp-pp", "rank_to_gpu": list(range(15, -1, -1))}}]}
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(doc))
+    from planner.config import ParallelConfig
+    from planner.placement import rank_groups
+    group = rank_groups(ParallelConfig(tp=2, ep=4), 16, "ep")[0]
+    assert _ep_gpus(p, 4) == [15 - r for r in group]
+    with pytest.raises(InputError, match="uses EP 4"):
+        _ep_gpus(p, 8)
