@@ -98,6 +98,21 @@ EXAMPLES = {
 }
 TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith("fsdp")]
 
+# plan.json documents written by the real planner (topoplan plan --save-plan), one check per plan entry
+REAL_PLAN_FILES = sorted((HARNESS / "data").glob("plan_*.json"))
+
+
+def _real_plans() -> dict[str, dict]:
+    out = {}
+    for f in REAL_PLAN_FILES:
+        doc = json.loads(f.read_text())
+        for i, entry in enumerate(doc["plans"]):
+            out[f"plan():{f.stem[5:]}#{i}"] = {**doc, "plans": [entry]}
+    return out
+
+
+REAL_PLANS = _real_plans()
+
 # Layouts megatron-core must refuse: proof that the harness can fail (trainers.md 1.4 rejections).
 MEGATRON_NEGATIVE = {
     "neg:experts%EP": ("--expert-model-parallel-size", "48", "Number of experts"),
@@ -187,6 +202,13 @@ def emitted(tmp_path_factory):
         doc = ex.doc()
         d = root / name.replace("@", "_")
         emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if name in TITAN_EXAMPLES else []), d)
+        out[name] = (doc, d)
+    from planner.emit.torchtitan import MODELS as TITAN_MODELS_KNOWN
+
+    for name, doc in REAL_PLANS.items():
+        d = root / name.replace(":", "_").replace("#", "_").replace("()", "")
+        titan = doc["model"]["name"] in TITAN_MODELS_KNOWN
+        emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if titan else []), d)
         out[name] = (doc, d)
     for trainer, n in (("megatron", 12), ("torchtitan", 12)):
         for i, doc in enumerate(draw_plans(trainer, n)):
@@ -354,6 +376,27 @@ def test_megatron_core_accepts_example(name, megatron_results, emitted, request)
     _say(request, f"megatron-core {MCORE} check {name}: OK (parse_args, validate_args, TransformerConfig, "
                   f"initialize_model_parallel); tp/cp/dp/pp/ep/etp/edp groups match the hostfile; "
                   f"NVLink domains per group: " + " ".join(f"{k}={v}" for k, v in worst.items()))
+
+
+@pytest.mark.parametrize("name", list(REAL_PLANS))
+def test_megatron_core_accepts_real_plan(name, megatron_results, emitted, request):
+    worst = _megatron_verdict(name, megatron_results, emitted)
+    doc = emitted[name][0]
+    said = doc["plans"][0]["placement"].get("domains", {})
+    for axis in ("tp", "cp", "dp", "pp", "ep"):  # the plan's own account of domains per group
+        if axis in said and axis in worst:
+            assert worst[axis] == said[axis], (axis, worst[axis], said[axis])
+    _say(request, f"megatron-core {MCORE} check {name} ({load_context(doc).config.short()}): OK; groups match "
+                  f"the hostfile; domains per group as the plan says: {said}")
+
+
+@pytest.mark.parametrize("name", [n for n in REAL_PLANS if REAL_PLANS[n]["model"]["name"] in (
+    "deepseek-v3", "llama3.1-405b", "llama3-70b", "llama3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b",
+    "gpt-oss-20b")])
+def test_torchtitan_accepts_real_plan(name, titan_results, emitted, request):
+    worst = _titan_verdict(name, titan_results, emitted)
+    _say(request, f"torchtitan 0.3.0 check {name}: OK; mesh groups match the hostfile; domains "
+                  + " ".join(f"{k}={v}" for k, v in worst.items()))
 
 
 def test_megatron_core_accepts_random_plans(megatron_results, emitted, request):
