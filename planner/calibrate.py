@@ -56,6 +56,8 @@ PRIORS: dict[str, tuple] = {
                   "1 = the GPU sustains its MAMF clocks; see the @arch variants"),
     "net.bw": (1.0, 0.3, 1.5, False, 1.5,
                "1 = the fabric model's scale-out bandwidth (0.74 of line rate, hardware.md s2.2); see the @arch variants"),
+    "dp.grad_bytes": (2.0, 2.0, 4.0, False, 2.0,
+                      "bytes per gradient in the data-parallel reduce-scatter: 2 = BF16 (Megatron-Bridge perf recipes set ddp.grad_reduce_in_fp32=False for DeepSeek-V3, Qwen3, GPT-OSS), 4 = FP32"),
     "other.layer_us": (25.0, 0.0, 500.0, False, 2.0,
                        "host and launch overhead not hidden per layer and micro-batch: PyTorch adds 20-30 us per call unless overlapped (hardware.md s2.4)"),
 }

@@ -64,7 +64,8 @@ class ParallelConfig(BaseModel):
     mbs: int = Field(1, ge=1, description="micro-batch size")
     fsdp: bool = Field(False, description="fully sharded data parallel instead of the distributed optimizer")
     recompute: str = Field("none", description="none | full | '+'-joined selective modules")
-    dispatcher: str = Field("alltoall", description="MoE token dispatcher: " + ", ".join(DISPATCHERS))
+    dispatcher: str | None = Field(None, description="MoE token dispatcher: " + ", ".join(DISPATCHERS)
+                                   + " (None = the stack profile's default)")
     pp_first: int | None = Field(None, ge=0, description="decoder layers on the first pipeline stage")
     pp_last: int | None = Field(None, ge=0, description="decoder layers on the last pipeline stage")
 
@@ -76,7 +77,7 @@ class ParallelConfig(BaseModel):
     @field_validator("dispatcher")
     @classmethod
     def _dispatcher(cls, v):
-        if v not in DISPATCHERS:
+        if v is not None and v not in DISPATCHERS:
             raise ValueError(f"unknown dispatcher {v!r}; use one of {', '.join(DISPATCHERS)}")
         return v
 

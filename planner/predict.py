@@ -57,6 +57,7 @@ class Prediction:
             "breakdown": dict(self.breakdown),
             "memory": dict(self.memory),
             "config": self.config.model_dump(),
+            "dispatcher": self.config.dispatcher,
             "world": self.world,
             "stack": self.stack,
             "placement": None if self.placement is None else {
@@ -91,10 +92,16 @@ def _memory(model, config, training, world, gpu_spec, layout):
 
 def predict(model, cluster, config: ParallelConfig, training: Training, *, placement: Placement | None = None,
             profile=None, expert_balance=None) -> Prediction:
-    """Predicted throughput, step time, breakdown and memory of ``config`` on ``cluster``."""
+    """Predicted throughput, step time, breakdown and memory of ``config`` on ``cluster``.
+
+    ``config.dispatcher = None`` takes the stack profile's dispatcher; ``Prediction.config`` (and
+    ``to_dict()["dispatcher"]``) report the dispatcher that was priced.
+    """
     from planner.pipeline import pipeline_layout
 
     prof = load_profile(profile if profile is not None else training.stack)
+    if config.dispatcher is None:  # None = the stack profile's default dispatcher
+        config = config.model_copy(update={"dispatcher": prof.dispatcher})
     world = config.world(cluster.num_gpus)
     if world > cluster.num_gpus:
         raise InputError(f"config needs {world} GPUs (dp={config.dp}) but cluster {cluster.name!r} has "

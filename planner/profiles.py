@@ -51,8 +51,10 @@ PARAM_NAMES = (
     "gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.dim_half", "gemm.grouped_m_half",
     "attn.eff", "mem.elementwise", "mem.quant", "mem.hbm_eff",
     "tp.overlap", "ep.overlap", "cp.overlap", "dp.overlap", "pp.overlap",
-    "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed", "net.bw",
+    "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed", "net.bw", "dp.grad_bytes",
 )
+# Parameters added after profiles were first shipped: a profile file without them takes this value.
+OPTIONAL_DEFAULTS = {"dp.grad_bytes": 2.0}
 ARCHS = ("hopper", "blackwell", "blackwell-ultra")
 PRECISION_KEYS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
 MAX_PARAMS = 30
@@ -96,7 +98,7 @@ class Profile(BaseModel):
                 raise ValueError(f"unknown parameter {key!r}; known: {', '.join(PARAM_NAMES)}")
             if qual and qual not in ARCHS and qual not in PRECISION_KEYS:
                 raise ValueError(f"parameter {key!r}: qualifier must be a GPU arch ({', '.join(ARCHS)})")
-        missing = [n for n in PARAM_NAMES if n not in self.params]
+        missing = [n for n in PARAM_NAMES if n not in self.params and n not in OPTIONAL_DEFAULTS]
         if missing:
             raise ValueError(f"missing parameter {missing[0]!r}")
         return self
@@ -107,7 +109,8 @@ class Profile(BaseModel):
             p = self.params.get(f"{name}@{arch}")
             if p is not None:
                 return p.value
-        return self.params[name].value
+        p = self.params.get(name)
+        return OPTIONAL_DEFAULTS[name] if p is None and name in OPTIONAL_DEFAULTS else self.params[name].value
 
     def values(self, arch: str | None = None) -> dict[str, float]:
         return {n: self.param(n, arch) for n in PARAM_NAMES}

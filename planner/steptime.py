@@ -211,7 +211,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     t_tp_layer = TP.tp_comm_time(fabric, shapes.get("tp"), act) if tp > 1 else 0.0
     if recompute == "full" and tp > 1:
         t_tp_layer *= 1.5  # the recomputed forward repeats its 2 AG + 2 RS
-    dedup = config.dispatcher.startswith("flex")
+    dispatcher = config.dispatcher if config.dispatcher is not None else profile.dispatcher
+    dedup = dispatcher.startswith("flex")
     impl = "deepep" if dedup else "nccl"
     tokens_rank = mbs * s / (cp * tp)
     copies = EA.copies_per_token(model.top_k, ep, dedup) if model.is_moe else 0.0
@@ -281,8 +282,9 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     dense_p, expert_p = crit["dense_params"], crit["expert_params"]
     dp_shape = shapes.get("dp")
     edp_shape = shapes.get("edp")
-    rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=DP.GRAD_BYTES)
-    rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=DP.GRAD_BYTES)
+    grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
+    rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=grad_b)
+    rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=grad_b)
     ov = par("dp.overlap")
     if config.fsdp:
         dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))

@@ -14,10 +14,15 @@ def test_api_returns_consistent_figures():
     model = planner.load_model("deepseek-v3")
     cluster = topologies.load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
     training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8", stack="megatron-26.08")
-    # the 26.08 recipe dispatches with HybridEP (flex); ParallelConfig's default is the NCCL all-to-all
+    # the 26.08 recipe dispatches with HybridEP (flex); ParallelConfig's default (None) is the stack's
     cfg = planner.ParallelConfig(pp=2, vpp=8, ep=32, dispatcher="flex-hybridep")
     p = planner.predict(model, cluster, cfg, training)
-    nccl = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
+    default = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
+    assert planner.ParallelConfig().dispatcher is None
+    assert default.config.dispatcher == "flex-hybridep" and default.to_dict()["dispatcher"] == "flex-hybridep"
+    assert default.step_time_s == p.step_time_s
+    nccl = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32, dispatcher="alltoall"), training)
+    assert nccl.config.dispatcher == "alltoall" and nccl.to_dict()["dispatcher"] == "alltoall"
     assert nccl.breakdown["ep_a2a"] > p.breakdown["ep_a2a"]
     assert p.world == 256 and p.fits and not p.violations
     assert p.tokens_per_s == pytest.approx(4096 * 4096 / p.step_time_s)

@@ -1,7 +1,7 @@
 """Data-parallel gradient reduce-scatter and parameter all-gather (distributed optimizer or FSDP).
 
 Distributed optimizer (Megatron ``--use-distributed-optimizer`` with overlapped grad reduce and
-param gather): once per step, each rank reduce-scatters its gradients (``P_rank * b_g`` bytes) over the
+param gather): once per step, each rank reduce-scatters its gradients (``P_rank * b_g`` bytes, ``b_g = 2``: BF16) over the
 data-parallel group and all-gathers the updated parameters (``P_rank * b_p`` bytes). Dense parameters
 use the dense DP x CP group, expert parameters the expert-data-parallel group. Gradient accumulation
 defers the reduce-scatter to the last micro-batch, so only that micro-batch's backward (and the
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from planner.costs import exposed
 
-# Megatron-Bridge recipes reduce gradients in FP32 (DistributedDataParallelConfig
-# grad_reduce_in_fp32=True) and gather BF16 parameters.
-GRAD_BYTES = 4.0
+# Megatron-Bridge's performance recipes reduce gradients in BF16: they set
+# cfg.ddp.grad_reduce_in_fp32 = False (and mixed_precision.grad_reduce_in_fp32 = False) in the
+# DeepSeek-V3, Qwen3 and GPT-OSS perf configs (scripts/performance/configs/*), so the reduce-scatter
+# moves 2 bytes per gradient, as planner.memory assumes for the gradient buffer; parameters are
+# gathered in BF16 (fp8_param_gather is off in these recipes).
+GRAD_BYTES = 2.0
 PARAM_BYTES = 2.0
 
 

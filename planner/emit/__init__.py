@@ -105,6 +105,10 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
         training = Training.model_validate(_field(plan_doc, "training"))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config / training")) from None
+    if config.dispatcher is None:  # absent or null in plan.json: the stack profile's dispatcher
+        from planner.profiles import load_profile
+
+        config = config.model_copy(update={"dispatcher": load_profile(training.stack).dispatcher})
     gbs = cfg_raw.get("gbs")
     if gbs is not None and gbs != training.global_batch:  # the solver chose the batch (--gbs-range)
         if not isinstance(gbs, int) or gbs < 1:
