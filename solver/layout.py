@@ -96,7 +96,7 @@ class Program:
         self.nodes.append(node)
         return len(self.nodes) - 1
 
-    def table(self, vars_, values: dict, nodes=()) -> int:
+    def table(self, vars_, values: dict, nodes=(), trusted: bool = False) -> int:
         """A term tabulated over ``vars_``: ``values[(a_0, a_1, ...)]`` is its integer value when
         ``x[vars_[k]] == a_k``; tuples missing from ``values`` are infeasible.
 
@@ -109,7 +109,8 @@ class Program:
             raise ValueError(f"bad node list {nodes}")
         if not vars_ and not nodes:
             raise ValueError("a table needs at least one variable or node")
-        vals = {tuple(int(a) for a in k): int(v) for k, v in values.items()}
+        # trusted: the caller promises keys are tuples of ints and values ints (skips a copy)
+        vals = values if trusted else {tuple(int(a) for a in k): int(v) for k, v in values.items()}
         if not vals:
             raise ValueError("a table needs at least one feasible entry")
         return self._add(_Node("table", vars=vars_, values=vals, keys=nodes))
@@ -545,3 +546,119 @@ def solve(prog: Program, top: int = 1, time_limit: float | None = None, workers:
 def scale_to_int(values, unit: float) -> dict:
     """Round a dict of floats to integers in units of ``unit`` (e.g. 1e-9 s = ns)."""
     return {k: int(math.floor(v / unit + 0.5)) for k, v in values.items()}
+
+
+# -- exhaustive evaluation (vectorised) ------------------------------------------------------------
+
+def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit: int = 50_000_000) -> "np.ndarray":
+    """Every assignment that satisfies the allow/forbid tables and has an entry in every table
+    node keyed by decision variables only, as an (R, n) int array. A vectorised join: variables
+    are added in ``order`` and each table is applied as soon as all its variables are set."""
+    import numpy as np
+
+    n = len(prog.domains)
+    order = list(range(n)) if order is None else list(order)
+    checks = [(v, t, True) for v, t in prog.allowed] + [(v, t, False) for v, t in prog.forbidden]
+    checks += [(nd.vars, frozenset(nd.values), True) for nd in prog.nodes if nd.kind == "table" and not nd.keys]
+    pos = {v: i for i, v in enumerate(order)}
+    # each check runs when its last variable (in order) is added
+    by_step: dict[int, list] = {}
+    for vars_, tuples, allowed in checks:
+        if not vars_:
+            continue
+        step = max(pos[v] for v in vars_)
+        by_step.setdefault(step, []).append((vars_, tuples, allowed))
+    rows = np.zeros((1, n), dtype=np.int64)
+    for step, v in enumerate(order):
+        d = prog.domains[v]
+        rows = np.repeat(rows, d, axis=0)
+        rows[:, v] = np.tile(np.arange(d, dtype=np.int64), len(rows) // d)
+        for vars_, tuples, allowed in by_step.get(step, []):
+            dims = [prog.domains[u] for u in vars_]
+            mask_tab = np.zeros(int(np.prod(dims)), dtype=bool)
+            if tuples:
+                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
+                mask_tab[np.ravel_multi_index(tarr.T, dims)] = True
+            idx = np.ravel_multi_index(rows[:, list(vars_)].T, dims)
+            keep = mask_tab[idx] if allowed else ~mask_tab[idx]
+            rows = rows[keep]
+        if len(rows) > chunk_limit:
+            raise MemoryError(f"{len(rows)} partial assignments after {step + 1} variables")
+    return rows
+
+
+def evaluate_many(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray", list]:
+    """(objective, feasible mask, node values) for every row of ``rows`` (R, n): the vectorised
+    twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False."""
+    import numpy as np
+
+    R = len(rows)
+    ok = np.ones(R, dtype=bool)
+    out: list = []
+    for nd in prog.nodes:
+        if nd.kind == "table":
+            dims, cols = [], []
+            for v in nd.vars:
+                dims.append(prog.domains[v])
+                cols.append(rows[:, v])
+            keys = list(nd.values.keys())
+            karr = np.array(keys, dtype=np.int64).reshape(len(keys), len(nd.vars) + len(nd.keys))
+            kidx = [karr[:, j] for j in range(len(nd.vars))]
+            for j, src in enumerate(nd.keys):
+                col = karr[:, len(nd.vars) + j]
+                uniq = np.unique(col)
+                dims.append(len(uniq))
+                kidx.append(np.searchsorted(uniq, col))
+                val = out[src]
+                pos = np.clip(np.searchsorted(uniq, val), 0, len(uniq) - 1)
+                ok &= uniq[pos] == val
+                cols.append(pos)
+            flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+            have = np.zeros(int(np.prod(dims)), dtype=bool)
+            fi = np.ravel_multi_index(kidx, dims)
+            flat[fi] = np.fromiter(nd.values.values(), dtype=np.int64, count=len(keys))
+            have[fi] = True
+            ri = np.ravel_multi_index(cols, dims)
+            ok &= have[ri]
+            out.append(flat[ri])
+        elif nd.kind == "const":
+            out.append(np.full(R, nd.const, dtype=np.int64))
+        elif nd.kind == "sum":
+            acc = np.full(R, nd.const, dtype=np.int64)
+            for a, w in zip(nd.args, nd.weights):
+                acc = acc + w * out[a]
+            out.append(acc)
+        elif nd.kind == "max":
+            out.append(np.max(np.stack([out[a] for a in nd.args]), axis=0))
+        elif nd.kind == "product":
+            out.append(out[nd.args[0]] * out[nd.args[1]])
+        elif nd.kind == "element":
+            i = rows[:, nd.vars[0]] if nd.vars else out[nd.keys[0]]
+            ok &= (i >= 0) & (i < len(nd.args))
+            stack = np.stack([out[a] for a in nd.args])
+            out.append(stack[np.clip(i, 0, len(nd.args) - 1), np.arange(R)])
+        elif nd.kind == "argmax":
+            k = len(nd.args) // 2
+            keys = np.stack([out[a] for a in nd.args[:k]])
+            pres = np.stack([out[a] for a in nd.args[k:]])
+            ok &= np.all((pres == 0) | (pres == 1), axis=0) & np.any(pres == 1, axis=0)
+            masked = np.where(pres == 1, keys, np.iinfo(np.int64).min)
+            out.append(np.argmax(masked, axis=0).astype(np.int64))   # first maximal, as Python's max
+    for n_, b in prog.limits:
+        ok &= out[n_] <= b
+    obj = out[prog.objective].copy()
+    if prog.weight is not None:
+        wv, table = prog.weight
+        dims = [prog.domains[v] for v in wv]
+        flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+        have = np.zeros(int(np.prod(dims)), dtype=bool)
+        karr = np.array(list(table.keys()), dtype=np.int64).reshape(len(table), len(wv))
+        fi = np.ravel_multi_index(karr.T, dims)
+        flat[fi] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+        have[fi] = True
+        ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
+        ok &= have[ri]
+        obj = obj * flat[ri]
+    for vars_, tuples in prog.allowed + prog.forbidden:
+        pass  # rows come from feasible_rows, which applied these
+    return np.where(ok, obj, 0), ok, out

@@ -13,7 +13,9 @@ import itertools
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from solver.layout import Program, brute_force, evaluate, solve
+import numpy as np
+
+from solver.layout import Program, brute_force, evaluate, evaluate_many, feasible_rows, solve
 
 
 @st.composite
@@ -216,3 +218,17 @@ def test_lazy_constraints_by_callback_match_brute_force(prog, top, data):
     assert res.status == "OPTIMAL"
     assert [s.objective for s in res.solutions] == sorted(good.values())[:top]
     assert all(s.choice not in hidden for s in res.solutions)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_vectorised_evaluation_equals_plain_evaluation(prog):
+    rows = feasible_rows(prog)
+    obj, ok, _ = evaluate_many(prog, rows) if len(rows) else (np.zeros(0), np.zeros(0, bool), [])
+    got = {tuple(int(a) for a in r): int(o) for r, o, k in zip(rows, obj, ok) if k}
+    want = {}
+    for x in itertools.product(*(range(d) for d in prog.domains)):
+        v = evaluate(prog, x)
+        if v is not None:
+            want[x] = v
+    assert got == want
