@@ -24,7 +24,7 @@ zipf = 1.0 / np.arange(1, experts + 1) ** 0.8
 loads = np.stack([rng.permutation(zipf) for _ in range(layers)]) * 4096 * 8  # tokens x top-k per step
 (out / "loads.json").write_text(json.dumps({"loads": np.round(loads).astype(int).tolist()}))
 argv = ["place-experts", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "16",
-        "--slots-per-gpu", "9", "--loads", str(out / "loads.json"), "--time-limit", "1",
+        "--slots-per-gpu", "9", "--loads", str(out / "loads.json"), "--time-limit", "0.2",
         "-o", str(out / "placement"), "--report", str(out / "report")]
 print("$ topoplan " + " ".join(argv))
 raise SystemExit(main(argv))

@@ -11,9 +11,11 @@ emit, place-experts).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -65,13 +67,24 @@ PLAN_405B_8 = ["plan", "--model", "llama3.1-405b", *H100_8, "--gbs", "64"]  # 40
 EXPERTS = ["place-experts", *DSV3, "--cluster", "dgx-h100", "--gpus", "64", "--ep", "64", "--slots-per-gpu", "5"]
 
 
+@functools.lru_cache(maxsize=1)
+def _plan_doc() -> dict:
+    """A real plan document (Llama 3 8B on one HGX H100 node) for the emit cases."""
+    import planner
+    import topologies
+
+    training = planner.Training(seq_len=4096, global_batch=64, precision="bf16")
+    return planner.plan(planner.load_model("llama3-8b"), topologies.load_cluster("dgx-h100", gpus=8), training,
+                        top=1).to_dict()
+
+
 @dataclass
 class Case:
     id: str
     argv: list[str]
     code: int
     needles: tuple[str, ...]
-    files: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str | Callable[[], str]] = field(default_factory=dict)  # name -> text (or its maker)
 
 
 C = Case
@@ -138,11 +151,11 @@ CASES: list[Case] = [
     C("config-topk-above-experts", ["models", "show", "topk.json"], 2, ("num_experts_per_tok",),
       {"topk.json": _cfg(MIXTRAL, num_experts_per_tok=9)}),
     # --- predict
-    C("predict-bad-precision", [*PREDICT_8B, "--precision", "fp7"], 2, ("fp7",)),
+    C("predict-bad-precision", [*PREDICT_8B, "--precision", "fp7"], 2, ("fp7", "precision")),
     C("predict-tp-zero", [*PREDICT_8B, "--tp", "0"], 2, ("--tp",)),
     C("predict-heads-not-divisible-by-tp", [*PREDICT_8B, "--tp", "3"], 2, ("tensor_model_parallel_size", "tp")),
-    C("predict-experts-not-divisible-by-ep", ["predict", *DSV3, "--cluster", "gb300-nvl72", "--gpus", "252",
-                                              "--gbs", "4032", "--pp", "4", "--ep", "7"], 2, ("expert",)),
+    C("predict-experts-not-divisible-by-ep", ["predict", *DSV3, "--cluster", "gb300-nvl72", "--gpus", "256",
+                                              "--gbs", "4096", "--pp", "4", "--ep", "7"], 2, ("expert",)),
     C("predict-vpp-without-pp", [*PREDICT_8B, "--vpp", "2"], 2, ("vpp",)),
     C("predict-bad-recompute", [*PREDICT_8B, "--recompute", "bogus"], 2, ("bogus",)),
     C("predict-unknown-stack", [*PREDICT_8B, "--stack", "nosuch-stack"], 2, ("nosuch-stack",)),
@@ -164,7 +177,7 @@ CASES: list[Case] = [
     C("plan-unknown-model", ["plan", "--model", "nosuch-model", *H100_8, "--gbs", "64"], 2, ("nosuch-model",)),
     C("plan-unknown-cluster", ["plan", "--model", "llama3-8b", "--cluster", "dgx-z100", "--gbs", "64"], 2,
       ("dgx-z100",)),
-    C("plan-bad-precision", [*PLAN_8B, "--precision", "int4"], 2, ("int4",)),
+    C("plan-bad-precision", [*PLAN_8B, "--precision", "int4"], 2, ("int4", "precision")),
     C("plan-top-zero", [*PLAN_8B, "--top", "0"], 2, ("--top",)),
     C("plan-bad-objective", [*PLAN_8B, "--objective", "speed"], 2, ("speed",)),
     C("plan-bad-trainer", [*PLAN_8B, "--trainer", "jax"], 2, ("jax",)),
@@ -192,7 +205,11 @@ CASES: list[Case] = [
     C("emit-plan-without-plans", ["emit", "plan.json", "--trainer", "megatron", "--out", "launch"], 2, ("plans",),
       {"plan.json": '{"version": 1}'}),
     C("emit-plan-bad-version", ["emit", "plan.json", "--trainer", "megatron", "--out", "launch"], 2, ("version",),
-      {"plan.json": '{"version": 99, "plans": []}'}),
+      {"plan.json": lambda: json.dumps({**_plan_doc(), "version": 99})}),
+    C("emit-unknown-trainer", ["emit", "plan.json", "--trainer", "pytorch", "--out", "launch"], 2, ("pytorch",),
+      {"plan.json": lambda: json.dumps(_plan_doc())}),
+    C("emit-index-out-of-range", ["emit", "plan.json", "--trainer", "megatron", "--index", "7", "--out", "launch"],
+      2, ("--index", "7"), {"plan.json": lambda: json.dumps(_plan_doc())}),
     # --- place-experts
     C("experts-loads-wrong-shape", [*EXPERTS, "--loads", "loads.json"], 2, ("loads", "256"),
       {"loads.json": _loads(58, 100)}),
@@ -201,15 +218,17 @@ CASES: list[Case] = [
     C("experts-loads-negative", [*EXPERTS, "--loads", "loads.json", "-o", "placement"], 2, ("negative",),
       {"loads.json": _loads(58, 256, value=-20.0)}),
     C("experts-loads-missing", [*EXPERTS, "--loads", "nope.npy"], 2, ("nope.npy",)),
-    C("experts-ep-not-dividing", [*EXPERTS[:-4], "--ep", "7", "--slots-per-gpu", "40", "--loads", "loads.json"], 2,
-      ("--ep", "7"), {"loads.json": _loads(58, 256)}),
+    C("experts-ep-zero", [*EXPERTS[:-4], "--ep", "0", "--slots-per-gpu", "5", "--loads", "loads.json"], 2,
+      ("--ep",), {"loads.json": _loads(58, 256)}),
     C("experts-slots-zero", [*EXPERTS[:-2], "--slots-per-gpu", "0", "--loads", "loads.json"], 2,
       ("--slots-per-gpu",), {"loads.json": _loads(58, 256)}),
     C("experts-dense-model", ["place-experts", "--model", "llama3-8b", *H100_8, "--ep", "8", "--slots-per-gpu", "2",
                               "--loads", "loads.json"], 2, ("llama3-8b", "moe", "expert"),
       {"loads.json": _loads(32, 8)}),
-    C("experts-too-few-slots", [*EXPERTS[:-4], "--ep", "64", "--slots-per-gpu", "3", "--loads", "loads.json",
-                                "-o", "placement"], 3, ("slot",), {"loads.json": _loads(58, 256)}),
+    C("experts-slots-below-experts", [*EXPERTS[:-4], "--ep", "64", "--slots-per-gpu", "3", "--loads", "loads.json",
+                                      "-o", "placement"], 2, ("--slots-per-gpu",), {"loads.json": _loads(58, 256)}),
+    C("experts-ep-above-gpus", [*EXPERTS[:-4], "--ep", "128", "--slots-per-gpu", "3", "--loads", "loads.json",
+                                "-o", "placement"], 3, ("--ep",), {"loads.json": _loads(58, 256)}),
     C("experts-previous-wrong-shape", [*EXPERTS, "--loads", "loads.json", "--previous", "prev.json"], 2,
       ("prev.json", "previous"), {"loads.json": _loads(58, 256), "prev.json": json.dumps({"physical_to_logical": [[0, 1]]})}),
     C("experts-max-moves-negative", [*EXPERTS, "--loads", "loads.json", "--max-moves", "-1"], 2, ("--max-moves",),
@@ -235,7 +254,7 @@ def test_bad_input_is_refused_cleanly(case: Case, tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TOPOPLAN_NO_PROGRESS", "1")
     for name, text in case.files.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text() if callable(text) else text)
     before = _tree(tmp_path)
     code = main(list(case.argv))
     out, err = capsys.readouterr()
