@@ -97,7 +97,6 @@ def files(ctx: EmitContext) -> dict[str, str]:
              f"# recipe: {recipe}" if recipe else
              f"# recipe: none known for {ctx.model.name}; start from its model provider (AutoBridge) and apply these",
              "# Apply with process_config_with_overrides(cfg, cli_overrides=[...]) or on the recipe's command line."]
-    env = {}
     from planner.emit.megatron import megatron_env
 
     env = megatron_env(ctx)
