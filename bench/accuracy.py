@@ -69,6 +69,8 @@ def main(argv: list[str]) -> int:
             res_s = validate_rows(read_rows(path), source=str(path))
             errs = ", ".join(f"{r['id']} {r['error_pct']:+.1f}%" for r in res_s["rows"])
             print(f"MAPE {stack:15s} {res_s['mape_pct']:5.2f}%  on {who} ({errs})")
+    if not args:
+        out_of_sample()
     if "--no-lomo" in argv:
         return 0
     print()
@@ -90,6 +92,38 @@ def main(argv: list[str]) -> int:
     e = [abs(x[3]) for x in lomo]
     print(f"LOMO MAPE {'all':15s} {statistics.mean(e):5.2f}%  worst {max(e):5.1f}%")
     return 0
+
+
+# Measured runs that are not in calibration.csv (never fitted): Kimi-K2 on 256 GB300 from the Megatron-Bridge
+# 26.06 performance table (1,099 TFLOP/s and 5,372 tokens/s per GPU, ../shared/reference/flops_per_token.md);
+# layout from Megatron-Bridge scripts/performance/configs/kimi/kimi_workload_base_configs.py
+# (KIMI_K2_PRETRAIN_CONFIG_GB300: GBS 4096, MBS 2, PP4 VPP4 EP64, recompute mla_up_proj, HybridEP,
+# moe_a2a_overlap=False, no full-iteration CUDA graph).
+OUT_OF_SAMPLE = [
+    dict(id="kimi-gb300", stack="megatron-26.08", model="kimi-k2", gpu="GB300", num_gpus="256", precision="mxfp8",
+         seq_len="4096", gbs="4096", mbs="2", tp="1", pp="4", vpp="4", cp="1", ep="64", etp="", fsdp="",
+         recompute="mla_up_proj", model_tflops_per_gpu="1099", tokens_per_s_per_gpu="5372"),
+]
+
+
+def out_of_sample() -> None:
+    """Out-of-sample rows predicted with the 26.08 profile (fitted to fully graph-captured recipes) and the
+    26.04 profile (fitted to eager recipes), compared in tokens/s so that the FLOP convention drops out."""
+    from planner.profiles import load_profile
+    from planner.validate import predict_case, row_case
+
+    print()
+    print("out of sample (not fitted):")
+    for r in OUT_OF_SAMPLE:
+        meas = float(r["tokens_per_s_per_gpu"])
+        parts = []
+        for st in ("megatron-26.08", "megatron-26.04"):
+            prof = load_profile(st)
+            p = predict_case(row_case(dict(r, stack=st), st, profile=prof), prof)
+            parts.append(f"{st} {p.tokens_per_s_per_gpu:.0f} tokens/s ({100 * (p.tokens_per_s_per_gpu / meas - 1):+.1f}%"
+                         + (f", {p.tflops_per_gpu:.0f} TFLOP/s" if st == r["stack"] else "") + ")")
+        print(f"  {r['id']:11s} {r['model']} {r['num_gpus']} {r['gpu']} measured {meas:.0f} tokens/s "
+              f"({r['model_tflops_per_gpu']} TFLOP/s): " + "; ".join(parts))
 
 
 if __name__ == "__main__":
