@@ -83,3 +83,13 @@ def test_cli_writes_a_profile_that_predict_can_use(tmp_path, capsys):
     assert main(["calibrate", str(sub), "--stack", "nope", "-o", str(tmp_path / "x.yaml")]) == 2
     assert "no rows of stack 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_profile_written_before_dp_grad_bytes_still_loads():
+    # profiles written before dp.grad_bytes existed (users' own fits) load with the BF16 default of 2
+    shipped = (Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "megatron-26.08.yaml").read_text()
+    old = "\n".join(line for line in shipped.splitlines() if "dp.grad_bytes" not in line)
+    prof = parse_profile(old, "old.yaml")
+    assert "dp.grad_bytes" not in prof.params and prof.param("dp.grad_bytes", "hopper") == 2.0
+    assert load_profile("megatron-26.08").params["dp.grad_bytes"].value == 2.0
+    assert load_profile("maxtext").param("dp.grad_bytes") == 4.0

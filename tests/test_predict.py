@@ -92,3 +92,19 @@ def test_cli_human_output(capsys):
     code, out, _ = _run(BASE + ["--pp", "2", "--vpp", "8", "--ep", "32"], capsys)
     assert code == 0
     assert "model TFLOP/s per GPU" in out and "ep_a2a" in out and "memory per GPU" in out
+
+
+def test_dispatcher_none_is_the_stack_default_and_bad_names_are_refused():
+    cfg = planner.ParallelConfig(ep=8, mbs=4)
+    assert cfg.dispatcher is None and "None" not in cfg.short()
+    with pytest.raises(ValueError):
+        planner.ParallelConfig(dispatcher="nccl-magic")
+    model = planner.load_model("qwen3-30b-a3b")
+    cluster = topologies.load_cluster("dgx-b300", gpus=8)
+    training = planner.Training(seq_len=4096, global_batch=512, precision="mxfp8", stack="megatron-26.08")
+    p = planner.predict(model, cluster, cfg, training)
+    from planner.profiles import load_profile
+
+    assert p.config.dispatcher == load_profile("megatron-26.08").dispatcher == "flex-hybridep"
+    explicit = planner.predict(model, cluster, cfg.model_copy(update={"dispatcher": "flex-hybridep"}), training)
+    assert p.step_time_s == explicit.step_time_s

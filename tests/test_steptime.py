@@ -98,6 +98,11 @@ def test_dp_reduce_scatter_and_all_gather_priced_by_the_fabric():
     hand = max((1 - ov) * rs, rs - t_b) + max((1 - ov) * ag, ag - t_f)
     assert stt.breakdown["dp_comm"] == pytest.approx(hand, rel=1e-9)
     assert t_b == pytest.approx(2 * t_f, rel=0.35)   # backward about twice the forward
+    # a stack that reduces in FP32 (TorchTitan's FSDP2 default, MaxText) moves 4 bytes per gradient
+    fp32 = step_time(LLAMA, cl, cfg, tr, 16, pl, PROF.with_values({"dp.grad_bytes": 4.0}), sh)
+    assert fp32.details["dp_rs_s"] == pytest.approx(fab.reduce_scatter(sh["dp"], params * 4.0))
+    assert fp32.details["dp_ag_s"] == pytest.approx(ag)
+    assert load_profile("torchtitan").param("dp.grad_bytes") == 4.0
 
 
 def test_optimizer_and_attention_terms_are_positive_and_small():
