@@ -731,12 +731,15 @@ class _Builder:
 def plan(model, cluster, training: Training, top: int = 3, time_limit: float | None = None,
          objective: str = "throughput", gbs_range: tuple[int, int] | None = None, trainer: str | None = None,
          *, workers: int = 2, min_world: int | None = None, include: dict | None = None,
-         profile=None, method: str = "enumerate") -> PlanResult:
+         profile=None, method: str = "enumerate", restrict: dict | None = None) -> PlanResult:
     """The ``top`` best layouts with their placement, best first, and the solver's proof status.
 
     ``min_world``: the fewest GPUs a plan may use (default: half of those offered; a plan may use
     any count from there up to ``cluster.num_gpus``). ``include``: extra candidate values per
-    variable (e.g. a published layout) so that they are inside the declared space.
+    variable (e.g. a published layout) so that they are inside the declared space. ``restrict``:
+    keep only these candidate values of some variables (a smaller declared space).
+    ``method``: "enumerate" (default: every assignment the rule tables allow, evaluated with
+    numpy) or "cp-sat" (the same program solved by CP-SAT; practical for small spaces only).
     """
     from planner.memory import memory_per_gpu
     from planner.placement import make_placement
@@ -765,6 +768,13 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     space = build_space(model, training, n, cluster.domain_sizes(), gbs_range=gbs_range, trainer=trainer,
                         dispatchers=offered, nvlink_domain=max(cluster.domain_sizes()), total_params=total_params,
                         extra=include)
+    for var, keep in (restrict or {}).items():
+        if var not in space.values:
+            raise InputError(f"restrict: unknown variable {var!r}; use one of {', '.join(VARIABLES)}")
+        kept = [v for v in space.values[var] if v in set(keep)]
+        if not kept:
+            raise InputError(f"restrict: no candidate of {var} among {list(keep)}")
+        space.values[var] = kept
     b = _Builder(model, cluster, training, space, prof, objective, min_world)
     t_build0 = time.perf_counter()
     prog = b.build()
@@ -844,6 +854,9 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "variables": res.num_vars,
         "constraints": res.num_constraints,
         "program_vs_predict_max_rel_err": max_err,
+        "min_world": min_world,
+        "space": {k: list(v) for k, v in space.values.items()},
+        "layouts": sorted([b.vals["pp"][k[0]], b.vals["vpp"][k[1]], b.vals["split"][k[2]]] for k in b.layouts),
         "notes": b.notes,
     }
     return PlanResult(entries, solver_info, model, cluster, training)
