@@ -93,3 +93,14 @@ def test_profile_written_before_dp_grad_bytes_still_loads():
     assert "dp.grad_bytes" not in prof.params and prof.param("dp.grad_bytes", "hopper") == 2.0
     assert load_profile("megatron-26.08").params["dp.grad_bytes"].value == 2.0
     assert load_profile("maxtext").param("dp.grad_bytes") == 4.0
+
+
+def test_eager_profile_is_26_08_with_26_04_elementwise_traffic():
+    # megatron-26.08-eager is derived, not fitted: the 26.08 kernels with the elementwise traffic of the
+    # 26.04 recipes (no full-iteration CUDA graph, no op fuser); every other value is 26.08's
+    eager, new, old = (load_profile(n) for n in ("megatron-26.08-eager", "megatron-26.08", "megatron-26.04"))
+    assert set(eager.params) == set(new.params) and len(eager.params) <= MAX_PARAMS
+    for key, p in eager.params.items():
+        want = old.params[key].value if key == "mem.elementwise" else new.params[key].value
+        assert p.value == pytest.approx(want, rel=1e-5), key
+    assert (eager.flops_formula, eager.dispatcher, eager.trainer) == (new.flops_formula, new.dispatcher, new.trainer)
