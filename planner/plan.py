@@ -475,24 +475,43 @@ class _Builder:
 
             present = P.table_t(lay_vars, col(lambda v: 1))
             node = {"present": present}
-            for qty, hq, mq in (("t", None, None), ("fwd", "fwd", "fwd"), ("bwd", "bwd", "bwd"), ("comp", "total", "total")):
+            for qty, hq, mq in (("t", None, None),):
                 terms = []
                 for kj, kind in enumerate(kind_list):
                     cnts = col(lambda v, kj=kj: v[0][kj])
                     if not any(cnts.values()):
                         continue
-                    src = L[kind] if qty == "t" else per[kind][{"fwd": "fwd", "bwd": "bwd", "comp": "comp"}[qty]]
-                    terms.append(P.product(P.table_t(lay_vars, cnts), src))
+                    terms.append(P.product(P.table_t(lay_vars, cnts), L[kind]))
                 mt = col(lambda v: v[1])
                 if MX is not None and any(mt.values()):
-                    terms.append(P.product(P.table_t(lay_vars, mt), MX["total" if qty == "t" else mq]))
+                    terms.append(P.product(P.table_t(lay_vars, mt), MX["total"]))
                 ls = col(lambda v: v[2])
                 if any(ls.values()):
-                    terms.append(P.product(P.table_t(lay_vars, ls), H["total" if qty == "t" else hq]))
+                    terms.append(P.product(P.table_t(lay_vars, ls), H["total"]))
+                node[qty] = P.sum(terms) if terms else zero
+            slot_nodes.append(node)
+
+        def slot_rest(si, node):
+            # windows and parameter classes of slot si (needed only by the DP and optimizer terms)
+            def col(fn, default=0):
+                return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in slots_of.items()}
+
+            for qty, hq, mq in (("fwd", "fwd", "fwd"), ("bwd", "bwd", "bwd"), ("comp", "total", "total")):
+                terms = []
+                for kj, kind in enumerate(kind_list):
+                    cnts = col(lambda v, kj=kj: v[0][kj])
+                    if not any(cnts.values()):
+                        continue
+                    terms.append(P.product(P.table_t(lay_vars, cnts), per[kind][qty]))
+                mt = col(lambda v: v[1])
+                if MX is not None and any(mt.values()):
+                    terms.append(P.product(P.table_t(lay_vars, mt), MX[mq]))
+                ls = col(lambda v: v[2])
+                if any(ls.values()):
+                    terms.append(P.product(P.table_t(lay_vars, ls), H[hq]))
                 node[qty] = P.sum(terms) if terms else zero
             node["dl"] = P.table_t(lay_vars, col(lambda v: dl_ids((v[3], v[4])), dl_ids((0.0, 0))))
             node["ex"] = P.table_t(lay_vars, col(lambda v: ex_ids(v[5]), ex_ids(0.0)))
-            slot_nodes.append(node)
 
         crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
         TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
@@ -529,6 +548,10 @@ class _Builder:
             f = 0.0 if a["pp"] <= 1 else 2 * (a["pp"] - 1) + (1.0 - o_pp) * 2 * m * a["vpp"]
             pb[ix] = int(math.floor(BUBBLE * f + 0.5))
         P2P = P.product(ONE, P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb))
+        # CORE + P2P is a lower bound of the step (the DP and optimizer terms are >= 0)
+        self.lb_node = P.sum([CORE, P2P])
+        for si, node in enumerate(slot_nodes):
+            slot_rest(si, node)
         # p2p_time uses int(round(m)); m is an integer here, and PPL is imported for the docstring link
         del PPL
 
@@ -871,8 +894,29 @@ def _enumerate(prog, b: _Builder, top: int, accept):
     order = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "vpp", "split", "gbs", "mbs", "ep", "etp", "recompute",
                                "fsdp", "dispatcher", "gpd")]
     rows = feasible_rows(prog, order)
+    n_rows = len(rows)
     sols: list = []
     rejected = 0
+    if len(rows) and prog.weight is None and getattr(b, "lb_node", None) is not None:
+        # Lower-bound pruning, exact: lb = CORE + P2P <= objective. Evaluate the full objective on
+        # the rows with the smallest bound until ``top`` of them fit in memory; every row whose bound
+        # exceeds the worst of those cannot enter the top and is dropped before the full evaluation.
+        lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
+        keep = np.flatnonzero(okb)
+        rows, lb = rows[keep], lb[keep]
+        order_lb = np.argsort(lb, kind="stable")
+        probe = rows[order_lb[: max(2000, 50 * top)]]
+        pobj, pok, _ = evaluate_many(prog, probe)
+        cand = [(int(pobj[i]), tuple(int(a) for a in probe[i])) for i in np.flatnonzero(pok)]
+        cand.sort()
+        found = []
+        for o, ch in cand:
+            if accept(ch) is None:
+                found.append(o)
+                if len(found) >= top:
+                    break
+        if len(found) >= top:
+            rows = rows[lb <= found[-1]]
     if len(rows):
         obj, ok, vals = evaluate_many(prog, rows)
         node = vals[prog.objective]
@@ -890,7 +934,7 @@ def _enumerate(prog, b: _Builder, top: int, accept):
     best = sols[0].objective if sols else None
     return LayoutResult(status=status, objective=best, bound=None if best is None else float(best),
                         wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols),
-                        num_vars=len(prog.domains), num_constraints=len(rows), rejected=rejected)
+                        num_vars=len(prog.domains), num_constraints=n_rows, rejected=rejected)
 
 
 def _bound_value(res, b: _Builder, training, entry: PlanEntry, objective: str):

@@ -587,15 +587,21 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
     return rows
 
 
-def evaluate_many(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray", list]:
+def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
     """(objective, feasible mask, node values) for every row of ``rows`` (R, n): the vectorised
-    twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False."""
+    twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False.
+
+    ``upto``: evaluate only nodes ``0..upto`` (nodes are in creation order, so a node's inputs come
+    before it) and return that node's values as the objective, unweighted and without limits; the
+    mask then covers only the tables met so far (a partial check, for lower bounds)."""
     import numpy as np
 
     R = len(rows)
     ok = np.ones(R, dtype=bool)
     out: list = []
-    for nd in prog.nodes:
+    for ni, nd in enumerate(prog.nodes):
+        if upto is not None and ni > upto:
+            break
         if nd.kind == "table":
             dims, cols = [], []
             for v in nd.vars:
@@ -644,6 +650,8 @@ def evaluate_many(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray", list
             ok &= np.all((pres == 0) | (pres == 1), axis=0) & np.any(pres == 1, axis=0)
             masked = np.where(pres == 1, keys, np.iinfo(np.int64).min)
             out.append(np.argmax(masked, axis=0).astype(np.int64))   # first maximal, as Python's max
+    if upto is not None:
+        return np.where(ok, out[upto], 0), ok, out
     for n_, b in prog.limits:
         ok &= out[n_] <= b
     obj = out[prog.objective].copy()
