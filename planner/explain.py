@@ -205,6 +205,38 @@ def config_label(config: Mapping) -> str:
     return " ".join(parts)
 
 
+def _extras(entry: Mapping) -> dict[str, str]:
+    """Facts beyond the degrees that can tell two plans apart, as short labels."""
+    cfg = entry.get("config") or {}
+    pl = entry.get("placement") or {}
+    per = pl.get("gpus_per_domain")
+    return {
+        "dispatcher": str(cfg.get("dispatcher") or ""),
+        "gpus_per_domain": f"{per} GPUs per domain" if per else "domains filled",
+        "order": str(pl.get("order") or ""),
+        "dp": f"DP{cfg.get('dp')}" if cfg.get("dp") else "",
+        "gbs": f"GBS{cfg.get('gbs')}" if cfg.get("gbs") else "",
+    }
+
+
+def plan_labels(entries: Sequence[Mapping]) -> list[str]:
+    """``config_label`` of each entry, extended where two entries would read the same with what
+    differs between them (dispatcher, GPUs used per NVLink domain, rank order, DP, GBS)."""
+    base = [config_label(e.get("config") or {}) for e in entries]
+    out = list(base)
+    for lab in set(base):
+        idx = [i for i, b in enumerate(base) if b == lab]
+        if len(idx) < 2:
+            continue
+        extras = [_extras(entries[i]) for i in idx]
+        keys = [k for k in extras[0] if len({x[k] for x in extras}) > 1]
+        for i, x in zip(idx, extras):
+            extra = ", ".join(x[k] for k in keys if x[k])
+            if extra:
+                out[i] = f"{lab} ({extra})"
+    return out
+
+
 def _grid_sizes(config: Mapping, world: int, grid: str) -> dict[str, int]:
     tp, pp, cp, ep = (int(config.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
     if grid == "attention":
@@ -380,9 +412,10 @@ def _throughput(entry: Mapping) -> float:
     return float(p.get("tokens_per_s_per_gpu") or p.get("tflops_per_gpu") or 0.0)
 
 
-def why_not(best: Mapping, alt: Mapping, domain_word: str = "domains", hbm_gib: float | None = None) -> str:
+def why_not(best: Mapping, alt: Mapping, domain_word: str = "domains", hbm_gib: float | None = None,
+            label: str | None = None) -> str:
     """One line: why ``alt`` lost to ``best`` (both plan entries of the plan.json document)."""
-    label = config_label(alt.get("config") or {})
+    label = label or config_label(alt.get("config") or {})
     if alt.get("reason"):
         return f"{label}: {alt['reason']}"
     pa = _pred(alt)
@@ -442,8 +475,9 @@ def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None =
     sizes = domain_sizes_of(doc)
     word = domain_word(sizes) if sizes else "domains"
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
-    alts = plans[1:] + list(rejected or doc.get("rejected") or [])
-    return [why_not(plans[0], a, word, cap) for a in alts[:n]]
+    alts = (plans[1:] + list(rejected or doc.get("rejected") or []))[:n]
+    labels = plan_labels([plans[0], *alts])[1:]
+    return [why_not(plans[0], a, word, cap, label) for a, label in zip(alts, labels)]
 
 
 def hbm_of(doc: Mapping) -> float | None:
@@ -476,13 +510,14 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
     for col, just in (("#", "right"), ("layout", "left"), ("TFLOP/s/GPU", "right"),
                       ("tokens/s/GPU", "right"), ("step", "right"), ("memory/GPU", "right")):
         table.add_column(col, justify=just)
-    for i, entry in enumerate((doc.get("plans") or [])[: top or None]):
+    entries = (doc.get("plans") or [])[: top or None]
+    for i, (entry, label) in enumerate(zip(entries, plan_labels(entries))):
         p = _pred(entry)
         mem = p.get("memory_gib_per_gpu")
         mem_s = "-" if mem is None else (f"{mem:.0f}/{cap:.0f} GiB" if cap else f"{mem:.0f} GiB")
         table.add_row(
             str(i + 1),
-            config_label(entry.get("config") or {}),
+            label,
             f"{p.get('tflops_per_gpu', 0):,.0f}",
             f"{p.get('tokens_per_s_per_gpu', 0):,.0f}",
             _fmt_s(float(p.get("step_time_s") or 0.0)),
@@ -496,7 +531,7 @@ def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: 
     entry = doc["plans"][index]
     p = _pred(entry)
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
-    title = Text(f"#{index + 1} {config_label(entry.get('config') or {})}", style="bold")
+    title = Text(f"#{index + 1} {plan_labels(doc['plans'])[index]}", style="bold")
     parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width)]
     if p.get("memory_gib_per_gpu") is not None:
         parts.append(Text("memory ") + memory_bar(float(p["memory_gib_per_gpu"]), cap, width=width))

@@ -380,3 +380,17 @@ def test_vectorised_grids_agree_with_the_scalar_rank_arithmetic():
         from collections import Counter
 
         assert set(Counter(flat_ep).values()) == {ep}
+
+
+def test_plan_labels_tell_apart_plans_with_equal_degrees():
+    doc = plan_doc()
+    a, b = doc["plans"][0], json.loads(json.dumps(doc["plans"][0]))
+    b["config"]["dispatcher"] = "alltoall"
+    c = json.loads(json.dumps(doc["plans"][0]))
+    c["placement"]["gpus_per_domain"] = None
+    labels = explain.plan_labels([a, b, c, doc["plans"][1]])
+    assert len(set(labels)) == 4
+    assert labels[0] == "TP1 PP2 VPP8 EP32 MBS1 (flex-deepep, 64 GPUs per domain)"
+    assert labels[1] == "TP1 PP2 VPP8 EP32 MBS1 (alltoall, 64 GPUs per domain)"
+    assert labels[2] == "TP1 PP2 VPP8 EP32 MBS1 (flex-deepep, domains filled)"
+    assert labels[3] == "TP1 PP4 VPP4 EP32 MBS1"  # unique: left alone

@@ -13,7 +13,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from planner.explain import CATEGORIES, CATEGORY_COLORS, CATEGORY_LABELS, categorize, config_label
+from planner.explain import CATEGORIES, CATEGORY_COLORS, CATEGORY_LABELS, categorize, plan_labels
 
 DPI = 110
 _TAB20 = [
@@ -32,8 +32,7 @@ def _save(fig: Figure, path: Path) -> Path:
 def breakdown_figure(plans: Sequence[Mapping], path: Path, labels: Sequence[str] | None = None,
                      title: str = "Step-time breakdown of the top plans") -> Path:
     """Stacked horizontal bars: the step time of each plan split into the six categories."""
-    labels = list(labels) if labels else [f"#{i + 1} {config_label(p.get('config') or {})}"
-                                          for i, p in enumerate(plans)]
+    labels = list(labels) if labels else [f"#{i + 1} {lab}" for i, lab in enumerate(plan_labels(plans))]
     cats = [categorize((p.get("prediction") or {}).get("breakdown"),
                        (p.get("prediction") or {}).get("step_time_s")) for p in plans]
     fig = Figure(figsize=(9, 0.8 + 0.55 * len(plans)))
@@ -64,8 +63,8 @@ def memory_figure(stages: Sequence[Mapping[str, float]], hbm_gib: float | None, 
     """Stacked bars of memory components per pipeline stage with the HBM capacity as a line."""
     comps: list[str] = []
     for st in stages:
-        for k in st:
-            if k not in comps:
+        for k, v in st.items():
+            if k not in comps and v > 0:  # components that are zero on every stage stay out of the legend
                 comps.append(k)
     fig = Figure(figsize=(max(5, 0.5 * len(stages) + 3), 3.8))
     ax = fig.add_subplot()
@@ -117,7 +116,7 @@ def placement_figure(stage_grid: Sequence[Sequence[int]], ep_grid: Sequence[Sequ
     """Domains (rows) x GPUs (columns) coloured by pipeline stage and, beside it, by EP group."""
     panels = 2 if ep_grid is not None else 1
     rows = len(stage_grid)
-    fig = Figure(figsize=(6.5 * panels, min(12, 1.2 + 0.35 * rows)))
+    fig = Figure(figsize=(6.5 * panels, min(12, max(2.8, 1.2 + 0.35 * rows))))
     axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
     _grid_panel(axes[0], stage_grid, "pipeline stage", "stage", word)
     if ep_grid is not None:

@@ -85,11 +85,11 @@ def _training_line(doc: Mapping) -> str:
 
 def _plan_rows(plans: Sequence[Mapping], cap: float | None) -> list[list]:
     rows = []
-    for i, p in enumerate(plans):
+    for i, (p, label) in enumerate(zip(plans, explain.plan_labels(plans))):
         pr = p.get("prediction") or {}
         mem = pr.get("memory_gib_per_gpu")
         rows.append([
-            f"#{i + 1} {explain.config_label(p.get('config') or {})}",
+            f"#{i + 1} {label}",
             f"{pr.get('tflops_per_gpu', 0):,.0f}",
             f"{pr.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{pr.get('step_time_s', 0):.3f}",
@@ -141,9 +141,14 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
                     + "".join(f"<li>{_e(s)}</li>" for s in lines) + "</ul>")
     solver = doc.get("solver") or {}
     if solver:
-        body.append("<h2>Solver</h2>" + _table(["status", "wall (s)", "objective", "bound"], [[
-            solver.get("status", "?"), f"{float(solver.get('wall_s') or 0):.2f}",
-            solver.get("objective", "-"), solver.get("bound", "-")]]))
+        def g(x):
+            return f"{x:,.6g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else ("-" if x is None else x)
+
+        name = solver.get("objective_name")
+        body.append("<h2>Solver</h2>" + _table(
+            ["status", "wall (s)", "objective" + (f" ({name})" if name else ""), "proven bound"], [[
+                solver.get("status", "?"), f"{float(solver.get('wall_s') or 0):.2f}",
+                g(solver.get("objective")), g(solver.get("bound"))]]))
     subtitle = f"{mname} on {cname}" + (f", {world} GPUs" if world else "")
     return _page(f"topoplan plan: {mname}", subtitle, body), figs
 
