@@ -172,6 +172,7 @@ def expert_series(doc: Mapping) -> dict:
     document carries them (``eplb`` / ``baseline``, one policy or a dict of policies), for EPLB.
 
     Returns {"balance": [...], "remote": [...] or None, "baselines": {name: {"balance", "remote"}},
+    "lower_bound": [...] or None (the best balance any placement could reach, when given),
     "ep_rank_domain": [...] or None, "slots": [[logical expert per slot] per layer] or None}."""
     if not isinstance(doc, Mapping):
         raise InputError("place-experts document: expected a JSON object")
@@ -206,5 +207,6 @@ def expert_series(doc: Mapping) -> dict:
         slots = doc["physical_to_logical"]
     if dom is None:
         dom = doc.get("rank_domain")
-    return {"balance": balance, "remote": remote, "baselines": baselines,
+    lower = _metric_series(doc, ("lower_bound", "balance_lower_bound"))
+    return {"balance": balance, "remote": remote, "baselines": baselines, "lower_bound": lower,
             "ep_rank_domain": dom if isinstance(dom, list) else None, "slots": slots}

@@ -177,6 +177,10 @@ def experts_figure(series: Mapping, path: Path, title: str = "") -> Path:
     styles = ["#e45756", "#f58518", "#54a24b", "#b279a2"]
     for k, (name, b) in enumerate(series.get("baselines", {}).items()):
         ax1.plot(range(len(b["balance"])), b["balance"], marker=".", color=styles[k % 4], label=name, lw=1)
+    lb = series.get("lower_bound")
+    if lb is not None and any(v >= 1.0 for v in lb):  # a balance bound below 1 means "none proven"
+        ax1.plot(range(len(lb)), [v if v >= 1.0 else float("nan") for v in lb], color="#999999", ls="--", lw=1,
+                 label="proven lower bound")
     ax1.axhline(1.0, color="#999999", lw=0.8, ls=":")
     ax1.set_ylabel("GPU load max / mean")
     ax1.set_title(title or "Expert-load balance per MoE layer")

@@ -208,8 +208,17 @@ def experts_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
                      "-" if b["remote"] is None else f"{mean(b['remote']):.2f}"])
     body = ["<h2>Summary over MoE layers</h2>",
             _table(["placement", "balance (mean)", "balance (worst layer)", "remote domains per token"], rows)]
-    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
-    scalars = [[k, v] for k, v in metrics.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+    scalars = []
+    for key in ("summary", "metrics"):
+        src = doc.get(key) if isinstance(doc.get(key), Mapping) else {}
+        for k, v in src.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                scalars.append([k, f"{v:,.4g}"])
+            elif isinstance(v, str):
+                scalars.append([k, v])
+    for key in ("routing", "dispatch"):
+        if isinstance(doc.get(key), str):
+            scalars.append([key, doc[key]])
     if scalars:
         body.append(_table(["metric", "value"], scalars))
     body.append(_figure("experts.png", "expert-load balance per layer",
