@@ -145,3 +145,26 @@ def test_cli_plan_json(capsys):
     assert doc["solver"]["status"] == "OPTIMAL"
     rc = main(["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--json"])
     assert rc == 3
+
+
+def test_cp_sat_search_equals_enumeration_on_a_small_space():
+    model = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100", gpus=8)
+    training = Training(seq_len=4096, global_batch=16, precision="bf16")
+    restrict = dict(tp=[1, 2], cp=[1], pp=[1, 2], vpp=[1], mbs=[1, 2], recompute=["none", "full"], fsdp=[False])
+    a = plan(model, cluster, training, top=2, restrict=restrict)
+    b = plan(model, cluster, training, top=2, restrict=restrict, method="cp-sat", workers=1)
+    assert b.solver["status"] == "OPTIMAL"
+    assert [e.prediction.tokens_per_s for e in b.plans] == pytest.approx([e.prediction.tokens_per_s for e in a.plans],
+                                                                         rel=1e-6)
+
+
+def test_scale_rows_and_retention():
+    from planner.plan import scale
+
+    model = load_model("llama3-8b")
+    training = Training(seq_len=4096, global_batch=64, precision="bf16")
+    rows = scale(model, lambda n: load_cluster("dgx-h100", gpus=n), [16, 8], training)
+    assert [r["gpus"] for r in rows] == [8, 16]
+    assert rows[0]["retention"] == pytest.approx(1.0)
+    assert rows[1]["retention"] == pytest.approx(rows[1]["tflops_per_gpu"] / rows[0]["tflops_per_gpu"])
