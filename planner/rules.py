@@ -105,8 +105,12 @@ def _fsdp_recompute(m, c, t, world):
 
 
 def _tt_no_etp(m, c, t, world):
-    if c.etp is not None and c.etp not in (1, c.tp) and c.ep > 1:
-        return f"torchtitan has no expert tensor parallel degree (etp={c.etp}); use etp=1 or etp=tp"
+    # torchtitan 0.3.0 has no expert tensor parallelism: with EP > 1 the EP mesh borrows the TP ranks
+    # (efsdp = dp_shard * cp * tp / ep), so experts run unsharded, which is ETP = 1. A layout that
+    # asks for experts sharded over TP (ETP = TP > 1, the Megatron default) is not what would run.
+    if c.ep > 1 and c.etp_eff != 1:
+        return (f"torchtitan has no expert tensor parallel degree: with ep={c.ep} experts run with etp=1, "
+                f"not etp={c.etp_eff}; set etp=1")
 
 
 def _tt_ep_divides(m, c, t, world):

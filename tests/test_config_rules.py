@@ -104,3 +104,11 @@ def test_accepted_layouts_tile_the_world(tp, pp, cp, ep, nodes):
         assert cfg.tp * cfg.cp * cfg.pp * cfg.dp_for(world) == world
         assert cfg.etp_eff * cfg.ep * cfg.pp * cfg.edp_for(world) == world
         assert DSV3.num_experts % ep == 0
+
+
+def test_torchtitan_experts_run_without_tensor_parallel():
+    # torchtitan 0.3.0 has no ETP: EP borrows TP ranks, so TP2 EP8 means experts at ETP 1.
+    assert "torchtitan_no_etp" in names(violations(DSV3, ParallelConfig(tp=2, pp=8, ep=8), T, 256,
+                                                   trainer="torchtitan"))
+    assert "torchtitan_no_etp" not in names(violations(DSV3, ParallelConfig(tp=2, pp=8, ep=8, etp=1), T, 256,
+                                                       trainer="torchtitan"))
