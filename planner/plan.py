@@ -825,7 +825,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     if method == "cp-sat":
         res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
     else:
-        res = _enumerate(prog, b, top, accept)
+        res = _enumerate(prog, b, top, accept, time_limit)
     if not res.solutions:
         if res.status in ("UNKNOWN",) and time_limit is not None:
             raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
@@ -885,10 +885,16 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     return PlanResult(entries, solver_info, model, cluster, training)
 
 
-def _enumerate(prog, b: _Builder, top: int, accept):
+def _enumerate(prog, b: _Builder, top: int, accept, time_limit: float | None = None):
     """Exhaustive, vectorised evaluation of the program over every assignment the rule tables
-    allow; memory (the lazy constraint) is checked best-first. Optimal by enumeration."""
-    from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows
+    allow, in order of an exact lower bound; memory (the lazy constraint) is checked best-first.
+
+    Every allowed assignment gets the lower bound ``CORE + P2P`` (the DP and optimizer terms are
+    non-negative; times the objective weight). Rows are then fully evaluated in chunks, smallest
+    bound first; the search stops when ``top`` fitting layouts are known and the next bound is no
+    better than the worst of them (OPTIMAL), or at ``time_limit`` (FEASIBLE, and the next bound is
+    the proven bound)."""
+    from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
 
     t0 = time.perf_counter()
     order = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "vpp", "split", "gbs", "mbs", "ep", "etp", "recompute",
@@ -897,42 +903,56 @@ def _enumerate(prog, b: _Builder, top: int, accept):
     n_rows = len(rows)
     sols: list = []
     rejected = 0
-    if len(rows) and prog.weight is None and getattr(b, "lb_node", None) is not None:
-        # Lower-bound pruning, exact: lb = CORE + P2P <= objective. Evaluate the full objective on
-        # the rows with the smallest bound until ``top`` of them fit in memory; every row whose bound
-        # exceeds the worst of those cannot enter the top and is dropped before the full evaluation.
+    status, bound = "INFEASIBLE", None
+    if n_rows:
         lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
-        keep = np.flatnonzero(okb)
-        rows, lb = rows[keep], lb[keep]
-        order_lb = np.argsort(lb, kind="stable")
-        probe = rows[order_lb[: max(2000, 50 * top)]]
-        pobj, pok, _ = evaluate_many(prog, probe)
-        cand = [(int(pobj[i]), tuple(int(a) for a in probe[i])) for i in np.flatnonzero(pok)]
-        cand.sort()
-        found = []
-        for o, ch in cand:
-            if accept(ch) is None:
-                found.append(o)
-                if len(found) >= top:
-                    break
-        if len(found) >= top:
-            rows = rows[lb <= found[-1]]
-    if len(rows):
-        obj, ok, vals = evaluate_many(prog, rows)
-        node = vals[prog.objective]
-        idx = np.flatnonzero(ok)
-        idx = idx[np.argsort(obj[idx], kind="stable")]
-        for i in idx:
-            choice = tuple(int(a) for a in rows[i])
-            if accept(choice) is not None:
-                rejected += 1
-                continue
-            sols.append(Solution(choice=choice, objective=int(obj[i]), node_value=int(node[i])))
-            if len(sols) >= top:
+        w, okw = weights_of(prog, rows)
+        keep = np.flatnonzero(okb & okw)
+        rows, lb = rows[keep], lb[keep] * w[keep]
+        srt = np.argsort(lb, kind="stable")
+        rows, lb = rows[srt], lb[srt]
+        seen: list = []            # (objective, node value, choice) of evaluated feasible rows
+        fitting: list = []
+        checked: dict = {}
+        chunk = 4096
+        pos = 0
+        status = "OPTIMAL"
+        while True:
+            # the top fitting among everything evaluated so far
+            seen.sort()
+            fitting = []
+            for o, nvv, ch in seen:
+                ok = checked.get(ch)
+                if ok is None:
+                    ok = accept(ch) is None
+                    checked[ch] = ok
+                    if not ok:
+                        rejected += 1
+                if ok:
+                    fitting.append((o, nvv, ch))
+                    if len(fitting) >= top:
+                        break
+            seen = [x for x in seen if checked.get(x[2]) is not False]
+            nxt = lb[pos] if pos < len(rows) else None
+            if nxt is None or (len(fitting) >= top and fitting[-1][0] <= nxt):
+                bound = float(fitting[0][0]) if fitting else None
                 break
-    status = "OPTIMAL" if sols else "INFEASIBLE"
+            if time_limit is not None and time.perf_counter() - t0 > time_limit and fitting:
+                status = "FEASIBLE"
+                bound = float(min(nxt, fitting[0][0]))
+                break
+            part = rows[pos: pos + chunk]
+            pos += len(part)
+            chunk = min(chunk * 2, 1 << 18)
+            obj, ok, vals = evaluate_many(prog, part)
+            node = vals[prog.objective]
+            for i in np.flatnonzero(ok):
+                seen.append((int(obj[i]), int(node[i]), tuple(int(a) for a in part[i])))
+        sols = [Solution(choice=ch, objective=o, node_value=nvv) for o, nvv, ch in fitting[:top]]
+        if not sols:
+            status = "INFEASIBLE"
     best = sols[0].objective if sols else None
-    return LayoutResult(status=status, objective=best, bound=None if best is None else float(best),
+    return LayoutResult(status=status, objective=best, bound=bound,
                         wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols),
                         num_vars=len(prog.domains), num_constraints=n_rows, rejected=rejected)
 

@@ -670,3 +670,22 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
     for vars_, tuples in prog.allowed + prog.forbidden:
         pass  # rows come from feasible_rows, which applied these
     return np.where(ok, obj, 0), ok, out
+
+
+def weights_of(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray"]:
+    """(objective weight, defined mask) for every row (weight 1 when the objective has none)."""
+    import numpy as np
+
+    R = len(rows)
+    if prog.weight is None:
+        return np.ones(R, dtype=np.int64), np.ones(R, dtype=bool)
+    wv, table = prog.weight
+    dims = [prog.domains[v] for v in wv]
+    flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+    have = np.zeros(int(np.prod(dims)), dtype=bool)
+    karr = np.array(list(table.keys()), dtype=np.int64).reshape(len(table), len(wv))
+    fi = np.ravel_multi_index(karr.T, dims)
+    flat[fi] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    have[fi] = True
+    ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
+    return flat[ri], have[ri]
