@@ -168,3 +168,19 @@ def test_scale_rows_and_retention():
     assert [r["gpus"] for r in rows] == [8, 16]
     assert rows[0]["retention"] == pytest.approx(1.0)
     assert rows[1]["retention"] == pytest.approx(rows[1]["tflops_per_gpu"] / rows[0]["tflops_per_gpu"])
+
+
+def test_time_limit_returns_best_found_with_an_upper_bound():
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100", gpus=32)
+    training = Training(seq_len=4096, global_batch=128, precision="bf16")
+    full = plan(model, cluster, training, top=1)
+    res = plan(model, cluster, training, top=1, time_limit=1e-6)
+    s = res.solver
+    assert s["status"] in ("FEASIBLE", "OPTIMAL")
+    best = res.plans[0].prediction.tokens_per_s
+    assert best <= full.plans[0].prediction.tokens_per_s * (1 + 1e-9)
+    # the bound is an upper bound on the optimum's tokens/s
+    assert s["bound"] >= full.plans[0].prediction.tokens_per_s * (1 - 1e-6)
+    if s["status"] == "OPTIMAL":
+        assert best == pytest.approx(full.plans[0].prediction.tokens_per_s, rel=1e-9)
