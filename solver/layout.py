@@ -28,6 +28,12 @@ model over the declared space, not an approximation of it.
 Top-K: after the optimum is found, a no-good cut forbids that exact assignment of the decision
 variables and the program is solved again; the k-th solve proves the k-th best. :func:`evaluate`
 computes a node for one assignment in plain Python, the oracle the tests compare against.
+
+Two ways to search: :func:`solve` (OR-Tools CP-SAT, with lazy constraints through a callback) and
+:func:`feasible_rows` + :func:`evaluate_many` (every assignment the allow/forbid tables admit,
+evaluated with numpy; exhaustive, so optimal by construction). ``planner.plan`` uses the second by
+default: on the full layout space CP-SAT did not find a first solution within a minute
+(docs/solver.md).
 """
 
 from __future__ import annotations
