@@ -574,11 +574,12 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
             continue
         step = max(pos[v] for v in vars_)
         by_step.setdefault(step, []).append((vars_, tuples, allowed))
-    rows = np.zeros((1, n), dtype=np.int64)
+    dt = np.int16 if max(prog.domains) < 2 ** 15 else np.int64
+    rows = np.zeros((1, n), dtype=dt)
     for step, v in enumerate(order):
         d = prog.domains[v]
         rows = np.repeat(rows, d, axis=0)
-        rows[:, v] = np.tile(np.arange(d, dtype=np.int64), len(rows) // d)
+        rows[:, v] = np.tile(np.arange(d, dtype=dt), len(rows) // d)
         for vars_, tuples, allowed in by_step.get(step, []):
             dims = [prog.domains[u] for u in vars_]
             mask_tab = np.zeros(int(np.prod(dims)), dtype=bool)
@@ -641,14 +642,19 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
                 acc = acc + w * out[a]
             out.append(acc)
         elif nd.kind == "max":
-            out.append(np.max(np.stack([out[a] for a in nd.args]), axis=0))
+            acc = out[nd.args[0]]
+            for a in nd.args[1:]:
+                acc = np.maximum(acc, out[a])
+            out.append(acc)
         elif nd.kind == "product":
             out.append(out[nd.args[0]] * out[nd.args[1]])
         elif nd.kind == "element":
             i = rows[:, nd.vars[0]] if nd.vars else out[nd.keys[0]]
             ok &= (i >= 0) & (i < len(nd.args))
-            stack = np.stack([out[a] for a in nd.args])
-            out.append(stack[np.clip(i, 0, len(nd.args) - 1), np.arange(R)])
+            acc = out[nd.args[0]].copy()
+            for j, a in enumerate(nd.args[1:], 1):
+                np.copyto(acc, out[a], where=(i == j))
+            out.append(acc)
         elif nd.kind == "argmax":
             k = len(nd.args) // 2
             keys = np.stack([out[a] for a in nd.args[:k]])
