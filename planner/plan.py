@@ -898,14 +898,30 @@ def _enumerate(prog, b: _Builder, top: int, accept, time_limit: float | None = N
 
     t0 = time.perf_counter()
     order = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "vpp", "split", "gbs", "mbs", "ep", "etp", "recompute",
-                               "fsdp", "dispatcher", "gpd")]
+                               "dispatcher", "gpd", "fsdp")]
     rows = feasible_rows(prog, order)
     n_rows = len(rows)
     sols: list = []
     rejected = 0
     status, bound = "INFEASIBLE", None
     if n_rows:
-        lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
+        # fsdp is the last variable and no table before the bound reads it (nor any rule), so the
+        # rows come in runs of len(fsdp) that share the bound: evaluate one row per run.
+        fv = b.vi["fsdp"]
+        nf = prog.domains[fv]
+        reads_fsdp = any(fv in v for v, _ in prog.allowed + prog.forbidden) or any(
+            nd.kind == "table" and fv in nd.vars for nd in prog.nodes[: b.lb_node + 1]) or any(
+            nd.kind == "element" and fv in nd.vars for nd in prog.nodes[: b.lb_node + 1])
+        runs_ok = False
+        if nf > 1 and not reads_fsdp and n_rows % nf == 0:
+            r3 = rows.reshape(-1, nf, rows.shape[1])
+            others = [c for c in range(rows.shape[1]) if c != fv]
+            runs_ok = bool(np.all(r3[:, :, fv] == np.arange(nf)) and np.all(r3[:, :, others] == r3[:, :1, others]))
+        if runs_ok:
+            lb1, okb1, _ = evaluate_many(prog, rows[::nf], upto=b.lb_node)
+            lb, okb = np.repeat(lb1, nf), np.repeat(okb1, nf)
+        else:
+            lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
         w, okw = weights_of(prog, rows)
         keep = np.flatnonzero(okb & okw)
         rows, lb = rows[keep], lb[keep] * w[keep]
