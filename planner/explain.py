@@ -439,9 +439,15 @@ def why_not(best: Mapping, alt: Mapping, domain_word: str = "domains", hbm_gib: 
     fa = {c: ca[c] / sa for c in CATEGORIES}
     # the category whose share of the step grew most; compute share shrinking is a symptom
     grew = max((c for c in CATEGORIES if c != "compute"), key=lambda c: fa[c] - fb[c])
-    if fa[grew] - fb[grew] <= 0.005:
-        return head
-    return f"{head}, {_reason(grew, alt, best, domain_word, fa[grew], fb[grew])}"
+    if fa[grew] - fb[grew] > 0.005:
+        return f"{head}, {_reason(grew, alt, best, domain_word, fa[grew], fb[grew])}"
+    if ca["compute"] - cb["compute"] > 0.005 * sb:  # the same step shape, more arithmetic
+        extra = _fmt_s(ca["compute"] - cb["compute"])
+        rc = (alt.get("config") or {}).get("recompute")
+        if rc and rc != "none" and rc != (best.get("config") or {}).get("recompute"):
+            return f"{head}, recompute ({rc}) adds {extra} of compute per step"
+        return f"{head}, {extra} more compute per step"
+    return head
 
 
 def _reason(cat: str, alt: Mapping, best: Mapping, word: str, fa: float, fb: float) -> str:

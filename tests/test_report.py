@@ -394,3 +394,14 @@ def test_plan_labels_tell_apart_plans_with_equal_degrees():
     assert labels[1] == "TP1 PP2 VPP8 EP32 MBS1 (alltoall, 64 GPUs per domain)"
     assert labels[2] == "TP1 PP2 VPP8 EP32 MBS1 (flex-deepep, domains filled)"
     assert labels[3] == "TP1 PP4 VPP4 EP32 MBS1"  # unique: left alone
+
+
+def test_why_not_names_recompute_when_compute_grew():
+    doc = plan_doc()
+    alt = json.loads(json.dumps(doc["plans"][0]))
+    alt["config"]["recompute"] = "moe_act"
+    alt["prediction"]["breakdown"]["compute"] = 8.3
+    alt["prediction"]["step_time_s"] = 10.5
+    alt["prediction"]["tokens_per_s_per_gpu"] *= 10.2 / 10.5
+    line = explain.why_not(doc["plans"][0], alt, "racks")
+    assert line == "TP1 PP2 VPP8 EP32 MBS1 RC:moe_act: 3% slower, recompute (moe_act) adds 300.0 ms of compute per step"
