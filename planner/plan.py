@@ -924,7 +924,8 @@ def _enumerate(prog, b: _Builder, top: int, accept, time_limit: float | None = N
             lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
         w, okw = weights_of(prog, rows)
         keep = np.flatnonzero(okb & okw)
-        rows, lb = rows[keep], lb[keep] * w[keep]
+        rows = rows[keep]
+        lb = lb[keep] if prog.weight is None else lb[keep].astype(np.float64) * w[keep]
         srt = np.argsort(lb, kind="stable")
         rows, lb = rows[srt], lb[srt]
         seen: list = []            # (objective, node value, choice) of evaluated feasible rows
@@ -962,8 +963,9 @@ def _enumerate(prog, b: _Builder, top: int, accept, time_limit: float | None = N
             chunk = min(chunk * 2, 1 << 18)
             obj, ok, vals = evaluate_many(prog, part)
             node = vals[prog.objective]
+            conv = int if prog.weight is None else float
             for i in np.flatnonzero(ok):
-                seen.append((int(obj[i]), int(node[i]), tuple(int(a) for a in part[i])))
+                seen.append((conv(obj[i]), int(node[i]), tuple(int(a) for a in part[i])))
         sols = [Solution(choice=ch, objective=o, node_value=nvv) for o, nvv, ch in fitting[:top]]
         if not sols:
             status = "INFEASIBLE"

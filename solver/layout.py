@@ -678,9 +678,8 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
         have[fi] = True
         ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
         ok &= have[ri]
-        obj = obj * flat[ri]
-    for vars_, tuples in prog.allowed + prog.forbidden:
-        pass  # rows come from feasible_rows, which applied these
+        # weight * node can exceed int64 for slow layouts: order them in float64 (53-bit mantissa)
+        obj = obj.astype(np.float64) * flat[ri]
     return np.where(ok, obj, 0), ok, out
 
 

@@ -184,3 +184,28 @@ def test_time_limit_returns_best_found_with_an_upper_bound():
     assert s["bound"] >= full.plans[0].prediction.tokens_per_s * (1 - 1e-6)
     if s["status"] == "OPTIMAL":
         assert best == pytest.approx(full.plans[0].prediction.tokens_per_s, rel=1e-9)
+
+
+def test_free_global_batch_equals_best_fixed_batch():
+    from planner.space import gbs_candidates
+
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100", gpus=16)
+    restrict = dict(tp=[1, 2], cp=[1], pp=[1, 2], vpp=[1], mbs=[1, 2], recompute=["none", "full"])
+    training = Training(seq_len=4096, global_batch=64, precision="bf16")
+    free = plan(model, cluster, training, top=1, gbs_range=(48, 128), restrict=restrict)
+    fixed = [plan(model, cluster, training.model_copy(update={"global_batch": g}), top=1, restrict=restrict)
+             for g in gbs_candidates(64, (48, 128))]
+    best = max(r.plans[0].prediction.tokens_per_s for r in fixed)
+    assert free.plans[0].prediction.tokens_per_s == pytest.approx(best, rel=1e-6)
+
+
+def test_per_gpu_objective_beats_or_ties_the_throughput_plan_per_gpu():
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100", gpus=32)
+    training = Training(seq_len=4096, global_batch=128, precision="bf16")
+    restrict = dict(cp=[1], vpp=[1, 2], mbs=[1, 2], recompute=["none", "full"])
+    thr = plan(model, cluster, training, top=1, restrict=restrict)
+    per = plan(model, cluster, training, top=1, objective="tflops-per-gpu", restrict=restrict)
+    assert per.plans[0].prediction.tflops_per_gpu >= thr.plans[0].prediction.tflops_per_gpu * (1 - 1e-6)
+    assert thr.plans[0].prediction.tokens_per_s >= per.plans[0].prediction.tokens_per_s * (1 - 1e-6)
