@@ -70,12 +70,13 @@ EXPERTS = ["place-experts", *DSV3, "--cluster", "dgx-h100", "--gpus", "64", "--e
 @functools.lru_cache(maxsize=1)
 def _plan_doc() -> dict:
     """A real plan document (Llama 3 8B on one HGX H100 node) for the emit cases."""
-    import planner
-    import topologies
+    from planner.config import Training
+    from planner.model import load_model
+    from planner.plan import plan
+    from topologies.loader import load_cluster
 
-    training = planner.Training(seq_len=4096, global_batch=64, precision="bf16")
-    return planner.plan(planner.load_model("llama3-8b"), topologies.load_cluster("dgx-h100", gpus=8), training,
-                        top=1).to_dict()
+    training = Training(seq_len=4096, global_batch=64, precision="bf16")
+    return plan(load_model("llama3-8b"), load_cluster("dgx-h100", gpus=8), training, top=1).to_dict()
 
 
 @dataclass
