@@ -14,17 +14,9 @@ from planner.config import ParallelConfig, Training  # noqa: F401
 from planner.errors import InfeasibleError, InputError, TopoplanError  # noqa: F401
 
 
-def __getattr__(name):  # lazy: keep `import planner` cheap and free of import cycles
-    if name == "load_model":
-        from planner.model import load_model
-
-        return load_model
-    if name == "predict":
-        from planner.predict import predict
-
-        return predict
-    if name == "plan":
-        from planner.plan import plan
-
-        return plan
-    raise AttributeError(name)
+# The API functions are bound here, after their modules are imported, so that ``planner.predict`` and
+# ``planner.plan`` stay the functions (importing a submodule would otherwise rebind the package
+# attribute to the module).
+from planner.model import load_model  # noqa: E402,F401
+from planner.predict import predict  # noqa: E402,F401
+from planner.plan import plan  # noqa: E402,F401

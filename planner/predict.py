@@ -14,7 +14,6 @@ Per-(model, cluster, training) pieces are memoised, so a call takes about a mill
 
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -142,15 +141,3 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         stack=prof.name,
         details=st.details,
     )
-
-
-class _CallableModule(sys.modules[__name__].__class__):
-    """``planner.predict`` is both this module and the function: once the module is imported, Python
-    binds the package attribute ``planner.predict`` to it, so the module forwards calls to
-    :func:`predict` and ``planner.predict(model, cluster, config, training)`` keeps working."""
-
-    def __call__(self, *args, **kwargs):
-        return predict(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
