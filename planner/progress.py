@@ -3,7 +3,8 @@
 The bar appears only when stdout is a terminal and the caller is not printing JSON; on a pipe, in a
 file, under ``--json`` or when ``TOPOPLAN_NO_PROGRESS`` is set it prints nothing at all, so
 machine-readable output stays clean. It draws on stderr, so even on a terminal the stdout stream
-carries only results.
+carries only results; when stderr itself goes to a file or pipe (a log), rich writes no escape
+codes there either.
 
 Usage (a scale sweep, calibration, placement over many layers)::
 

@@ -99,3 +99,51 @@ def test_terminal_shows_the_bar_unless_json(json_flag, expect_bar):
     assert '{"total": 6}' in out
     # rich's live display hides the cursor with an escape sequence; a silent run writes none
     assert ("\x1b[?25l" in out) is expect_bar, repr(out[:300])
+
+
+def _scale_on_pty(extra: list[str], stderr_on_pty: bool) -> tuple[int, str, str]:
+    """Run ``topoplan scale`` with stdout on a pseudo-terminal and stderr on the same terminal or a pipe."""
+    master, slave = os.openpty()
+    env = {**os.environ, "COLUMNS": "100"}
+    env.pop("TOPOPLAN_NO_PROGRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "scale", "--model", "llama3-8b", "--cluster",
+                             "dgx-h100", "--gpus", "8,16", "--gbs", "64", *extra],
+                            stdin=slave, stdout=slave, stderr=slave if stderr_on_pty else subprocess.PIPE, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    err = "" if stderr_on_pty else proc.stderr.read().decode("utf-8", "replace")
+    code = proc.wait(timeout=600)
+    return code, b"".join(chunks).decode("utf-8", "replace"), err
+
+
+pty_only = pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (POSIX)")
+
+
+@pty_only
+@pytest.mark.slow
+@pytest.mark.parametrize("json_flag", [True, False])
+def test_scale_with_stderr_redirected_writes_no_bar_there(json_flag):
+    """stdout on a terminal, stderr into a file or pipe: the log gets no escape codes."""
+    code, out, err = _scale_on_pty(["--json"] if json_flag else [], stderr_on_pty=False)
+    assert code == 0, err
+    assert "\x1b[" not in err
+    if json_flag:
+        assert err == "" and '"rows"' in out
+
+
+@pty_only
+@pytest.mark.slow
+@pytest.mark.parametrize("json_flag,expect_bar", [(False, True), (True, False)])
+def test_scale_on_a_terminal_draws_the_bar_unless_json(json_flag, expect_bar):
+    code, out, _ = _scale_on_pty(["--json"] if json_flag else [], stderr_on_pty=True)
+    assert code == 0, out[-2000:]
+    assert ("\x1b[?25l" in out) is expect_bar
