@@ -457,7 +457,12 @@ def expert_balance_for(model, cluster, ep: int, loads, *, slots_per_gpu: int | N
         loads = load_loads(loads, moe_layers, spec.num_experts)
     loads = np.asarray(loads, dtype=float)
     rank_domain = ep_rank_domains(cluster, ep, gpu_indices)
-    K = slots_per_gpu or (-(-spec.num_experts // ep) + 1)
+    if ep < 1:
+        raise InputError(f"ep {ep}: the EP group needs at least 1 GPU")
+    K = slots_per_gpu if slots_per_gpu is not None else -(-spec.num_experts // ep) + 1
+    if K < 1 or K * ep < spec.num_experts:
+        raise InputError(f"slots_per_gpu {K}: {K} x {ep} GPUs cannot hold {spec.num_experts} experts; "
+                         f"use at least {-(-spec.num_experts // ep)}")
     pl = place(loads, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
                time_limit=time_limit, seed=seed, workers=workers)
     return pl.expert_balance(spec.hidden_size, tokens_per_step or 4096 * ep, len(loads))

@@ -91,6 +91,14 @@ def register(app: typer.Typer) -> None:
         from planner.model import load_model
         from topologies.loader import load_cluster
 
+        # options first: a bad value answers at once, before any file is read or layer solved
+        if ep < 1:
+            raise InputError(f"--ep {ep}: the EP group needs at least 1 GPU; give a positive --ep")
+        if slots_per_gpu is not None and slots_per_gpu < 1:
+            raise InputError(f"--slots-per-gpu {slots_per_gpu}: every GPU needs at least 1 expert slot; "
+                             "give a positive value or drop it (default: experts/EP + 1 spare)")
+        if gpus is not None and gpus < 1:
+            raise InputError(f"--gpus {gpus}: give a positive GPU count")
         spec = load_model(model)
         if not spec.is_moe:
             raise InputError(f"--model {model}: dense model, no experts to place")
@@ -98,7 +106,7 @@ def register(app: typer.Typer) -> None:
         E = spec.num_experts
         n_layers = int(sum(spec.moe_layers))
         arr = load_loads(loads, n_layers, E)
-        K = slots_per_gpu or (-(-E // ep) + 1)
+        K = slots_per_gpu if slots_per_gpu is not None else -(-E // ep) + 1
         if K * ep < E:
             raise InputError(f"--slots-per-gpu {K}: {K} x {ep} GPUs = {K * ep} slots cannot hold {E} experts; "
                              f"use at least {-(-E // ep)}")
