@@ -45,12 +45,17 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--case", action="append", default=None,
+                    help="only cases whose name contains this (repeatable), e.g. EP256")
+    ap.add_argument("--load", action="append", choices=("zipf", "lognormal"), default=None)
     args = ap.parse_args(argv)
     rows = []
-    for kind in ("zipf", "lognormal"):
+    for kind in args.load or ("zipf", "lognormal"):
         loads = synthetic_loads(kind, args.layers, 256, seed=args.seed)
         routing = [sample_routing(loads[i], 8, 4, 8, seed=args.seed + i) for i in range(args.layers)]
         for case, cluster, ep, per_domain in CASES:
+            if args.case and not any(c in case for c in args.case):
+                continue
             cl = load_cluster(cluster, gpus=ep, usable_per_domain=per_domain) if per_domain else load_cluster(cluster, gpus=ep)
             rd = ep_rank_domains(cl, ep)
             D = int(rd.max()) + 1

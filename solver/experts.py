@@ -242,6 +242,149 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     return n, home
 
 
+def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
+    """Rows of 2m replica loads (free slots as 0): the GPU loads of the best packing with 2 slots
+    per GPU, heaviest paired with lightest (optimal for the busiest GPU); returns [rows, m]."""
+    a = np.sort(vals, axis=-1)
+    return a[..., :m][..., ::-1] + a[..., m:]
+
+
+def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 2,
+                dispatch: str = "home", locality_weight: float = 0.05, overload_weight: float = 0.3,
+                spread: bool = True, top: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Slot filling for 2 slots per GPU, priced exactly: with two replicas per GPU the best packing
+    of a domain pairs its heaviest replica with its lightest, the second heaviest with the second
+    lightest, and so on, so the busiest GPU a set of counts allows is known without packing. Every
+    expert starts once in its group's home domain (and, with ``spread``, the experts water-filling
+    gives one replica per domain are spread over all domains); each free slot then goes to the
+    (expert, domain) among the ``top`` heaviest experts that minimises
+
+        busiest GPU + overload_weight x (sum of every GPU's load above the mean)
+                    - locality_weight x (load that a new domain keeps local),
+
+    free slots counting as empty (0) replicas. Returns (n, home)."""
+    if K != 2:
+        raise ValueError("pair_counts prices 2 slots per GPU")
+    E = len(load)
+    D = len(m)
+    P = int(m.sum())
+    w = m / P
+    load = load / load.sum()
+    home = assign_homes(load, group_of, m, K)
+    n = np.zeros((E, D), dtype=np.int64)
+    n[np.arange(E), home] = 1
+    if D > 1 and spread:
+        c = water_fill(load, K * P, P)
+        for e in np.argsort(-load, kind="stable"):
+            if c[e] < D:
+                break
+            row = np.minimum(np.maximum(np.floor(c[e] * w).astype(np.int64), 1), m)
+            if ((K * m - n.sum(axis=0)) - (row - n[e]) < 0).any():
+                break
+            n[e] = row
+    free = (K * m - n.sum(axis=0)).astype(np.int64)
+    while free.sum() > 0:
+        share = domain_share(n, w, dispatch, home)
+        rep = np.where(n > 0, load[:, None] * share / np.maximum(n, 1), 0.0)
+        # every domain's items (expert id, load), padded with empty slots (-1, 0) to 2 m
+        ids, vals, cost = [], [], np.zeros(D)
+        for d in range(D):
+            es = np.flatnonzero(n[:, d] > 0)
+            i_d = np.concatenate([np.repeat(es, n[es, d]), -np.ones(free[d], dtype=np.int64)])
+            v_d = np.concatenate([np.repeat(rep[es, d], n[es, d]), np.zeros(free[d])])
+            ids.append(i_d)
+            vals.append(v_d)
+            ps = _pair_sums(v_d, int(m[d])) * P
+            cost[d] = ps.max() + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
+        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
+        ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
+        ce = heavy[ce]
+        if len(ce) == 0:
+            heavy = np.arange(E)
+            ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
+            if len(ce) == 0:
+                raise ValueError("free slots left but no expert can take them")
+        nn = n[ce].copy()
+        nn[np.arange(len(ce)), cd] += 1
+        new_rep = load[ce, None] * domain_share(nn, w, dispatch, home[ce]) / np.maximum(nn, 1)
+        new_cost = np.tile(cost, (len(ce), 1))
+        peak = np.tile([float(_pair_sums(v, int(m[d])).max() * P) for d, v in enumerate(vals)], (len(ce), 1))
+        for x in range(D):
+            hit = np.flatnonzero((cd == x) | (np.abs(new_rep[:, x] - rep[ce, x]) > 0))
+            if len(hit) == 0:
+                continue
+            M = np.tile(vals[x], (len(hit), 1))
+            own = ids[x][None, :] == ce[hit, None]
+            M = np.where(own, new_rep[hit, x][:, None], M)
+            add = np.flatnonzero(cd[hit] == x)                    # one empty slot takes the new replica
+            first_free = int(np.flatnonzero(ids[x] < 0)[0]) if (ids[x] < 0).any() else -1
+            if first_free >= 0:
+                M[add, first_free] = new_rep[hit[add], x]
+            ps = _pair_sums(M, int(m[x])) * P
+            new_cost[hit, x] = ps.max(axis=1) + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
+            peak[hit, x] = ps.max(axis=1)
+        gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
+        score = peak.max(axis=1) + overload_weight * (new_cost - peak).sum(axis=1) - locality_weight * gain
+        k = int(np.argmin(score))
+        n[ce[k], cd[k]] += 1
+        free[cd[k]] -= 1
+    return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
+
+
+def _pair_repair(n, home, load, w, m, dispatch="home", overload_weight=0.3, iters=80, cands=4):
+    """Inside the domain with the busiest GPU (2 slots per GPU, priced by :func:`_pair_sums`): one of
+    its heaviest experts takes a slot from an expert with 2 or more replicas there, the exchange
+    that most lowers the domain's busiest GPU (then its overload); no domain's presence changes, so
+    locality and the other domains stay as they are. Stops when the busiest domain cannot improve."""
+    n = n.copy()
+    E, D = n.shape
+    P = int(m.sum())
+    share = domain_share(n, w, dispatch, home)        # presence never changes: shares are fixed
+
+    def items(x):
+        es = np.flatnonzero(n[:, x] > 0)
+        return np.repeat(es, n[es, x]), np.repeat(load[es] * share[es, x] / n[es, x], n[es, x])
+
+    def cost(ps):
+        return ps.max(axis=-1), np.maximum(ps - 1.0, 0.0).sum(axis=-1)
+
+    peaks = np.array([_pair_sums(items(x)[1], int(m[x])).max() * P for x in range(D)])
+    for _ in range(iters):
+        x = int(np.argmax(peaks))
+        ids, vals = items(x)
+        pk, ov = cost(_pair_sums(vals, int(m[x])) * P)
+        es = np.unique(ids)
+        per = load[es] * share[es, x] / n[es, x]
+        grow = es[n[es, x] < m[x]]
+        grow = grow[np.argsort(-(load[grow] * share[grow, x] / n[grow, x]), kind="stable")[:cands]]
+        shrink = es[n[es, x] >= 2]
+        if len(grow) == 0 or len(shrink) == 0:
+            break
+        ge, fe = np.meshgrid(grow, shrink, indexing="ij")
+        ge, fe = ge.ravel(), fe.ravel()
+        ok = ge != fe
+        ge, fe = ge[ok], fe[ok]
+        if len(ge) == 0:
+            break
+        M = np.tile(vals, (len(ge), 1))
+        is_e = ids[None, :] == ge[:, None]
+        is_f = ids[None, :] == fe[:, None]
+        ve = load[ge] * share[ge, x] / (n[ge, x] + 1)
+        vf = load[fe] * share[fe, x] / (n[fe, x] - 1)
+        M = np.where(is_e, ve[:, None], np.where(is_f, vf[:, None], M))
+        M[np.arange(len(ge)), np.argmax(is_f, axis=1)] = ve          # one of f's slots goes to e
+        npk, nov = cost(_pair_sums(M, int(m[x])) * P)
+        score = npk + overload_weight * nov
+        k = int(np.argmin(score))
+        if not (npk[k] < pk - 1e-12 or (npk[k] <= pk + 1e-12 and nov[k] < ov - 1e-12)):
+            break
+        n[ge[k], x] += 1
+        n[fe[k], x] -= 1
+        peaks[x] = npk[k]
+        del per
+    return n
+
+
 def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
                      dispatch: str = "home", max_swaps: int = 150,
                      scatter: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -656,11 +799,20 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
     # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
     best = None
-    for lw, ow, sp in ((locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
-                       (locality_weight / 2, 1.0, False), (locality_weight, 1.0, False),
-                       (locality_weight / 2.5, overload_weight, False), (None, None, False), (None, None, True)):
-        if lw is None:
+    if K == 2 and len(m) > 1:
+        # two slots per GPU: the exactly priced slot filling (pair_counts) and level water-filling
+        starts = (("pair", locality_weight, overload_weight, True), ("pair", 2 * locality_weight, overload_weight, True),
+                  (None, None, None, False), (None, None, None, True))
+    else:
+        starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
+            (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
+            (locality_weight / 2, 1.0, False), (locality_weight, 1.0, False),
+            (locality_weight / 2.5, overload_weight, False))) + ((None, None, None, False), (None, None, None, True))
+    for kind, lw, ow, sp in starts:
+        if kind is None:
             n_, home_ = waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp)
+        elif kind == "pair":
+            n_, home_ = pair_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp)
         else:
             n_, home_ = domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp)
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
@@ -694,6 +846,9 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
     dom_bound = max(float(gl[r].mean()) for r in ranks)      # no packing beats a domain's mean
+    if K == 2:      # with two slots per GPU the heaviest-with-lightest pairing is the best packing
+        dom_bound = max(float(_pair_sums(_items(n, norm, w, dispatch, home, d)[1], len(r)).max())
+                        for d, r in enumerate(ranks))
     if use_cpsat and time_limit > 0 and gl.max() > dom_bound * 1.002:
 
         dom_max = np.array([gl[r].max() for r in ranks])
