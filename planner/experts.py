@@ -402,7 +402,8 @@ def _place_one(args):
                       time_limit=time_limit, seed=seed, tokens=sel)
     met = layer_metrics(res.physical_to_logical, rank_domain, K, load, sel, dispatch, res.stats["home"])
     met.update(moves=res.moves, solve_s=res.solve_s, solver_status=res.cpsat_status,
-               greedy_balance=res.greedy_balance, lower_bound=res.lower_bound)
+               greedy_balance=res.greedy_balance, lower_bound=res.lower_bound,
+               warm_start=res.stats.get("warm_start"))
     return res.physical_to_logical, res.stats["home"], met
 
 

@@ -242,6 +242,47 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     return n, home
 
 
+def _single_swaps(n, home, load, w, dispatch="home", max_swaps=40, target=1.005):
+    """Domain balance across domains: two experts with a single replica each (at home, in different
+    domains) trade places while that lowers the busiest domain's load per GPU; slot counts per
+    domain are unchanged (a small locality cost: the expert leaves its group's domain)."""
+    n = n.copy()
+    home = home.copy()
+    D = n.shape[1]
+    if D < 2:
+        return n, home
+    L = (load[:, None] * domain_share(n, w, dispatch, home)).sum(axis=0) / w
+    single = n.sum(axis=1) == 1
+    for _ in range(max_swaps):
+        a = int(np.argmax(L))
+        if L[a] <= target:          # close enough: each swap costs some locality
+            break
+        ea = np.flatnonzero(single & (n[:, a] == 1))
+        best = None
+        for b in range(D):
+            if b == a:
+                continue
+            eb = np.flatnonzero(single & (n[:, b] == 1))
+            if len(ea) == 0 or len(eb) == 0:
+                continue
+            delta = load[ea][:, None] - load[eb][None, :]                # load leaving a
+            newa = L[a] - delta / w[a]
+            newb = L[b] + delta / w[b]
+            # a and b both end below a's load: the busiest domains shrink one by one (ties crossed)
+            score = np.where(delta > 0, np.maximum(newa, newb), np.inf)
+            i, j = np.unravel_index(int(np.argmin(score)), score.shape)
+            if score[i, j] < L[a] - 1e-9 and (best is None or score[i, j] < best[0]):
+                best = (score[i, j], b, int(ea[i]), int(eb[j]), float(delta[i, j]))
+        if best is None:
+            break
+        _, b, e, f, dl = best
+        n[e, a], n[e, b], n[f, b], n[f, a] = 0, 1, 0, 1
+        home[e], home[f] = b, a
+        L[a] -= dl / w[a]
+        L[b] += dl / w[b]
+    return n, home
+
+
 def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
     """Rows of 2m replica loads (free slots as 0): the GPU loads of the best packing with 2 slots
     per GPU, heaviest paired with lightest (optimal for the busiest GPU); returns [rows, m]."""
@@ -811,13 +852,22 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
             (locality_weight / 2, 1.0, False), (locality_weight, 1.0, False),
             (locality_weight / 2.5, overload_weight, False))) + ((None, None, None, False), (None, None, None, True))
+    cands = []
     for kind, lw, ow, sp in starts:
         if kind is None:
-            n_, home_ = waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp)
+            cands.append((*waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp),
+                          "waterfill" + (" scattered" if sp else "")))
         elif kind == "pair":
-            n_, home_ = pair_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp)
+            cands.append((*pair_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
         else:
-            n_, home_ = domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp)
+            cands.append((*domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp),
+                          f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
+            # and the same with single-replica experts traded between domains until the domains'
+            # loads per GPU are level (groups stay whole no longer: a little locality for balance)
+            sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
+            if (sw[0] != cands[-1][0]).any():
+                cands.append((*sw, cands[-1][2] + " swapped"))
+    for n_, home_, label in cands:
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
                           lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
                                                               ie, iw, len(ranks[d])), None))
@@ -827,16 +877,17 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             # the candidate's remote domains per token on the sampled tokens: the warm start
             # minimises balance + remote_weight x remote domains per token
             rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
-            key = (0, bal_ + remote_weight * rem_, 0.0)
+            # (+ a steep price on balance above 1.04: the balance target is 1.05 on average)
+            key = (0, bal_ + remote_weight * rem_ + 2.0 * max(bal_ - 1.04, 0.0), 0.0)
         else:
             # earlier candidates keep groups together: a later one must be clearly better, and
             # the scattered one is taken only when the others miss the target
-            if sp is True and lw is None and best is not None and best[1] <= 1.05:
+            if label == "waterfill scattered" and best is not None and best[1] <= 1.05:
                 continue
             key = (0, round(bal_ / 0.005), 0.0)
         if best is None or key < best[0]:
-            best = (key, bal_, n_, home_, g_, gl_)
-    _, _, n, home, greedy, gl = best
+            best = (key, bal_, n_, home_, g_, gl_, label)
+    _, _, n, home, greedy, gl, start_label = best
     if refine:
         n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=time.perf_counter() + refine_s)
         if (n2 != n).any():
@@ -895,5 +946,5 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     return LayerResult(physical_to_logical=phy, balance=float(bl.max() / bl.mean()),
                        greedy_balance=greedy_bal, cpsat_status=status, lower_bound=lb, moves=moves,
                        solve_s=time.perf_counter() - t0,
-                       stats={"home": fallback,
+                       stats={"home": fallback, "warm_start": start_label,
                               "local_experts": int((nfinal > 0).all(axis=1).sum()) if len(m) > 1 else E})
