@@ -102,7 +102,7 @@ def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig):
     usable = None
     if preset.lower().endswith("nvl72") and num_gpus > 72:
         block = inner_block(config)
-        for g in range(72, 0, -1):
+        for g in range(72, 3, -4):  # whole 4-GPU trays
             if (g % block == 0 or block % g == 0) and num_gpus % g == 0:
                 usable = g
                 break

@@ -71,6 +71,8 @@ def predict_cmd(
     if gpus and cluster.lower() in preset_names():
         from planner.validate import preset_cluster
 
+        check(m, cfg, training, cfg.world(gpus))  # a broken rule is named before the racks are sized
+
         cl = preset_cluster(cluster.lower(), gpus, cfg)
     else:
         cl = load_cluster(cluster, gpus=gpus)

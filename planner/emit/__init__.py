@@ -63,6 +63,9 @@ class EmitContext:
         return list(seen)
 
 
+PLAN_VERSION = 1  # the plan.json document version written by planner.plan (docs/architecture.md)
+
+
 def _field(doc: dict, *path):
     cur = doc
     for i, key in enumerate(path):
@@ -84,6 +87,10 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
 
     if not isinstance(plan_doc, dict):
         raise InputError("plan.json: the document must be a JSON object written by 'topoplan plan --save-plan'")
+    version = plan_doc.get("version", PLAN_VERSION)
+    if version != PLAN_VERSION:
+        raise InputError(f"plan.json: field 'version' is {version!r} but this topoplan reads version {PLAN_VERSION}; "
+                         "write the plan again with 'topoplan plan --save-plan'")
     plans = _field(plan_doc, "plans")
     if not isinstance(plans, list) or not plans:
         raise InputError("plan.json: field 'plans' is empty; nothing to emit (the plan found no feasible layout)")
