@@ -42,7 +42,7 @@ def _row(case, load, policy, metrics, solve_s, tokens_per_step):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=58)
-    ap.add_argument("--time-limit", type=float, default=0.3, help="CP-SAT seconds per layer (the CLI default)")
+    ap.add_argument("--time-limit", type=float, default=0.1, help="CP-SAT seconds per layer (the CLI default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--case", action="append", default=None,

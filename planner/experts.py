@@ -409,7 +409,7 @@ def _place_one(args):
 
 def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_group: int = 1,
           topk_group: int = 1, top_k: int = 8, previous: np.ndarray | None = None,
-          max_moves: int | None = None, time_limit: float = 0.3, seed: int = 0, dispatch: str = "home",
+          max_moves: int | None = None, time_limit: float = 0.1, seed: int = 0, dispatch: str = "home",
           routing: Sequence[np.ndarray] | None = None, tokens: int = 2048,
           workers: int | None = None) -> Placement:
     """Place every MoE layer (layers in parallel processes, ``workers`` default: the CPU count).
@@ -437,7 +437,7 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
 
 def expert_balance_for(model, cluster, ep: int, loads, *, slots_per_gpu: int | None = None,
                        gpus: int | None = None, gpu_indices: Sequence[int] | None = None,
-                       tokens_per_step: float | None = None, time_limit: float = 0.3, seed: int = 0,
+                       tokens_per_step: float | None = None, time_limit: float = 0.1, seed: int = 0,
                        workers: int | None = None) -> ExpertBalance:
     """What a (possibly skewed) expert load costs a plan: place the experts on the EP group's GPUs
     and summarise balance and cross-domain traffic for ``planner.predict(..., expert_balance=...)``.

@@ -818,7 +818,7 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
 
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
                 time_limit=2.0, seed=0, locality_weight=0.05, overload_weight=0.3, use_cpsat=True,
-                refine=True, tokens=None, remote_weight=0.15, refine_s=0.3) -> LayerResult:
+                refine=True, tokens=None, remote_weight=0.15, refine_s=0.15) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
     ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU; ``tokens[T, k]``
     (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
@@ -848,10 +848,13 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
         starts = (("pair", 0.4, overload_weight, True), ("pair", 1.5, overload_weight, True),
                   (None, None, None, False), (None, None, None, True))
     else:
+        # three weightings of the slot filling (the ones that won on the benchmark layers), each
+        # also with the domains levelled by swaps, and level water-filling
         starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
             (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
-            (locality_weight / 2, 1.0, False), (locality_weight, 1.0, False),
-            (locality_weight / 2.5, overload_weight, False))) + ((None, None, None, False), (None, None, None, True))
+            (locality_weight / 2, 1.0, False))[:3 if len(m) > 1 else 2]) + ((None, None, None, False),)
+        if tokens is None:
+            starts += ((None, None, None, True),)
     cands = []
     for kind, lw, ow, sp in starts:
         if kind is None:
@@ -900,9 +903,12 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
     dom_bound = max(float(gl[r].mean()) for r in ranks)      # no packing beats a domain's mean
-    if K == 2:      # with two slots per GPU the heaviest-with-lightest pairing is the best packing
-        dom_bound = max(float(_pair_sums(_items(n, norm, w, dispatch, home, d)[1], len(r)).max())
-                        for d, r in enumerate(ranks))
+    for d, r in enumerate(ranks):
+        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
+        if K == 2:      # with two slots per GPU the heaviest-with-lightest pairing is the best packing
+            dom_bound = max(dom_bound, float(_pair_sums(iw, len(r)).max()))
+        else:           # the heaviest replica shares its GPU with at least the K - 1 lightest
+            dom_bound = max(dom_bound, float(iw[-1] + iw[:K - 1].sum()))
     if use_cpsat and time_limit > 0 and gl.max() > dom_bound * 1.002:
 
         dom_max = np.array([gl[r].max() for r in ranks])
