@@ -253,3 +253,53 @@ def test_plan_ep_group_maps_through_rank_to_gpu(tmp_path):
     assert _ep_gpus(p, 4) == [15 - r for r in group]
     with pytest.raises(InputError, match="uses EP 4"):
         _ep_gpus(p, 8)
+
+
+# ------------------------------------------------------------- two slots per GPU, domain swaps
+def _best_pairing(vals):
+    """Brute force: the smallest possible busiest pair over every way to pair up ``vals``."""
+    if not vals:
+        return 0.0
+    a, rest = vals[0], vals[1:]
+    return min(max(a + rest[i], _best_pairing(rest[:i] + rest[i + 1:])) for i in range(len(rest)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 10.0), min_size=2, max_size=8).filter(lambda v: len(v) % 2 == 0))
+def test_pair_sums_is_the_best_two_slot_packing(vals):
+    from solver.experts import _pair_sums
+
+    ps = _pair_sums(np.array(vals), len(vals) // 2)
+    assert ps.sum() == pytest.approx(sum(vals))
+    assert ps.max() == pytest.approx(_best_pairing(list(vals)))
+
+
+def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
+    from solver.experts import pair_counts
+
+    load = synthetic_loads("lognormal", 1, 64, seed=1)[0]
+    m = np.array([8, 8, 8, 8])
+    n, home = pair_counts(load, np.arange(64) // 8, m, 2)
+    assert (n.sum(axis=0) == 2 * m).all() and (n.sum(axis=1) >= 1).all() and (n <= m[None, :]).all()
+    assert (n[np.arange(64), home] >= 1).all()
+    rd = np.repeat(np.arange(4), 8)
+    res = solve_layer(load, np.arange(64) // 8, rd, 2, time_limit=0.1,
+                      tokens=sample_routing(load, 8, 4, 8, tokens=512, seed=0))
+    _check_placement(res.physical_to_logical, 64, 32, 2)
+    assert res.balance <= res.greedy_balance + 1e-9
+
+
+def test_single_swaps_level_domains_without_changing_slots():
+    from planner.experts import domain_share
+    from solver.experts import _single_swaps
+
+    # 2 domains of 1 GPU, 2 slots each, one replica per expert: domain 0 holds the two heavy experts
+    load = np.array([0.4, 0.3, 0.2, 0.1])
+    n = np.array([[1, 0], [1, 0], [0, 1], [0, 1]])
+    home = np.array([0, 0, 1, 1])
+    w = np.array([0.5, 0.5])
+    n2, home2 = _single_swaps(n, home, load, w)
+    assert (n2.sum(axis=0) == n.sum(axis=0)).all()
+    L = (load[:, None] * domain_share(n2, w, "home", home2)).sum(axis=0)
+    assert L.tolist() == pytest.approx([0.5, 0.5])          # by hand: {0.4, 0.1} and {0.3, 0.2}
+    assert (n2[np.arange(4), home2] == 1).all()
