@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="processes (default: CPU count)"),
         as_json: bool = typer.Option(False, "--json", help="print the placement as JSON"),
         out: Optional[Path] = typer.Option(None, "-o", "--out", help="directory for .npy files and placement.json"),
+        report: Optional[Path] = typer.Option(None, "--report", help="directory for an HTML report with figures"),
     ):
         """Replicate and place experts on the EP group's GPUs: balanced GPUs and few NVLink domains per token.
 
@@ -157,6 +158,10 @@ def register(app: typer.Typer) -> None:
                 np.save(stage / "fallback_domain.npy", pl.fallback_domain)
                 np.save(stage / "ep_rank_domain.npy", pl.rank_domain)
                 (stage / "placement.json").write_text(json.dumps(doc))
+        if report is not None:
+            from planner.report import write_report
+
+            write_report("place-experts", doc, report)
         if as_json:
             print(json.dumps(doc))
             return
