@@ -41,7 +41,7 @@ from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
 from planner.space import VARIABLES, Space, build_space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
-from solver.layout import Program, solve
+from solver.layout import Program, solve, solve_bounded
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
@@ -531,6 +531,11 @@ class _Builder:
             assert a["pp"] <= 1 or (BUBBLE * (a["pp"] - 1)) % a["vpp"] == 0
         B840 = P.table_t(self.idx("pp", "vpp"), b1)
         CORE = P.product(P.sum([M840, B840]), TMAX)
+        # sources of the separable lower bound (_bound_factors)
+        self._src = dict(per=per, TPT=TPT, TPT1=TPT1, CPT=CPT, CPT1=CPT1, launch=launch, H=H, MX=MX,
+                         slots_of=slots_of, kind_list=kind_list, mt=mt, b1=b1, lvars=lvars)
+        if model.is_moe:
+            self._src.update(A=A, A1=A1, avars=avars)
 
         # pipeline point-to-point
         p1, pb = {}, {}
@@ -660,6 +665,104 @@ class _Builder:
         OPTN = P.element(crit, opt_nodes, index_is_node=True)
         return P.sum([CORE, P2P, DPX, OPTN], [1, 1, BUBBLE, BUBBLE])
 
+    # -- separable lower bound of the objective (CP-SAT master) ---------------------------------
+    def bound_factors(self):
+        """``[(vars, {index tuple: factor})]`` with ``objective(x) >= prod_j factor_j(x)`` for every
+        assignment x of the program (solver.layout.solve_bounded).
+
+        objective = weight * step, step >= CORE = (840 m + 840 (pp-1)/vpp) * TMAX (P2P, DP and
+        optimizer terms are >= 0), TMAX = max over present slots t_s >= t_s for each slot, and
+        t_s = sum_k n_sk L_k + mtp_s MTP + loss_s HEAD. Each exposed communication term of L_k is
+        at least its minimum over the group shapes, so L_k >= Lmin_k(tp, cp, ep, etp, mbs,
+        recompute, dispatcher); with the reference kind r (the most work) and rho_k = min Lmin_k /
+        Lmin_r (rho_head, rho_mtp likewise), t_s >= Lmin_r * (sum_k n_sk rho_k + ...). Factors:
+        840 (m + (pp-1)/vpp) over (gbs, mbs, dp, pp, vpp); max_s (sum_k n_sk rho_k + ...) over
+        (pp, vpp, split); Lmin_r over the layer variables; the objective weight over its own."""
+        import numpy as np
+
+        src, P, vals = self._src, self.prog, self.vals
+        uvars = tuple(dict.fromkeys(src["lvars"] + (src.get("avars") or ())))
+        pos = {v: i for i, v in enumerate(uvars)}
+
+        def tab(node):
+            return P.nodes[node].values
+
+        def minshape(node):
+            """{var-index tuple: min over the shape-id key} of a table keyed by one shape node."""
+            out = {}
+            for k, v in tab(node).items():
+                kk = k[:-1]
+                if kk not in out or v < out[kk]:
+                    out[kk] = v
+            return out
+
+        def exposed(t, t1, key, work):
+            # min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0)
+            return max(t1.get(key, 0), t.get(key, 0) - work, 0)
+
+        tpt, tpt1 = minshape(src["TPT"]), minshape(src["TPT1"])
+        cpt, cpt1 = minshape(src["CPT"]), minshape(src["CPT1"])
+        if "A" in src:
+            at, at1 = minshape(src["A"]), minshape(src["A1"])
+            avars = src["avars"]
+        lmin = {kind: {} for kind in src["per"]}
+        for ix, a in self.combos(*uvars):
+            lk = tuple(ix[pos[v]] for v in src["lvars"])
+            for kind, t in src["per"].items():
+                comp = tab(t["comp"]).get(lk)
+                if comp is None:
+                    break
+                g3, attn = tab(t["g3"])[lk], tab(t["attn"])[lk]
+                v = comp + src["launch"]
+                v += exposed(tpt, tpt1, tuple(ix[pos[n]] for n in ("cp", "mbs", "recompute")), g3)
+                if kind[0] == "moe":
+                    v += exposed(at, at1, tuple(ix[pos[n]] for n in avars), comp)
+                v += exposed(cpt, cpt1, tuple(ix[pos[n]] for n in ("tp", "cp", "mbs")), attn)
+                lmin[kind][ix] = max(v, 1)
+        kl = src["kind_list"]
+        keys = set.intersection(*(set(d) for d in lmin.values()))
+        if not keys:
+            return None
+        counts = {k: 0 for k in kl}
+        for v in next(iter(src["slots_of"].values())):
+            for kj, k in enumerate(kl):
+                counts[k] += v[0][kj]
+        ref = max(lmin, key=lambda k: counts.get(k, 0) * float(np.mean(list(lmin[k].values()))))
+        lref = {k: lmin[ref][k] for k in keys}
+        rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
+        tcm = [n for n in ("tp", "cp", "mbs")]
+
+        def rho_of(table):
+            if table is None:
+                return 0.0
+            t = tab(table)
+            return min(t[tuple(x[pos[n]] for n in tcm)] / lref[x] for x in keys
+                       if tuple(x[pos[n]] for n in tcm) in t)
+
+        rho_head = rho_of(src["H"]["total"])
+        rho_mtp = rho_of(src["MX"]["total"]) if src["MX"] is not None else 0.0
+        slot_f = {}
+        for ix, slots in src["slots_of"].items():
+            best = 0.0
+            for v in slots:
+                c = sum(v[0][kj] * rho.get(k, 0.0) for kj, k in enumerate(kl)) + v[1] * rho_mtp + v[2] * rho_head
+                best = max(best, c)
+            slot_f[ix] = max(best, 1e-9) * (1 - 1e-9)
+        pipe = {}
+        for ix, a in self.combos("gbs", "mbs", "dp", "pp", "vpp"):
+            m_ = src["mt"].get(ix[:3])
+            b_ = src["b1"].get(ix[3:])
+            if m_ is None or b_ is None:
+                continue
+            pipe[ix] = BUBBLE * m_ + b_
+        factors = [(tuple(self.idx(*uvars)), {k: float(v) for k, v in lref.items()}),
+                   (tuple(self.idx("pp", "vpp", "split")), slot_f),
+                   (tuple(self.idx("gbs", "mbs", "dp", "pp", "vpp")), {k: float(v) for k, v in pipe.items()})]
+        if P.weight is not None:
+            wv, wt = P.weight
+            factors.append((tuple(wv), {k: float(v) for k, v in wt.items()}))
+        return factors
+
     # -- memory lower bound ---------------------------------------------------------------------
     def _memory_bound(self):
         """Model state averaged over the pipeline ranks is at most the worst rank's: weights and
@@ -761,9 +864,15 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     any count from there up to ``cluster.num_gpus``). ``include``: extra candidate values per
     variable (e.g. a published layout) so that they are inside the declared space. ``restrict``:
     keep only these candidate values of some variables (a smaller declared space).
-    ``method``: "enumerate" (default: every assignment the rule tables allow, evaluated with
-    numpy) or "cp-sat" (the same program solved by CP-SAT; practical for small spaces only).
+    ``method``: "cp-sat" (CP-SAT chooses the layout under every rule table with a
+    separable lower bound of the step time as objective, and enumerates, band by band, every
+    layout whose bound is below the top-th best exact step time found; numpy evaluates those
+    exactly; optimal when no bound is left below it, docs/solver.md), "enumerate" (every
+    assignment the rule tables allow, evaluated with numpy, best bound first: the exact oracle) or
+    "cp-sat-full" (the whole nonlinear program in CP-SAT; practical for small spaces only).
     """
+    if method not in ("cp-sat", "enumerate", "cp-sat-full"):
+        raise InputError(f"method {method!r}: use cp-sat, enumerate or cp-sat-full")
     from planner.memory import memory_per_gpu
     from planner.placement import make_placement
     from planner.predict import predict
@@ -822,9 +931,12 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         shortfalls.append((hit[1] - gpu.hbm_gib, hit[2]))
         return mem_vars
 
-    if method == "cp-sat":
+    factors = b.bound_factors() if method == "cp-sat" else None
+    if method == "cp-sat-full":
         res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
-    else:
+    elif factors is not None:
+        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers)
+    else:   # "enumerate", or no bound could be formed
         res = _enumerate(prog, b, top, accept, time_limit)
     if not res.solutions:
         if res.status in ("UNKNOWN",) and time_limit is not None:
@@ -871,6 +983,10 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "objective_name": "tokens_per_s" if objective == "throughput" else "tflops_per_gpu",
         "bound": bound,
         "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
+        "method": "cp-sat" if factors is not None else method,
+        "evaluated_exactly": getattr(res, "evaluated", res.num_constraints),
+        "cpsat_s": getattr(res, "cpsat_s", res.wall_s if method == "cp-sat-full" else 0.0),
+        "bands": getattr(res, "bands", 0),
         "statuses": res.statuses,
         "memory_cuts": res.rejected,
         "layouts_in_space": float(space.size()),

@@ -700,3 +700,204 @@ def weights_of(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray"]:
     have[fi] = True
     ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
     return flat[ri], have[ri]
+
+
+# -- CP-SAT over a separable lower bound, with exact lazy evaluation ---------------------------------
+
+import os as _os
+_DEBUG = bool(_os.environ.get("TOPOPLAN_SOLVER_DEBUG"))
+LOG_SCALE = 2_000       # bound terms enter CP-SAT as floor(LOG_SCALE * ln(value)) - 1 (0.05% steps)
+
+
+@dataclass
+class BoundedResult(LayoutResult):
+    """:class:`LayoutResult` of :func:`solve_bounded`, with the work it did."""
+
+    evaluated: int = 0          # assignments evaluated exactly (numpy program)
+    cpsat_s: float = 0.0        # wall seconds inside CP-SAT
+    bands: int = 0              # enumeration rounds
+    min_bound: float | None = None   # the smallest separable bound over the space (CP-SAT optimum)
+
+
+def _log_table(values: dict) -> dict:
+    out = {}
+    for k, v in values.items():
+        if v <= 0:
+            raise ValueError("bound factors must be positive")
+        out[k] = int(math.floor(LOG_SCALE * math.log(v))) - 1
+    return out
+
+
+def _cpsat_master(prog: Program, factors):
+    """CP-SAT model over the decision variables: every allow/forbid table, every table node keyed
+    by decision variables only (its tuples are the only defined ones), limits on sums of such
+    tables, and the log of the separable bound as a sum of table variables. Returns
+    (model, xs, bound expression, (lo, hi) of the bound)."""
+    m = cp_model.CpModel()
+    xs = [m.NewIntVar(0, d - 1, nm) for d, nm in zip(prog.domains, prog.names)]
+    inter: dict = {}
+    for vars_, tuples in prog.allowed:
+        inter[vars_] = tuples if vars_ not in inter else inter[vars_] & tuples
+    for nd in prog.nodes:
+        if nd.kind == "table" and not nd.keys and nd.vars:
+            ks = frozenset(nd.values)
+            inter[nd.vars] = ks if nd.vars not in inter else inter[nd.vars] & ks
+    for vars_, tuples in inter.items():
+        if not tuples:
+            m.AddBoolOr([])          # nothing allowed
+            continue
+        m.AddAllowedAssignments([xs[v] for v in vars_], sorted(tuples))
+    for vars_, tuples in prog.forbidden:
+        if tuples:
+            m.AddForbiddenAssignments([xs[v] for v in vars_], sorted(tuples))
+
+    def table_var(vars_, values, name):
+        lo, hi = min(values.values()), max(values.values())
+        t = m.NewIntVar(lo, hi, name)
+        m.AddAllowedAssignments([xs[v] for v in vars_] + [t], [k + (v,) for k, v in values.items()])
+        return t
+
+    for j, (node, bnd) in enumerate(prog.limits):
+        nd = prog.nodes[node]
+        parts = [nd] if nd.kind == "table" else (
+            [prog.nodes[a] for a in nd.args] if nd.kind == "sum" and all(w == 1 for w in nd.weights) else None)
+        if parts is None or any(p.kind != "table" or p.keys or not p.vars for p in parts):
+            continue   # not expressible on decision variables alone: the exact evaluation checks it
+        tv = [table_var(p.vars, p.values, f"lim{j}_{i}") for i, p in enumerate(parts)]
+        m.Add(sum(tv) + (nd.const if nd.kind == "sum" else 0) <= bnd)
+    terms, lo, hi = [], 0, 0
+    for j, (vars_, values) in enumerate(factors):
+        lt = _log_table(values)
+        terms.append(table_var(tuple(vars_), lt, f"lb{j}"))
+        lo += min(lt.values())
+        hi += max(lt.values())
+    b = m.NewIntVar(lo, hi, "bound")
+    m.Add(b == sum(terms))
+    return m, xs, b, (lo, hi)
+
+
+class _Collect(cp_model.CpSolverSolutionCallback):
+    def __init__(self, xs, limit):
+        super().__init__()
+        self.xs, self.limit, self.rows, self.full = xs, limit, [], False
+
+    def on_solution_callback(self):
+        self.rows.append([self.Value(x) for x in self.xs])
+        if len(self.rows) >= self.limit:
+            self.full = True
+            self.StopSearch()
+
+
+def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit: float | None = None,
+                  workers: int = 2, batch: int = 200_000) -> BoundedResult:
+    """Exact optimum (and top-K) of ``prog`` by CP-SAT over a separable lower bound plus exact lazy
+    evaluation (logic-based Benders).
+
+    ``factors``: ``[(vars, {tuple: positive float}), ...]`` such that for every assignment x the
+    program's weighted objective satisfies ``objective(x) >= prod_j factors_j(x)`` (a tuple missing
+    from a factor is infeasible). CP-SAT minimises ``B(x) = sum_j (floor(S ln f_j(x)) - 1)``,
+    so ``B(x) < S ln objective(x)``, subject to every rule table of the program.
+
+    1. CP-SAT proves ``B* = min B``. 2. Rounds: CP-SAT enumerates every assignment with
+    ``lo < B(x) <= hi`` (disjoint bands), numpy evaluates each exactly (:func:`evaluate_many`), and
+    ``accept`` (memory, lazy) is checked best-first; ``T`` is the ``top``-th best fitting exact
+    objective. 3. Stop when ``hi >= floor(S ln T)``: every assignment not enumerated has
+    ``S ln objective(x) > B(x) > hi >= S ln T`` so it cannot enter the top K (OPTIMAL). Bands grow
+    geometrically; at ``time_limit`` the result is FEASIBLE with the bound ``exp(hi / S)``."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    m, xs, B, (blo, bhi) = _cpsat_master(prog, factors)
+    cpsat = 0.0
+
+    def run(model, enumerate_all=False, limit=None):
+        nonlocal cpsat
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1 if enumerate_all else max(1, int(workers))
+        if enumerate_all:
+            s.parameters.enumerate_all_solutions = True
+        if time_limit is not None:
+            s.parameters.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
+        cb = _Collect(xs, limit or batch) if enumerate_all else None
+        t = time.perf_counter()
+        st = s.Solve(model, cb) if cb is not None else s.Solve(model)
+        cpsat += time.perf_counter() - t
+        if _DEBUG:
+            print(f"cp-sat {'enum' if enumerate_all else 'min'} {time.perf_counter() - t:.2f}s "
+                  f"{s.StatusName(st)} rows={len(cb.rows) if cb else '-'}", flush=True)
+        return s, st, cb
+
+    m.Minimize(B)
+    s, st, _ = run(m)
+    nvars, ncons = len(m.Proto().variables), len(m.Proto().constraints)
+    done = lambda status, sols, bound, **kw: BoundedResult(  # noqa: E731
+        status=status, objective=sols[0].objective if sols else None, bound=bound,
+        wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols), num_vars=nvars,
+        num_constraints=ncons, cpsat_s=cpsat, **kw)
+    if st == cp_model.INFEASIBLE:
+        return done("INFEASIBLE", [], None)
+    if st != cp_model.OPTIMAL:
+        return done("UNKNOWN", [], None)
+    bmin = int(round(s.ObjectiveValue()))
+    m.ClearObjective()
+    seen: list = []           # (objective, node value, choice) of evaluated feasible assignments
+    checked: dict = {}
+    rejected = evaluated = bands = 0
+    fitting: list = []
+    lo, step = bmin - 1, LOG_SCALE // 100         # first band: bound within 1% of the smallest
+    conv = int if prog.weight is None else float
+    while True:
+        target = None
+        if len(fitting) >= top:
+            target = int(math.floor(LOG_SCALE * math.log(fitting[top - 1][0]))) if fitting[top - 1][0] > 0 else bmin
+        if target is not None and lo >= target:
+            bound = float(fitting[0][0])
+            return done("OPTIMAL", [Solution(ch, o, n) for o, n, ch in fitting[:top]], bound,
+                        evaluated=evaluated, bands=bands, rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
+        hi = lo + step if target is None else min(lo + step, target)
+        hi = min(hi, bhi)
+        band = m.Clone()
+        bb = band.GetIntVarFromProtoIndex(B.Index())
+        band.Add(bb >= lo + 1)
+        band.Add(bb <= hi)
+        s, st, cb = run(band, enumerate_all=True)
+        bands += 1
+        if cb.full or st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            # band too large for one round or out of time: report what is proven
+            if cb.full and (time_limit is None or time.perf_counter() - t0 < time_limit) and step > 1:
+                step = max(1, step // 4)
+                continue
+            status = "FEASIBLE" if fitting else "UNKNOWN"
+            return done(status, [Solution(ch, o, n) for o, n, ch in fitting[:top]],
+                        math.exp(lo / LOG_SCALE), evaluated=evaluated, bands=bands, rejected=rejected,
+                        min_bound=math.exp(bmin / LOG_SCALE))
+        if cb.rows:
+            rows = np.array(cb.rows, dtype=np.int64)
+            obj, ok, vals = evaluate_many(prog, rows)
+            evaluated += len(rows)
+            node = vals[prog.objective]
+            for i in np.flatnonzero(ok):
+                seen.append((conv(obj[i]), int(node[i]), tuple(int(a) for a in rows[i])))
+            seen.sort()
+            fitting = []
+            for o, nvv, ch in seen:
+                okm = checked.get(ch)
+                if okm is None:
+                    okm = accept is None or accept(ch) is None
+                    checked[ch] = okm
+                    if not okm:
+                        rejected += 1
+                if okm:
+                    fitting.append((o, nvv, ch))
+                    if len(fitting) >= top:
+                        break
+            seen = [x for x in seen if checked.get(x[2]) is not False]
+        lo = hi
+        if lo >= bhi:
+            # every assignment is enumerated (no bound exceeds bhi)
+            status = "OPTIMAL" if fitting else "INFEASIBLE"
+            return done(status, [Solution(ch, o, n) for o, n, ch in fitting[:top]],
+                        float(fitting[0][0]) if fitting else None, evaluated=evaluated, bands=bands,
+                        rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
+        if target is None or len(cb.rows) < batch // 8:
+            step *= 2
