@@ -2,6 +2,7 @@
 
     python bench/solver.py              # every case below
     python bench/solver.py dsv3-256     # one case (names below)
+    python bench/solver.py --method cp-sat dsv3-256   # the CP-SAT bounded engine (default: enumerate)
 
 For each case it prints: GPUs, layouts in the declared space, assignments evaluated, build and
 search seconds, total wall seconds, status, the best layout and its predicted TFLOP/s per GPU.
@@ -36,7 +37,7 @@ CASES = {
 }
 
 
-def run(name: str) -> dict:
+def run(name: str, method: str = "enumerate") -> dict:
     model_name, cl, gpus, seq, gbs, prec, target = CASES[name]
     model = load_model(model_name)
     t0 = time.perf_counter()
@@ -47,7 +48,7 @@ def run(name: str) -> dict:
     if name == "dsv3-256":  # NVIDIA's published layout must be inside the declared space
         include = {"pp": [2], "vpp": [8], "ep": [32], "tp": [1]}
     t1 = time.perf_counter()
-    res = plan(model, cluster, training, top=1, include=include)
+    res = plan(model, cluster, training, top=1, include=include, method=method)
     wall = time.perf_counter() - t1
     s = res.solver
     best = res.plans[0]
@@ -56,8 +57,10 @@ def run(name: str) -> dict:
                best=best.label, world=best.world, gpd=best.placement.gpus_per_domain,
                dispatcher=best.config.dispatcher, tflops=best.prediction.tflops_per_gpu,
                tokens_per_s=best.prediction.tokens_per_s, memory_cuts=s["memory_cuts"],
-               model_err=s["program_vs_predict_max_rel_err"])
-    print(f"{name:22s} {gpus:7d} GPUs  space {row['space']:.3g}  evaluated {row['rows']:,}  "
+               model_err=s["program_vs_predict_max_rel_err"], method=s["method"],
+               evaluated=s["evaluated_exactly"], cpsat_s=s["cpsat_s"])
+    print(f"{name:22s} {gpus:7d} GPUs  [{row['method']}]  space {row['space']:.3g}  "
+          f"evaluated exactly {row['evaluated']:,}  cp-sat {row['cpsat_s']:.1f}s  "
           f"build {row['build_s']:.1f}s  search {row['search_s']:.1f}s  wall {wall:.1f}s (target {target}s)  "
           f"{row['status']}  best {row['best']} {row['dispatcher']} on {row['world']} GPUs: "
           f"{row['tflops']:.0f} TFLOP/s/GPU, {row['tokens_per_s']:,.0f} tokens/s", flush=True)
@@ -76,11 +79,17 @@ def run(name: str) -> dict:
 
 
 def main(argv: list[str]) -> None:
+    import os
+
+    method = "enumerate"
+    if argv[:1] == ["--method"]:
+        method, argv = argv[1], argv[2:]
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}", flush=True)
     names = argv or list(CASES)
     for n in names:
         if n not in CASES:
             raise SystemExit(f"unknown case {n!r}; use one of {', '.join(CASES)}")
-        run(n)
+        run(n, method)
 
 
 if __name__ == "__main__":
