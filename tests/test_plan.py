@@ -228,3 +228,17 @@ def test_bounded_cp_sat_engine_equals_enumeration(model_name, gpus, gbs, objecti
     assert [e.prediction.tokens_per_s for e in b.plans] == pytest.approx(
         [e.prediction.tokens_per_s for e in a.plans], rel=1e-9)
     assert 0 < b.solver["evaluated_exactly"] <= a.solver["evaluated_exactly"]
+
+
+@pytest.mark.slow
+def test_bounded_cp_sat_engine_equals_enumeration_on_deepseek_v3_256_gb300():
+    # the quality case, full declared space (about 160 s for the CP-SAT engine, 5 s enumeration)
+    model = load_model("deepseek-v3")
+    cluster = load_cluster("gb300-nvl72", gpus=256)
+    training = Training(seq_len=4096, global_batch=4096, precision="mxfp8", stack="megatron-26.08")
+    a = plan(model, cluster, training, top=3)
+    b = plan(model, cluster, training, top=3, method="cp-sat")
+    assert b.solver["status"] == "OPTIMAL"
+    assert [e.label for e in b.plans] == [e.label for e in a.plans]
+    assert [e.prediction.tokens_per_s for e in b.plans] == pytest.approx(
+        [e.prediction.tokens_per_s for e in a.plans], rel=1e-9)
