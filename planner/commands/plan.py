@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
         save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
+        report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
     ):
         """Choose the parallel layout and its placement that maximise predicted throughput.
 
@@ -88,13 +89,18 @@ def register(app: typer.Typer) -> None:
                       trainer=trainer)
         doc = result.to_dict()
         text = json.dumps(doc, indent=2)
-        if save_plan is not None:
-            atomic_write_text(save_plan, text + "\n")
+        # the outputs most likely to refuse go first; each is written atomically
         if emit:
             from planner.emit import emit_plan
 
             trainers = [t.strip() for t in emit.split(",") if t.strip()]
             emit_plan(doc, trainers, out)
+        if report is not None:
+            from planner.report import write_report
+
+            write_report("plan", doc, report)
+        if save_plan is not None:
+            atomic_write_text(save_plan, text + "\n")
         if as_json:
             sys.stdout.write(text + "\n")
             return
@@ -114,6 +120,7 @@ def register(app: typer.Typer) -> None:
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
         objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
+        report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
     ):
         """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention.
 
@@ -137,8 +144,13 @@ def register(app: typer.Typer) -> None:
         with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
             rows = scale(m, lambda n: load_cluster(cluster, gpus=n), sizes, training, time_limit=time_limit,
                          objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance())
+        doc = {"model": m.name, "cluster": cluster, "rows": rows}
+        if report is not None:
+            from planner.report import write_report
+
+            write_report("scale", doc, report)
         if as_json:
-            sys.stdout.write(json.dumps({"model": m.name, "cluster": cluster, "rows": rows}, indent=2) + "\n")
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
         _render_scale(rows)
 
