@@ -303,3 +303,28 @@ def test_single_swaps_level_domains_without_changing_slots():
     L = (load[:, None] * domain_share(n2, w, "home", home2)).sum(axis=0)
     assert L.tolist() == pytest.approx([0.5, 0.5])          # by hand: {0.4, 0.1} and {0.3, 0.2}
     assert (n2[np.arange(4), home2] == 1).all()
+
+
+def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
+    """place-experts prints EPLB's placements of the same loads beside its own, measured on the same
+    sampled tokens: the global baseline equals a direct evaluation of planner.eplb's placement."""
+    import json
+
+    from planner.cli import main
+    from planner.eplb import rebalance_experts
+    from planner.experts import evaluate_placement, sample_routing
+
+    monkeypatch.chdir(tmp_path)
+    loads = np.array([[100 + (7 * i + 3 * j) % 50 for j in range(128)] for i in range(48)], dtype=float)
+    (tmp_path / "loads.json").write_text(json.dumps({"loads": loads.tolist()}))
+    assert main(["place-experts", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "16",
+                 "--slots-per-gpu", "9", "--loads", "loads.json", "--time-limit", "0.05", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rd = np.array(doc["ep_rank_domain"])
+    # Qwen3 has no expert groups: 1 group cannot be split over 2 domains, so the hierarchical policy is skipped
+    assert "skipped" in doc["eplb"]["hierarchical"]
+    p2l, _, _ = rebalance_experts(loads, 16 * 9, 1, 2, 16, "global")
+    routing = [sample_routing(loads[i], 1, 1, 8, 2048, i) for i in range(48)]
+    direct = evaluate_placement(p2l, rd, 9, loads, routing, "even")
+    assert doc["eplb"]["global"]["balance"] == pytest.approx(np.mean([m["balance"] for m in direct]))
+    assert doc["summary"]["balance"] <= doc["eplb"]["global"]["balance"] + 1e-9

@@ -148,6 +148,7 @@ def register(app: typer.Typer) -> None:
                             fallback_domain=pl.fallback_domain[i].tolist(), **pl.metrics[i])
                        for i in range(n_layers)],
         }
+        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed)
         if out is not None:
             from planner.io import atomic_dir
 
@@ -177,6 +178,38 @@ def register(app: typer.Typer) -> None:
             print(f"  experts moved vs --previous: {s['moves']}" +
                   (f" (at most {max_moves} per layer)" if max_moves is not None else ""))
         print(f"  solve time: {s['solve_s']:.1f} s (summed over layers); routing: {pl.routing}")
+        for policy, b in doc["eplb"].items():
+            if "balance" in b:
+                print(f"  EPLB-{policy} on the same loads: balance {b['balance']:.3f}, "
+                      f"remote domains per token {b['remote_domains_per_token']:.2f}")
         if out is not None:
             print(f"  wrote {out}/ (physical_to_logical.npy, logical_to_physical.npy, logical_count.npy, "
                   "fallback_domain.npy, ep_rank_domain.npy, placement.json)")
+
+
+def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, tokens: int = 2048) -> dict:
+    """EPLB's hierarchical and global placements of the same loads, measured on the same routing model
+    (the sampled tokens place() used, or the recorded selections) under EPLB's own even split of an
+    expert's tokens over its replicas: the baseline printed beside topoplan's placement."""
+    from planner.eplb import rebalance_experts
+    from planner.experts import evaluate_placement, sample_routing
+
+    ep = len(rank_domain)
+    domains = int(rank_domain.max()) + 1
+    L = loads.shape[0]
+    routing = (list(recorded) if recorded is not None else
+               [sample_routing(loads[i], spec.n_group, spec.topk_group, spec.top_k, tokens, seed + i)
+                for i in range(L)])
+    out = {}
+    for policy in ("hierarchical", "global"):
+        try:
+            p2l, _, _ = rebalance_experts(loads, ep * K, spec.n_group, domains, ep, policy)
+        except ValueError as exc:  # e.g. uneven domains or groups that do not split over domains
+            out[policy] = {"skipped": str(exc)}
+            continue
+        metrics = evaluate_placement(p2l, rank_domain, K, loads, routing, "even")
+        out[policy] = {"balance": float(np.mean([m["balance"] for m in metrics])),
+                       "remote_domains_per_token": float(np.mean([m["remote_domains_per_token"] for m in metrics])),
+                       "layers": metrics}
+    return out
+
