@@ -870,6 +870,11 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
             if (sw[0] != cands[-1][0]).any():
                 cands.append((*sw, cands[-1][2] + " swapped"))
+    # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
+    # domain by a replica on tiny instances); keep only those that do
+    caps = m * K
+    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == caps).all()]
+    cands = valid or cands
     for n_, home_, label in cands:
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
                           lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
