@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.experts import logical_maps  # noqa: F401  (the one implementation of the EPLB output maps)
+
 
 def balanced_packing(weights: np.ndarray, num_packs: int) -> np.ndarray:
     """Pack ``len(weights)`` items into ``num_packs`` packs of equal item count: items sorted by
@@ -83,24 +85,6 @@ def _layer(weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: in
             phy2log[slot] = rep_expert[r]
             fill[g] += 1
     return phy2log
-
-
-def logical_maps(phy2log: np.ndarray, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
-    """``logical_to_physical`` (padded with -1) and ``logical_count`` from ``physical_to_logical``.
-    Works on one layer ``[slots]`` or many ``[layers, slots]``; the padding width is the largest
-    count over all layers."""
-    p = np.atleast_2d(phy2log)
-    counts = np.stack([np.bincount(row, minlength=num_experts) for row in p])
-    width = int(counts.max())
-    l2p = -np.ones((p.shape[0], num_experts, width), dtype=np.int64)
-    for li, row in enumerate(p):
-        fill = np.zeros(num_experts, dtype=np.int64)
-        for s, e in enumerate(row):
-            l2p[li, e, fill[e]] = s
-            fill[e] += 1
-    if np.ndim(phy2log) == 1:
-        return l2p[0], counts[0]
-    return l2p, counts
 
 
 def rebalance_experts(weight, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int,
