@@ -668,18 +668,10 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
         ok &= out[n_] <= b
     obj = out[prog.objective].copy()
     if prog.weight is not None:
-        wv, table = prog.weight
-        dims = [prog.domains[v] for v in wv]
-        flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
-        have = np.zeros(int(np.prod(dims)), dtype=bool)
-        karr = np.array(list(table.keys()), dtype=np.int64).reshape(len(table), len(wv))
-        fi = np.ravel_multi_index(karr.T, dims)
-        flat[fi] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
-        have[fi] = True
-        ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
-        ok &= have[ri]
+        wts, have = weights_of(prog, rows)
+        ok &= have
         # weight * node can exceed int64 for slow layouts: order them in float64 (53-bit mantissa)
-        obj = obj.astype(np.float64) * flat[ri]
+        obj = obj.astype(np.float64) * wts
     return np.where(ok, obj, 0), ok, out
 
 
