@@ -48,6 +48,9 @@ BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every 
 OBJECTIVES = ("throughput", "tflops-per-gpu")
 # Choices the memory estimate does not read (a memory cut may cover every value of these).
 _MEMORY_FREE = ("dispatcher", "gpd")
+# Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
+# bound factor reads): the master's layer-time factor is the minimum over them.
+_BLOCK_FREE = ("recompute", "dispatcher")
 NVIDIA_DSV3_GB300 = dict(tp=1, pp=2, vpp=8, cp=1, ep=32, etp=None, mbs=1, recompute="none")
 
 
@@ -702,12 +705,19 @@ class _Builder:
 
         tpt, tpt1 = minshape(src["TPT"]), minshape(src["TPT1"])
         cpt, cpt1 = minshape(src["CPT"]), minshape(src["CPT1"])
-        if "A" in src:
-            at, at1 = minshape(src["A"]), minshape(src["A1"])
+        # the expert all-to-all enters at its exact group shape (the EP shape node keys the factor):
+        # its price inside or across NVLink domains is most of what separates layouts
+        moe = "A" in src
+        if moe:
+            at, at1 = tab(src["A"]), tab(src["A1"])
             avars = src["avars"]
+            sids_of = {}
+            for sid in self._shape_values(self.sh["ep"]):
+                sids_of.setdefault(self.shape(sid).size, []).append(sid)
         lmin = {kind: {} for kind in src["per"]}
         for ix, a in self.combos(*uvars):
             lk = tuple(ix[pos[v]] for v in src["lvars"])
+            sids = sids_of.get(a["ep"], []) if moe else [None]
             for kind, t in src["per"].items():
                 comp = tab(t["comp"]).get(lk)
                 if comp is None:
@@ -715,10 +725,26 @@ class _Builder:
                 g3, attn = tab(t["g3"])[lk], tab(t["attn"])[lk]
                 v = comp + src["launch"]
                 v += exposed(tpt, tpt1, tuple(ix[pos[n]] for n in ("cp", "mbs", "recompute")), g3)
-                if kind[0] == "moe":
-                    v += exposed(at, at1, tuple(ix[pos[n]] for n in avars), comp)
                 v += exposed(cpt, cpt1, tuple(ix[pos[n]] for n in ("tp", "cp", "mbs")), attn)
-                lmin[kind][ix] = max(v, 1)
+                ak = tuple(ix[pos[n]] for n in avars) if moe else None
+                for sid in sids:
+                    w = v
+                    if kind[0] == "moe":
+                        w += exposed(at, at1, ak + (sid,), comp)
+                    lmin[kind][ix if sid is None else ix + (sid,)] = max(w, 1)
+        # the master enumerates blocks: recompute and the dispatcher are left to the exact evaluation
+        # of each block's completions, so each layer bound is its minimum over them
+        proj = [j for j, v in enumerate(uvars) if v not in _BLOCK_FREE]
+        n_u = len(uvars)
+        uvars = tuple(uvars[j] for j in proj)
+        pos = {v: i for i, v in enumerate(uvars)}
+        for kind, d in lmin.items():
+            pd: dict = {}
+            for k, v in d.items():
+                kk = tuple(k[j] for j in proj) + k[n_u:]
+                if kk not in pd or v < pd[kk]:
+                    pd[kk] = v
+            lmin[kind] = pd
         kl = src["kind_list"]
         keys = set.intersection(*(set(d) for d in lmin.values()))
         if not keys:
@@ -755,12 +781,14 @@ class _Builder:
             if m_ is None or b_ is None:
                 continue
             pipe[ix] = BUBBLE * m_ + b_
-        factors = [(tuple(self.idx(*uvars)), {k: float(v) for k, v in lref.items()}),
+        lnodes = (self.sh["ep"],) if moe else ()
+        factors = [(tuple(self.idx(*uvars)), lnodes, {k: float(v) for k, v in lref.items()}),
                    (tuple(self.idx("pp", "vpp", "split")), slot_f),
                    (tuple(self.idx("gbs", "mbs", "dp", "pp", "vpp")), {k: float(v) for k, v in pipe.items()})]
         if P.weight is not None:
             wv, wt = P.weight
             factors.append((tuple(wv), {k: float(v) for k, v in wt.items()}))
+        self.master_vars = [i for i, v in enumerate(VARIABLES) if v not in _BLOCK_FREE + ("fsdp",)]
         return factors
 
     # -- memory lower bound ---------------------------------------------------------------------
@@ -790,14 +818,12 @@ class _Builder:
                 lb1[ix] = 0
             else:
                 lb1[ix] = int(state * (dense_total / (a["tp"] * a["pp"]) + expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
-        for ix, a in self.combos("tp", "cp", "pp", "dp", "ep", "etp"):
-            etp = a["tp"] if a["etp"] is None else a["etp"]
-            w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
-            edp = max(1, w // (etp * a["ep"] * a["pp"]))
-            lb2[ix] = int(optb * (dense_total / (a["tp"] * a["pp"] * a["dp"] * a["cp"])
-                                  + expert_total / (a["ep"] * etp * a["pp"] * edp)) / 1e3)
+        # the optimizer shard: dense / (tp*pp*dp*cp) + expert / (ep*etp*pp*edp) = (dense + expert) / W,
+        # since tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the same W GPUs
+        for w in self.worlds:
+            lb2[(w,)] = int(optb * (dense_total / w + expert_total / w) / 1e3)
         LB = P.sum([P.table_t(self.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),
-                    P.table_t(self.idx("tp", "cp", "pp", "dp", "ep", "etp"), lb2)])
+                    P.table_t((), lb2, nodes=[self.W])])
         P.at_most(LB, budget)
         self.notes.append("memory lower bound: model state / (tp*pp, ep*etp*pp) + optimizer shard <= HBM - reserve")
 
@@ -935,7 +961,8 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     if method == "cp-sat-full":
         res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
     elif factors is not None:
-        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers)
+        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
+                            master=b.master_vars)
     else:   # "enumerate", or no bound could be formed
         res = _enumerate(prog, b, top, accept, time_limit)
     if not res.solutions:

@@ -556,6 +556,26 @@ def scale_to_int(values, unit: float) -> dict:
 
 # -- exhaustive evaluation (vectorised) ------------------------------------------------------------
 
+def table_mask(prog: Program, rows) -> "np.ndarray":
+    """Rows (R, n) that satisfy every allow/forbid table of ``prog`` (table nodes are checked by
+    :func:`evaluate_many`)."""
+    import numpy as np
+
+    ok = np.ones(len(rows), dtype=bool)
+    for checks, allowed in ((prog.allowed, True), (prog.forbidden, False)):
+        for vars_, tuples in checks:
+            if not vars_:
+                continue
+            dims = [prog.domains[u] for u in vars_]
+            tab = np.zeros(int(np.prod(dims)), dtype=bool)
+            if tuples:
+                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
+                tab[np.ravel_multi_index(tarr.T, dims)] = True
+            hit = tab[np.ravel_multi_index(rows[:, list(vars_)].T, dims)]
+            ok &= hit if allowed else ~hit
+    return ok
+
+
 def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit: int = 50_000_000) -> "np.ndarray":
     """Every assignment that satisfies the allow/forbid tables and has an entry in every table
     node keyed by decision variables only, as an (R, n) int array. A vectorised join: variables
@@ -720,47 +740,139 @@ def _log_table(values: dict) -> dict:
     return out
 
 
-def _cpsat_master(prog: Program, factors):
+def _factor_parts(f):
+    """``(vars, nodes, values)`` of a bound factor given as ``(vars, values)`` or ``(vars, nodes, values)``."""
+    if len(f) == 2:
+        return tuple(f[0]), (), f[1]
+    return tuple(f[0]), tuple(f[1]), f[2]
+
+
+def bound_many(prog: Program, factors, rows, vals) -> "np.ndarray":
+    """``prod_j factor_j(x)`` for every row (``inf`` where a factor has no entry): the separable
+    bound of :func:`solve_bounded` evaluated in numpy. ``vals``: node values of the rows, from
+    :func:`evaluate_many` (only the nodes that key a factor are read)."""
+    import numpy as np
+
+    out = np.ones(len(rows), dtype=np.float64)
+    for f in factors:
+        vars_, nodes, values = _factor_parts(f)
+        cols = [rows[:, v].astype(np.int64) for v in vars_] + [np.asarray(vals[n], dtype=np.int64) for n in nodes]
+        keys = np.array(list(values.keys()), dtype=np.int64).reshape(len(values), len(cols))
+        dims, kidx, ridx = [], [], []
+        for j, c in enumerate(cols):
+            uniq = np.unique(np.concatenate([keys[:, j], c]))
+            dims.append(len(uniq))
+            kidx.append(np.searchsorted(uniq, keys[:, j]))
+            ridx.append(np.searchsorted(uniq, c))
+        flat = np.full(int(np.prod(dims)), np.inf)
+        flat[np.ravel_multi_index(kidx, dims)] = np.fromiter(values.values(), dtype=np.float64, count=len(values))
+        out *= flat[np.ravel_multi_index(ridx, dims)]
+    return out
+
+
+def _project(vars_, tuples, keep):
+    """(kept variables, tuples projected onto them) of a table; (None, None) if none is kept."""
+    idx = [j for j, v in enumerate(vars_) if v in keep]
+    if not idx:
+        return None, None
+    if len(idx) == len(vars_):
+        return tuple(vars_), tuples
+    return tuple(vars_[j] for j in idx), frozenset(tuple(t[j] for j in idx) for t in tuples)
+
+
+def _cpsat_master(prog: Program, factors, master=None):
     """CP-SAT model over the decision variables: every allow/forbid table, every table node keyed
-    by decision variables only (its tuples are the only defined ones), limits on sums of such
+    by decision variables only (its tuples are the only defined ones), the table nodes that key a
+    bound factor or a limit (compiled on demand, with the tables they read), limits on sums of
     tables, and the log of the separable bound as a sum of table variables. Returns
     (model, xs, bound expression, (lo, hi) of the bound)."""
     m = cp_model.CpModel()
-    xs = [m.NewIntVar(0, d - 1, nm) for d, nm in zip(prog.domains, prog.names)]
+    keep = set(range(len(prog.domains))) if master is None else set(master)
+    xs = [m.NewIntVar(0, d - 1, nm) if i in keep else None
+          for i, (d, nm) in enumerate(zip(prog.domains, prog.names))]
+    def add_table(cols, tuples, values=None):
+        """Constrain ``cols`` to one of ``tuples``; with ``values``, return the chosen tuple's value."""
+        tuples = list(tuples)
+        if values is None:
+            m.AddAllowedAssignments(cols, tuples)
+            return None
+        t = m.NewIntVar(min(values), max(values), "")
+        m.AddAllowedAssignments(cols + [t], [k + (v,) for k, v in zip(tuples, values)])
+        return t
+
     inter: dict = {}
+
+    def add_allowed(vars_, tuples):
+        vars_, tuples = _project(vars_, tuples, keep)
+        if vars_ is not None:
+            inter[vars_] = tuples if vars_ not in inter else inter[vars_] & tuples
+
     for vars_, tuples in prog.allowed:
-        inter[vars_] = tuples if vars_ not in inter else inter[vars_] & tuples
+        add_allowed(vars_, tuples)
     for nd in prog.nodes:
         if nd.kind == "table" and not nd.keys and nd.vars:
-            ks = frozenset(nd.values)
-            inter[nd.vars] = ks if nd.vars not in inter else inter[nd.vars] & ks
+            add_allowed(nd.vars, frozenset(nd.values))
     for vars_, tuples in inter.items():
         if not tuples:
             m.AddBoolOr([])          # nothing allowed
             continue
-        m.AddAllowedAssignments([xs[v] for v in vars_], sorted(tuples))
+        add_table([xs[v] for v in vars_], sorted(tuples))
     for vars_, tuples in prog.forbidden:
-        if tuples:
+        if tuples and all(v in keep for v in vars_):   # a forbid over a free variable: not projectable
             m.AddForbiddenAssignments([xs[v] for v in vars_], sorted(tuples))
 
-    def table_var(vars_, values, name):
-        lo, hi = min(values.values()), max(values.values())
-        t = m.NewIntVar(lo, hi, name)
-        m.AddAllowedAssignments([xs[v] for v in vars_] + [t], [k + (v,) for k, v in values.items()])
-        return t
+    def table_expr(vars_, nodes, values):
+        keys = list(values)
+        return add_table([xs[v] for v in vars_] + [node_var(n) for n in nodes], keys, [values[k] for k in keys])
+
+    compiled: dict = {}
+
+    def node_var(n):
+        """A CP-SAT variable equal to table node n (tables keyed by other tables only)."""
+        if n in compiled:
+            return compiled[n]
+        nd = prog.nodes[n]
+        if nd.kind != "table":
+            raise ValueError(f"node {n} is a {nd.kind}; only table nodes key a bound factor or a limit")
+        # a free variable is projected out with the table's minimum over it: a relaxation that is
+        # sound for limits (upper bounds); a factor's key node must not read a free variable
+        kv = [j for j, u in enumerate(nd.vars) if u in keep]
+        nk = len(nd.vars)
+        vals: dict = {}
+        for k, val in nd.values.items():
+            kk = tuple(k[j] for j in kv) + k[nk:]
+            if kk not in vals or val < vals[kk]:
+                vals[kk] = val
+        dv = sorted(set(vals.values()))
+        v = m.NewIntVarFromDomain(cp_model.Domain.FromValues(dv), f"n{n}")
+        keys = list(vals)
+        m.Add(v == add_table([xs[nd.vars[j]] for j in kv] + [node_var(k) for k in nd.keys], keys,
+                             [vals[k] for k in keys]))
+        compiled[n] = v
+        return v
+
+    def reads_free(n):
+        nd = prog.nodes[n]
+        return any(u not in keep for u in nd.vars) or any(reads_free(k) for k in nd.keys)
+
+    def expressible(nd):
+        return nd.kind == "table" and all(prog.nodes[k].kind == "table" and expressible(prog.nodes[k])
+                                          and not reads_free(k) for k in nd.keys)
 
     for j, (node, bnd) in enumerate(prog.limits):
         nd = prog.nodes[node]
-        parts = [nd] if nd.kind == "table" else (
-            [prog.nodes[a] for a in nd.args] if nd.kind == "sum" and all(w == 1 for w in nd.weights) else None)
-        if parts is None or any(p.kind != "table" or p.keys or not p.vars for p in parts):
-            continue   # not expressible on decision variables alone: the exact evaluation checks it
-        tv = [table_var(p.vars, p.values, f"lim{j}_{i}") for i, p in enumerate(parts)]
-        m.Add(sum(tv) + (nd.const if nd.kind == "sum" else 0) <= bnd)
+        parts = [node] if nd.kind == "table" else (
+            list(nd.args) if nd.kind == "sum" and all(w == 1 for w in nd.weights) else None)
+        if parts is None or not all(expressible(prog.nodes[p]) for p in parts):
+            continue   # not expressible on table nodes alone: the exact evaluation checks it
+        m.Add(sum(node_var(p) for p in parts) + (nd.const if nd.kind == "sum" else 0) <= bnd)
     terms, lo, hi = [], 0, 0
-    for j, (vars_, values) in enumerate(factors):
+    for j, f in enumerate(factors):
+        vars_, nodes, values = _factor_parts(f)
+        if any(v not in keep for v in vars_) or any(reads_free(n) for n in nodes):
+            raise ValueError(f"bound factor {j} reads a variable outside the master")
         lt = _log_table(values)
-        terms.append(table_var(tuple(vars_), lt, f"lb{j}"))
+        terms.append(table_expr(vars_, nodes, lt))
         lo += min(lt.values())
         hi += max(lt.values())
     b = m.NewIntVar(lo, hi, "bound")
@@ -781,26 +893,49 @@ class _Collect(cp_model.CpSolverSolutionCallback):
 
 
 def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit: float | None = None,
-                  workers: int = 2, batch: int = 200_000) -> BoundedResult:
+                  workers: int = 2, batch: int = 200_000, master: Sequence[int] | None = None) -> BoundedResult:
     """Exact optimum (and top-K) of ``prog`` by CP-SAT over a separable lower bound plus exact lazy
     evaluation (logic-based Benders).
 
-    ``factors``: ``[(vars, {tuple: positive float}), ...]`` such that for every assignment x the
-    program's weighted objective satisfies ``objective(x) >= prod_j factors_j(x)`` (a tuple missing
-    from a factor is infeasible). CP-SAT minimises ``B(x) = sum_j (floor(S ln f_j(x)) - 1)``,
-    so ``B(x) < S ln objective(x)``, subject to every rule table of the program.
+    ``factors``: ``[(vars, {tuple: positive float}), ...]`` (or ``(vars, nodes, {tuple: ...})``, keyed
+    by the decision variables ``vars`` and then the values of the table nodes ``nodes``, as
+    :meth:`Program.table`) such that for every assignment x the program's weighted objective
+    satisfies ``objective(x) >= prod_j factors_j(x)`` (a tuple missing from a factor is infeasible).
+    CP-SAT minimises ``B(x) = sum_j (floor(S ln f_j(x)) - 1)``, so ``B(x) < S ln objective(x)``.
 
-    1. CP-SAT proves ``B* = min B``. 2. Rounds: CP-SAT enumerates every assignment with
-    ``lo < B(x) <= hi`` (disjoint bands), numpy evaluates each exactly (:func:`evaluate_many`), and
-    ``accept`` (memory, lazy) is checked best-first; ``T`` is the ``top``-th best fitting exact
-    objective. 3. Stop when ``hi >= floor(S ln T)``: every assignment not enumerated has
-    ``S ln objective(x) > B(x) > hi >= S ln T`` so it cannot enter the top K (OPTIMAL). Bands grow
-    geometrically; at ``time_limit`` the result is FEASIBLE with the bound ``exp(hi / S)``."""
+    ``master``: the variables CP-SAT decides (default: all). The others are *free*: the master
+    holds every rule table projected onto its variables (a relaxation), and each master solution
+    is a block whose completions over the free variables numpy checks against every table and
+    evaluates exactly. Factors read master variables only, so a block's bound is below each of its
+    completions' objectives.
+
+    1. CP-SAT proves ``B* = min B``. 2. Rounds: CP-SAT enumerates every block with
+    ``lo < B <= hi`` (disjoint bands), numpy evaluates its completions exactly
+    (:func:`evaluate_many`), and ``accept`` (memory, lazy) is checked best-first; ``T`` is the
+    ``top``-th best fitting exact objective. 3. Stop when ``hi >= floor(S ln T)``: every block not
+    enumerated has ``S ln objective(x) > B > hi >= S ln T`` for each completion x, so none can
+    enter the top K (OPTIMAL). Bands grow geometrically; at ``time_limit`` the result is FEASIBLE
+    with the bound ``exp(hi / S)``."""
     import numpy as np
 
     t0 = time.perf_counter()
-    m, xs, B, (blo, bhi) = _cpsat_master(prog, factors)
+    n = len(prog.domains)
+    keep = list(range(n)) if master is None else sorted(set(int(v) for v in master))
+    free = [v for v in range(n) if v not in set(keep)]
+    m, xs, B, (blo, bhi) = _cpsat_master(prog, factors, keep)
+    mx = [xs[v] for v in keep]
     cpsat = 0.0
+    # every completion of a block over the free variables, as columns to tile under its rows
+    fgrid = np.array(list(itertools.product(*(range(prog.domains[v]) for v in free))), dtype=np.int64)
+    fgrid = fgrid.reshape(len(fgrid), len(free))
+
+    def expand(block_rows):
+        b = np.asarray(block_rows, dtype=np.int64)
+        rows = np.zeros((len(b) * len(fgrid), n), dtype=np.int64)
+        rows[:, keep] = np.repeat(b, len(fgrid), axis=0)
+        if free:
+            rows[:, free] = np.tile(fgrid, (len(b), 1))
+        return rows[table_mask(prog, rows)]
 
     def run(model, enumerate_all=False, limit=None):
         nonlocal cpsat
@@ -810,7 +945,7 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
             s.parameters.enumerate_all_solutions = True
         if time_limit is not None:
             s.parameters.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
-        cb = _Collect(xs, limit or batch) if enumerate_all else None
+        cb = _Collect(mx, limit or batch) if enumerate_all else None
         t = time.perf_counter()
         st = s.Solve(model, cb) if cb is not None else s.Solve(model)
         cpsat += time.perf_counter() - t
@@ -836,7 +971,7 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
     checked: dict = {}
     rejected = evaluated = bands = 0
     fitting: list = []
-    lo, step = bmin - 1, LOG_SCALE // 100         # first band: bound within 1% of the smallest
+    lo, step = bmin - 1, LOG_SCALE // 50         # first band: bound within 2% of the smallest
     conv = int if prog.weight is None else float
     while True:
         target = None
@@ -844,7 +979,7 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
             target = int(math.floor(LOG_SCALE * math.log(fitting[top - 1][0]))) if fitting[top - 1][0] > 0 else bmin
         if target is not None and lo >= target:
             bound = float(fitting[0][0])
-            return done("OPTIMAL", [Solution(ch, o, n) for o, n, ch in fitting[:top]], bound,
+            return done("OPTIMAL", [Solution(ch, o, n_) for o, n_, ch in fitting[:top]], bound,
                         evaluated=evaluated, bands=bands, rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
         hi = lo + step if target is None else min(lo + step, target)
         hi = min(hi, bhi)
@@ -860,13 +995,13 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
                 step = max(1, step // 4)
                 continue
             status = "FEASIBLE" if fitting else "UNKNOWN"
-            return done(status, [Solution(ch, o, n) for o, n, ch in fitting[:top]],
+            return done(status, [Solution(ch, o, n_) for o, n_, ch in fitting[:top]],
                         math.exp(lo / LOG_SCALE), evaluated=evaluated, bands=bands, rejected=rejected,
                         min_bound=math.exp(bmin / LOG_SCALE))
         if cb.rows:
-            rows = np.array(cb.rows, dtype=np.int64)
+            rows = expand(cb.rows)
             obj, ok, vals = evaluate_many(prog, rows)
-            evaluated += len(rows)
+            evaluated += int(ok.sum())
             node = vals[prog.objective]
             for i in np.flatnonzero(ok):
                 seen.append((conv(obj[i]), int(node[i]), tuple(int(a) for a in rows[i])))
@@ -886,9 +1021,9 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
             seen = [x for x in seen if checked.get(x[2]) is not False]
         lo = hi
         if lo >= bhi:
-            # every assignment is enumerated (no bound exceeds bhi)
+            # every block is enumerated (no bound exceeds bhi)
             status = "OPTIMAL" if fitting else "INFEASIBLE"
-            return done(status, [Solution(ch, o, n) for o, n, ch in fitting[:top]],
+            return done(status, [Solution(ch, o, n_) for o, n_, ch in fitting[:top]],
                         float(fitting[0][0]) if fitting else None, evaluated=evaluated, bands=bands,
                         rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
         if target is None or len(cb.rows) < batch // 8:

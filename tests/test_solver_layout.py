@@ -269,7 +269,12 @@ def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data
     def accept(choice):
         return list(range(len(prog.domains))) if choice in hidden else None
 
-    res = solve_bounded(prog, _projection_factors(prog, every, rnd), top=top, accept=accept, workers=1)
+    factors = _projection_factors(prog, every, rnd)
+    # the master decides the factors' variables and a random subset of the others; the rest are
+    # free, expanded block by block and checked against every table by numpy
+    read = {v for vars_, _ in factors for v in vars_}
+    master = sorted(read | {v for v in range(len(prog.domains)) if rnd.random() < 0.5})
+    res = solve_bounded(prog, factors, top=top, accept=accept, workers=1, master=master)
     good = {x: v for x, v in every.items() if x not in hidden}
     if not good:
         assert res.solutions == [] and res.status == "INFEASIBLE"
