@@ -29,6 +29,7 @@ choice of the program, so degrees and placement are chosen together.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -41,17 +42,28 @@ from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
 from planner.space import VARIABLES, Space, build_space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
-from solver.layout import Program, solve, solve_bounded
+from solver.layout import Program, enumerate_bounded, solve, solve_bounded
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
 OBJECTIVES = ("throughput", "tflops-per-gpu")
+# Search engines over the same program (docs/solver.md): "enumerate" (default) and "cp-sat" walk
+# blocks in order of one separable lower bound, numpy or CP-SAT enumerating the blocks under the
+# rules; "exhaustive" evaluates every assignment (the oracle); "cp-sat-full" is the whole
+# nonlinear program in CP-SAT (small spaces).
+METHODS = ("enumerate", "cp-sat", "exhaustive", "cp-sat-full")
 # Choices the memory estimate does not read (a memory cut may cover every value of these).
 _MEMORY_FREE = ("dispatcher", "gpd")
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
 _BLOCK_FREE = ("recompute", "dispatcher")
 NVIDIA_DSV3_GB300 = dict(tp=1, pp=2, vpp=8, cp=1, ep=32, etp=None, mbs=1, recompute="none")
+
+
+@functools.lru_cache(maxsize=None)
+def _rc_cfg(recompute: str) -> ParallelConfig:
+    """A ParallelConfig that carries only this recompute choice (its normalised form)."""
+    return ParallelConfig(recompute=recompute)
 
 
 @dataclass
@@ -354,8 +366,9 @@ class _Builder:
         mtp_kind = (kinds[-1][0], False)
         zero = P.const(0)
 
+        @functools.lru_cache(maxsize=None)
         def rc_arg(rc):
-            c = ParallelConfig(recompute=rc)
+            c = _rc_cfg(rc)
             r = c.recompute if c.recompute in ("none", "full") else c.recompute_modules
             return () if r == "none" else r
 
@@ -382,7 +395,7 @@ class _Builder:
             for sid in self._shape_values(self.sh["tp"]):
                 shp = self.shape(sid)
                 t = TPc.tp_comm_time(self.fabric, shp, act) if shp.size > 1 else 0.0
-                if ParallelConfig(recompute=a["recompute"]).recompute == "full" and shp.size > 1:
+                if _rc_cfg(a["recompute"]).recompute == "full" and shp.size > 1:
                     t *= 1.5
                 tp_t[ix + (sid,)] = q(t)
                 tp_t1[ix + (sid,)] = q((1.0 - o_tp) * t)
@@ -393,13 +406,13 @@ class _Builder:
         if model.is_moe:
             a_t, a_t1 = {}, {}
             disp_b = 1.0 if (self.lp and self.par("ep.dispatch_bytes_fp8") >= 0.5) else 2.0
-            rc_moe = any("moe" in ParallelConfig(recompute=r).recompute_modules for r in vals["recompute"])
+            rc_moe = any("moe" in _rc_cfg(r).recompute_modules for r in vals["recompute"])
             avars = ("tp", "cp", "mbs", "dispatcher") + (("recompute",) if rc_moe else ())
             for ix, a in self.combos(*avars):
                 a.setdefault("recompute", "none")
                 dedup = a["dispatcher"].startswith("flex")
                 impl = "deepep" if dedup else "nccl"
-                moe_rc = "moe" in ParallelConfig(recompute=a["recompute"]).recompute_modules
+                moe_rc = "moe" in _rc_cfg(a["recompute"]).recompute_modules
                 for sid in self._shape_values(self.sh["ep"]):
                     shp = self.shape(sid)
                     ep = shp.size
@@ -684,8 +697,6 @@ class _Builder:
         import numpy as np
 
         src, P, vals = self._src, self.prog, self.vals
-        uvars = tuple(dict.fromkeys(src["lvars"] + (src.get("avars") or ())))
-        pos = {v: i for i, v in enumerate(uvars)}
 
         def tab(node):
             return P.nodes[node].values
@@ -714,37 +725,43 @@ class _Builder:
             sids_of = {}
             for sid in self._shape_values(self.sh["ep"]):
                 sids_of.setdefault(self.shape(sid).size, []).append(sid)
-        lmin = {kind: {} for kind in src["per"]}
-        for ix, a in self.combos(*uvars):
-            lk = tuple(ix[pos[v]] for v in src["lvars"])
-            sids = sids_of.get(a["ep"], []) if moe else [None]
-            for kind, t in src["per"].items():
-                comp = tab(t["comp"]).get(lk)
-                if comp is None:
-                    break
-                g3, attn = tab(t["g3"])[lk], tab(t["attn"])[lk]
-                v = comp + src["launch"]
-                v += exposed(tpt, tpt1, tuple(ix[pos[n]] for n in ("cp", "mbs", "recompute")), g3)
-                v += exposed(cpt, cpt1, tuple(ix[pos[n]] for n in ("tp", "cp", "mbs")), attn)
-                ak = tuple(ix[pos[n]] for n in avars) if moe else None
-                for sid in sids:
-                    w = v
-                    if kind[0] == "moe":
-                        w += exposed(at, at1, ak + (sid,), comp)
-                    lmin[kind][ix if sid is None else ix + (sid,)] = max(w, 1)
-        # the master enumerates blocks: recompute and the dispatcher are left to the exact evaluation
-        # of each block's completions, so each layer bound is its minimum over them
-        proj = [j for j, v in enumerate(uvars) if v not in _BLOCK_FREE]
-        n_u = len(uvars)
-        uvars = tuple(uvars[j] for j in proj)
+        # Each layer bound is keyed by (tp, cp, ep, etp, mbs) and the EP shape: the master
+        # enumerates blocks, and recompute and the dispatcher are left to the exact evaluation of
+        # each block's completions (_BLOCK_FREE), so the bound is the minimum over them.
+        lvars = src["lvars"]
+        assert lvars == ("tp", "cp", "ep", "etp", "mbs", "recompute")
+        uvars = lvars[:5]
         pos = {v: i for i, v in enumerate(uvars)}
-        for kind, d in lmin.items():
-            pd: dict = {}
-            for k, v in d.items():
-                kk = tuple(k[j] for j in proj) + k[n_u:]
-                if kk not in pd or v < pd[kk]:
-                    pd[kk] = v
-            lmin[kind] = pd
+        launch = src["launch"]
+        ep_vals = vals["ep"]
+        disp = list(range(len(vals["dispatcher"]))) if moe else [None]
+        lmin = {kind: {} for kind in src["per"]}
+        tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"])) for kind, t in src["per"].items()]
+        for lk in tabs[0][2]:
+            tp_i, cp_i, ep_i, etp_i, mbs_i, rc_i = lk
+            base = lk[:5]
+            sids = sids_of.get(ep_vals[ep_i], []) if moe else [None]
+            keys_ = [base if sid is None else base + (sid,) for sid in sids]
+            for kind, d, ct, gt, att in tabs:
+                comp = ct.get(lk)
+                if comp is None:
+                    continue
+                v = (comp + launch + exposed(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
+                     + exposed(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk]))
+                if kind[0] == "moe":
+                    ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
+                    for dsp in disp:
+                        ctx["dispatcher"] = dsp
+                        ak = tuple(ctx[n_] for n_ in avars)
+                        for sid, key in zip(sids, keys_):
+                            w = max(v + exposed(at, at1, ak + (sid,), comp), 1)
+                            if w < d.get(key, w + 1):
+                                d[key] = w
+                else:
+                    w = max(v, 1)
+                    for key in keys_:
+                        if w < d.get(key, w + 1):
+                            d[key] = w
         kl = src["kind_list"]
         keys = set.intersection(*(set(d) for d in lmin.values()))
         if not keys:
@@ -890,15 +907,20 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     any count from there up to ``cluster.num_gpus``). ``include``: extra candidate values per
     variable (e.g. a published layout) so that they are inside the declared space. ``restrict``:
     keep only these candidate values of some variables (a smaller declared space).
-    ``method``: "cp-sat" (CP-SAT chooses the layout under every rule table with a
-    separable lower bound of the step time as objective, and enumerates, band by band, every
-    layout whose bound is below the top-th best exact step time found; numpy evaluates those
-    exactly; optimal when no bound is left below it, docs/solver.md), "enumerate" (every
-    assignment the rule tables allow, evaluated with numpy, best bound first: the exact oracle) or
-    "cp-sat-full" (the whole nonlinear program in CP-SAT; practical for small spaces only).
+    ``method`` (all four are exact for the program; docs/solver.md):
+    "enumerate" (default): a block is an assignment of every choice but recompute, dispatcher and
+    FSDP; each feasible block gets a separable lower bound of the objective (``bound_factors``:
+    pipeline factor x heaviest pipeline rank x layer time with the expert all-to-all priced at its
+    group shape), and blocks are expanded and evaluated exactly with numpy in bound order until
+    the next bound is no better than the top-th fitting layout (OPTIMAL).
+    "cp-sat": the same bound and blocks, CP-SAT enumerating the blocks band by band under every
+    rule table (logic-based Benders; slower, an independent search of the rules).
+    "exhaustive": every assignment the rule tables allow, ordered by the exact CORE + P2P bound
+    (the oracle the others are tested against).
+    "cp-sat-full": the whole nonlinear program in CP-SAT; practical for small spaces only.
     """
-    if method not in ("cp-sat", "enumerate", "cp-sat-full"):
-        raise InputError(f"method {method!r}: use cp-sat, enumerate or cp-sat-full")
+    if method not in METHODS:
+        raise InputError(f"--method {method!r}: use one of {', '.join(METHODS)}")
     from planner.memory import memory_per_gpu
     from planner.placement import make_placement
     from planner.predict import predict
@@ -957,13 +979,15 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         shortfalls.append((hit[1] - gpu.hbm_gib, hit[2]))
         return mem_vars
 
-    factors = b.bound_factors() if method == "cp-sat" else None
+    factors = b.bound_factors() if method in ("cp-sat", "enumerate") else None
     if method == "cp-sat-full":
         res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
-    elif factors is not None:
+    elif factors is not None and method == "cp-sat":
         res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
                             master=b.master_vars)
-    else:   # "enumerate", or no bound could be formed
+    elif factors is not None:
+        res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
+    else:   # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
         res = _enumerate(prog, b, top, accept, time_limit)
     if not res.solutions:
         if res.status in ("UNKNOWN",) and time_limit is not None:
@@ -1010,7 +1034,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "objective_name": "tokens_per_s" if objective == "throughput" else "tflops_per_gpu",
         "bound": bound,
         "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
-        "method": "cp-sat" if factors is not None else method,
+        "method": method if factors is not None or method in ("cp-sat-full", "exhaustive") else "exhaustive",
         "evaluated_exactly": getattr(res, "evaluated", res.num_constraints),
         "cpsat_s": getattr(res, "cpsat_s", res.wall_s if method == "cp-sat-full" else 0.0),
         "bands": getattr(res, "bands", 0),

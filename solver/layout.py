@@ -880,6 +880,127 @@ def _cpsat_master(prog: Program, factors, master=None):
     return m, xs, b, (lo, hi)
 
 
+def feasible_blocks(prog: Program, master: Sequence[int]) -> "np.ndarray":
+    """Every assignment of the ``master`` variables that satisfies the program's tables projected
+    onto them (a relaxation: each feasible assignment of the whole program projects onto one), as
+    an (R, n) array whose other columns are 0."""
+    import numpy as np
+
+    keep = set(int(v) for v in master)
+    sub = Program([prog.domains[v] if v in keep else 1 for v in range(len(prog.domains))], names=prog.names)
+    for vars_, tuples in prog.allowed:
+        pv, pt = _project(vars_, tuples, keep)
+        if pv is not None:
+            sub.allowed.append((pv, pt))
+    for nd in prog.nodes:
+        if nd.kind == "table" and not nd.keys and nd.vars:
+            pv, pt = _project(nd.vars, frozenset(nd.values), keep)
+            if pv is not None:
+                sub.allowed.append((pv, pt))
+    for vars_, tuples in prog.forbidden:
+        if tuples and all(v in keep for v in vars_):
+            sub.forbidden.append((vars_, tuples))
+    order = [v for v in range(len(prog.domains)) if v in keep] + [v for v in range(len(prog.domains)) if v not in keep]
+    return feasible_rows(sub, order).astype(np.int64)
+
+
+def _reads(prog: Program, n: int, free: set) -> bool:
+    nd = prog.nodes[n]
+    return any(u in free for u in nd.vars) or any(_reads(prog, k, free) for k in nd.keys) or any(
+        _reads(prog, a, free) for a in nd.args)
+
+
+def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = None, top: int = 1, accept=None,
+                      time_limit: float | None = None, chunk: int = 256) -> BoundedResult:
+    """The search of :func:`solve_bounded` with numpy in place of CP-SAT: every feasible block
+    (assignment of the ``master`` variables, :func:`feasible_blocks`) gets its separable bound
+    (:func:`bound_many`); blocks are expanded over the free variables and evaluated exactly in
+    increasing bound order, and the search stops when the next block's bound is no better than
+    the ``top``-th best fitting objective (OPTIMAL: every block left has a bound, hence every
+    completion an objective, at least that large), or at ``time_limit`` (FEASIBLE, with the next
+    block's bound as the proven bound)."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    n = len(prog.domains)
+    keep = list(range(n)) if master is None else sorted(set(int(v) for v in master))
+    free = [v for v in range(n) if v not in set(keep)]
+    key_nodes = [nd_ for f in factors for nd_ in _factor_parts(f)[1]]
+    if any(_reads(prog, k, set(free)) for k in key_nodes) or any(
+            v in set(free) for f in factors for v in _factor_parts(f)[0]):
+        raise ValueError("a bound factor reads a variable outside the master")
+    blocks = feasible_blocks(prog, keep)
+    if len(blocks) and key_nodes:
+        _, _, vals = evaluate_many(prog, blocks, upto=max(key_nodes))
+    else:
+        vals = []
+    bnd = bound_many(prog, factors, blocks, vals) if len(blocks) else np.zeros(0)
+    live = np.isfinite(bnd)
+    blocks, bnd = blocks[live], bnd[live]
+    srt = np.argsort(bnd, kind="stable")
+    blocks, bnd = blocks[srt], bnd[srt]
+    fgrid = np.array(list(itertools.product(*(range(prog.domains[v]) for v in free))), dtype=np.int64)
+    fgrid = fgrid.reshape(len(fgrid), len(free))
+    conv = int if prog.weight is None else float
+    # evaluated feasible rows, kept as arrays; only the best few are turned into tuples for accept
+    objs = np.zeros(0, dtype=np.float64 if prog.weight is not None else np.int64)
+    nodes_ = np.zeros(0, dtype=np.int64)
+    kept = np.zeros((0, n), dtype=np.int64)
+    checked: dict = {}
+    fitting: list = []
+    rejected = evaluated = 0
+    pos = 0
+    status, bound = "OPTIMAL", None
+    while True:
+        nxt = float(bnd[pos]) if pos < len(blocks) else None
+        if nxt is None or (len(fitting) >= top and fitting[top - 1][0] <= nxt):
+            bound = float(fitting[0][0]) if fitting else None
+            break
+        if time_limit is not None and time.perf_counter() - t0 > time_limit and fitting:
+            status, bound = "FEASIBLE", float(min(nxt, fitting[0][0]))
+            break
+        part = blocks[pos: pos + chunk]
+        pos += len(part)
+        chunk = min(chunk * 2, 1 << 14)
+        rows = np.repeat(part, len(fgrid), axis=0)
+        if free:
+            rows[:, free] = np.tile(fgrid, (len(part), 1))
+        rows = rows[table_mask(prog, rows)]
+        obj, ok, vals_ = evaluate_many(prog, rows)
+        evaluated += int(ok.sum())
+        objs = np.concatenate([objs, obj[ok]])
+        nodes_ = np.concatenate([nodes_, vals_[prog.objective][ok]])
+        kept = np.concatenate([kept, rows[ok]])
+        order_ = np.argsort(objs, kind="stable")
+        fitting = []
+        drop = []
+        for i in order_:
+            ch = tuple(int(a) for a in kept[i])
+            okm = checked.get(ch)
+            if okm is None:
+                okm = accept is None or accept(ch) is None
+                checked[ch] = okm
+                if not okm:
+                    rejected += 1
+            if okm:
+                fitting.append((conv(objs[i]), int(nodes_[i]), ch))
+                if len(fitting) >= top:
+                    break
+            else:
+                drop.append(i)
+        if drop:   # rows that do not fit are never candidates again
+            keep_m = np.ones(len(objs), dtype=bool)
+            keep_m[drop] = False
+            objs, nodes_, kept = objs[keep_m], nodes_[keep_m], kept[keep_m]
+    if not fitting:
+        status = "INFEASIBLE"
+    sols = [Solution(ch, o, nvv) for o, nvv, ch in fitting[:top]]
+    return BoundedResult(status=status, objective=sols[0].objective if sols else None, bound=bound,
+                         wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols),
+                         num_vars=n, num_constraints=len(blocks), rejected=rejected, evaluated=evaluated,
+                         min_bound=float(bnd[0]) if len(bnd) else None)
+
+
 class _Collect(cp_model.CpSolverSolutionCallback):
     def __init__(self, xs, limit):
         super().__init__()

@@ -68,6 +68,9 @@ def register(app: typer.Typer) -> None:
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
+        method: str = typer.Option("enumerate", "--method",
+                                   help="search engine, all exact: enumerate (default: bounded block search) | "
+                                        "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
     ):
         """Choose the parallel layout and its placement that maximise predicted throughput.
 
@@ -86,7 +89,7 @@ def register(app: typer.Typer) -> None:
         m = load_model(model)
         c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
         result = plan(m, c, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                      trainer=trainer)
+                      trainer=trainer, method=method)
         doc = result.to_dict()
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
