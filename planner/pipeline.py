@@ -23,6 +23,7 @@ PP4 VPP4 ``Et*4|(t*4|)*14tmL`` and PP8 VPP4 ``Et|(tt|)*30mL``.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -228,94 +229,155 @@ def _bounds(counts: list[int]) -> list[tuple[int, int]]:
 def _split(w: list[int], stages: int, last_extra: int, first: int | None, last: int | None) -> list[int]:
     """Layer counts per stage: lexicographic (max stage cost, sum of squares, early-light).
 
-    Two dynamic programs over (stage, layers placed so far): the first finds the smallest
-    achievable heaviest stage, the second the split with the least sum of squared stage costs
-    (ties: more load on later stages) among those that respect it. States that cannot be
-    completed (too many layers left for the remaining stages) are skipped."""
+    ``w`` and ``last_extra`` are non-negative integers. The smallest achievable heaviest stage
+    comes from a binary search over integer limits, each tested by a greedy walk from the last
+    stage back (``_completable_starts``). A dynamic program over (stage, layers placed so far)
+    then finds the split with the least sum of squared stage costs (ties: more load on later
+    stages; then the earliest last-stage start, then the earliest start of the stage before, and
+    so on) among those that respect it, visiting only states reachable from stage 0 from which
+    the remaining stages can still place every layer. Memoised on the arguments."""
+    # integers only (``_weights`` rounds): the keys below are exact integer arithmetic
+    w = tuple(map(operator.index, w))
+    return list(_split_cached(w, int(stages), operator.index(last_extra), first, last))
+
+
+def _completable_starts(pre: list, stages: int, extra_last, first, last, limit) -> list[int] | None:
+    """``low[s]``: the smallest layer index stage ``s`` may start at such that stages ``s..`` can
+    hold the remaining layers with every stage costing at most ``limit`` (``low[stages] = n``);
+    None if even the last stage cannot. Stages between the first and the last are free (any count,
+    empty included), so the feasible starts of stage ``s >= 1`` are the interval
+    ``[low[s], high]`` with ``high = n - last`` (or ``n``); stage 0 must start at 0."""
+    n = len(pre) - 1
+    low = [0] * (stages + 1)
+    low[stages] = n
+    if last is not None:
+        i = n - last
+        if pre[n] - pre[i] + extra_last > limit:
+            return None
+    else:
+        if extra_last > limit:
+            return None
+        i = n
+        floor = pre[n] + extra_last - limit  # stage cost pre[n] - pre[i] + extra <= limit
+        while i > 0 and pre[i - 1] >= floor:
+            i -= 1
+    low[stages - 1] = i
+    for s in range(stages - 2, (0 if first is None else 1) - 1, -1):
+        floor = pre[i] - limit
+        while i > 0 and pre[i - 1] >= floor:
+            i -= 1
+        low[s] = i
+    if first is not None:
+        low[0] = 0
+    return low
+
+
+@lru_cache(maxsize=4096)
+def _split_cached(w: tuple, stages: int, last_extra: int, first: int | None, last: int | None) -> tuple:
     n = len(w)
     pre = [0]
     for x in w:
         pre.append(pre[-1] + x)
-    extra = [0] * stages
-    extra[-1] += last_extra
-    fixed: list[int | None] = [None] * stages
-    if first is not None:
-        fixed[0] = first
-    if last is not None:
-        fixed[-1] = last  # (a single stage never reaches here: it holds every layer)
-
-    # an upper bound from the even split keeps both passes short: no stage may cost more
+    # validates first/last (InputError) and gives an upper bound: the even split is feasible
     even = _bounds(_even_counts(n, stages, first, last))
-    ub = max(pre[j] - pre[i] + extra[st] for st, (i, j) in enumerate(even))
-    # the most layers any stage can take under ub, for pruning unreachable states
-    kmax, lo = 0, 0
-    for hi in range(1, n + 1):
-        while pre[hi] - pre[lo] > ub:
-            lo += 1
-        kmax = max(kmax, hi - lo)
+    if stages == 1:  # (pipeline_layout never asks: a single stage holds every layer)
+        if (last if last is not None else first) not in (None, n):
+            raise InputError("no pipeline split satisfies the given first/last stage layer counts")
+        return (n,)
+    ub = max(pre[j] - pre[i] + (last_extra if st == stages - 1 else 0) for st, (i, j) in enumerate(even))
+    high = n - last if last is not None else n  # the latest start of any stage 1 .. stages-1
 
-    def spans(s: int, i: int, limit: int):
-        """(j, cost) for stage s starting at layer i, cost <= limit."""
-        e = extra[s]
-        if fixed[s] is not None:
-            j = i + fixed[s]
-            if j <= n and pre[j] - pre[i] + e <= limit:
-                yield j, pre[j] - pre[i] + e
-            return
-        base = pre[i] - e
-        for j in range(i, min(n, i + kmax) + 1):
-            c = pre[j] - base
-            if c > limit:
-                return
-            yield j, c
+    def feasible(limit) -> list[int] | None:
+        low = _completable_starts(pre, stages, last_extra, first, last, limit)
+        if low is None:
+            return None
+        if first is not None:
+            # stage 0 holds [0, first); stage 1 must start inside [low[1], high]
+            if not (low[1] <= first <= high) or pre[first] > limit:
+                return None
+        elif low[0] != 0:
+            return None
+        return low
 
-    def feasible_from(s: int) -> int:
-        """Smallest layer index stage s may start at and still place every layer."""
-        return max(0, n - (stages - s) * max(kmax, 1))
-
-    # phase 1: the smallest achievable maximum stage cost
-    INF = float("inf")
-    best = [INF] * (n + 1)
-    best[0] = 0
-    for s in range(stages):
-        new = [INF] * (n + 1)
-        for i in range(feasible_from(s), n + 1):
-            bi = best[i]
-            if bi == INF:
-                continue
-            for j, c in spans(s, i, ub):
-                v = bi if bi > c else c
-                if v < new[j]:
-                    new[j] = v
-        best = new
-    bound = best[n]
-    if bound == INF:  # pragma: no cover - the even split is always feasible
+    # phase 1: the smallest achievable maximum stage cost: the smallest integer limit that is
+    # feasible (feasibility grows with the limit; the even split's maximum ub is feasible)
+    lo_b, bound = 0, ub
+    while lo_b < bound:
+        mid = (lo_b + bound) // 2
+        if feasible(mid) is not None:
+            bound = mid
+        else:
+            lo_b = mid + 1
+    low = feasible(bound)
+    if low is None:  # pragma: no cover - the even split is always feasible
         raise InputError("no pipeline split satisfies the given first/last stage layer counts")
 
-    # phase 2: minimise (sum of squares, -sum(stage_index * cost)) with every stage <= bound
+    # phase 2: minimise (sum of squares, -sum(stage_index * cost)) with every stage <= bound.
+    # The pair is one integer, sumsq * W - sum(s * c), with W above any sum(s * c); ties keep the
+    # smallest previous boundary (the first i in increasing order).
+    W = (stages - 1) * (pre[n] + last_extra) + 1
+    # Only states reachable from stage 0 (at most ``top``) and from which the remaining stages can
+    # still place every layer (``low`` .. ``high``) are visited.
     key: list = [None] * (n + 1)
-    key[0] = (0, 0)
-    back: list[list[int]] = []
-    for s in range(stages):
+    back: list = []
+    if first is not None:
+        key[first] = pre[first] * pre[first] * W  # stage 0 costs pre[first] (weight 0 * c)
+        back.append(None)  # stage 0 starts at 0
+        s0, top = 1, first
+    else:
+        key[0] = 0
+        s0, top = 0, 0
+    last_s = stages - 1
+    for s in range(s0, last_s):
         new = [None] * (n + 1)
         arg = [-1] * (n + 1)
-        for i in range(feasible_from(s), n + 1):
+        j_lo = low[s + 1]
+        w_s = -s
+        new_top = -1
+        for i in range(low[s], (top if top < high else high) + 1):
             ki = key[i]
             if ki is None:
                 continue
-            for j, c in spans(s, i, bound):
-                k = (ki[0] + c * c, ki[1] - s * c)
-                if new[j] is None or k < new[j]:
-                    new[j], arg[j] = k, i
-        key = new
+            pi = pre[i]
+            j = i if i > j_lo else j_lo
+            while j <= high:
+                c = pre[j] - pi
+                if c > bound:
+                    break
+                k = ki + c * (c * W + w_s)
+                nj = new[j]
+                if nj is None or k < nj:
+                    new[j] = k
+                    arg[j] = i
+                j += 1
+            if j - 1 > new_top:
+                new_top = j - 1
+        key, top = new, new_top
         back.append(arg)
+    # the last stage ends at n
+    arg = [-1] * (n + 1)
+    best = None
+    i_hi = n - last if last is not None else n
+    for i in range(low[last_s], (top if top < i_hi else i_hi) + 1):
+        ki = key[i]
+        if ki is None:
+            continue
+        c = pre[n] - pre[i] + last_extra
+        if c > bound:
+            continue
+        k = ki + c * (c * W - last_s)
+        if best is None or k < best:
+            best, arg[n] = k, i
+    back.append(arg)
     counts = []
     j = n
-    for s in range(stages - 1, -1, -1):
+    for s in range(stages - 1, s0 - 1, -1):
         i = back[s][j]
         counts.append(j - i)
         j = i
-    return counts[::-1]
+    if first is not None:
+        counts.append(first)
+    return tuple(counts[::-1])
 
 
 @lru_cache(maxsize=4096)
