@@ -97,11 +97,42 @@ def shape_eff(dim: float, dim_half: float) -> float:
 def gemm_time(g: Gemm, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16: float,
               dim_half: float, m_half: float) -> float:
     """Forward seconds of one GEMM: FLOPs / (peak * eff * shape factors). Peaks in FLOP/s."""
-    peak, eff = (peak_lp, eff_lp) if g.low_precision else (peak_bf16, eff_bf16)
-    e = eff * shape_eff(min(g.n, g.k, g.m), dim_half)
-    if g.grouped_m is not None:
-        e *= g.grouped_m / (g.grouped_m + m_half)
-    return g.flops / (peak * e)
+    # g.flops and shape_eff inlined (the same operations in the same order: bit-identical)
+    if g.low_precision:
+        peak, eff = peak_lp, eff_lp
+    else:
+        peak, eff = peak_bf16, eff_bf16
+    m, n, k = g.m, g.n, g.k
+    d = min(n, k, m)
+    e = eff * (d / (d + dim_half))
+    gm = g.grouped_m
+    if gm is not None:
+        e *= gm / (gm + m_half)
+    return 2.0 * m * n * k / (peak * e)
+
+
+# (id(work), peaks, efficiencies, halves) -> (work, GEMM seconds by module, their sum). The work
+# object is held so that its id stays its own; LayerWork holds a dict and cannot be a key itself.
+_GEMM_MEMO: dict = {}
+_GEMM_MEMO_MAX = 65536
+
+
+def _gemm_by_module(work: LayerWork, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16: float,
+                    dim_half: float, m_half: float) -> tuple[dict, float]:
+    """Forward GEMM seconds of a layer per module, and their sum (memoised per work object)."""
+    key = (id(work), peak_lp, peak_bf16, eff_lp, eff_bf16, dim_half, m_half)
+    hit = _GEMM_MEMO.get(key)
+    if hit is not None and hit[0] is work:
+        return hit[1], hit[2]
+    by_mod: dict[str, float] = {}
+    for g in work.gemms:
+        by_mod[g.module] = by_mod.get(g.module, 0.0) + gemm_time(g, peak_lp, peak_bf16, eff_lp, eff_bf16,
+                                                                dim_half, m_half)
+    total = sum(by_mod.values())
+    if len(_GEMM_MEMO) >= _GEMM_MEMO_MAX:
+        _GEMM_MEMO.clear()
+    _GEMM_MEMO[key] = (work, by_mod, total)
+    return by_mod, total
 
 
 def causal_context(seq_len: int, window: int | None) -> float:
@@ -243,11 +274,7 @@ def layer_time(work: LayerWork, *, peak_lp: float, peak_bf16: float, eff_lp: flo
                dim_half: float, m_half: float, attn_eff: float, hbm_bps: float, elem_factor: float,
                quant_factor: float, quant_bytes: float, recompute: tuple[str, ...] | str = ()) -> LayerTime:
     """Forward, backward and recompute seconds of a layer from its work and the efficiencies."""
-    by_mod: dict[str, float] = {}
-    for g in work.gemms:
-        by_mod[g.module] = by_mod.get(g.module, 0.0) + gemm_time(g, peak_lp, peak_bf16, eff_lp, eff_bf16,
-                                                                dim_half, m_half)
-    gemm_f = sum(by_mod.values())
+    by_mod, gemm_f = _gemm_by_module(work, peak_lp, peak_bf16, eff_lp, eff_bf16, dim_half, m_half)
     attn_f = work.attn_flops / (peak_bf16 * attn_eff) if work.attn_flops else 0.0
     elem_s = 2.0 * elem_factor / hbm_bps            # seconds per element (bf16)
     elem_f = work.elem_elements * elem_s
