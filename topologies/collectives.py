@@ -135,53 +135,83 @@ def _pipe(x: float, alpha_p: float) -> float:
     return x + 2.0 * math.sqrt(alpha_p * x) if x > 0 else 0.0
 
 
+# NCCL hwLat NVLINK, ring LL (hardware.md s2.4): the latency topologies.graph puts on an NVLink
+# edge (``topologies.graph.NVLINK_HOP_US``; a test checks they agree). Kept here so that a Fabric
+# is built without importing networkx.
+NVLINK_HOP_US = 0.47
+
+
+def _links_from_cluster(cluster):
+    """(NVLink edge figures, tier-0 line rate GB/s, oversubscription and latency (us) per tier):
+    what ``build_graph`` puts on a GPU's NVLink edge, its NIC-leaf edge and the uplinks above."""
+    spec = cluster.gpu_spec
+    tiers = cluster.fabric_tiers
+    nvl = dict(capacity=spec.nvlink_gbps_uni, latency_us=NVLINK_HOP_US, ring_busbw=spec.ring_busbw_gbps,
+               nvls_busbw=spec.nvls_busbw_gbps or 0.0, deepep_gbps=spec.deepep_nvlink_gbps)
+    # every switch below the top tier has one uplink to the tier above, carrying that tier's
+    # oversubscription and latency
+    over = [1.0] + [t.oversubscription for t in tiers[1:]]
+    lat = [t.latency_us for t in tiers]
+    return nvl, tiers[0].gbps_per_gpu / 8.0, over, lat
+
+
+def _links_from_graph(cluster, g):
+    """The same figures read from a graph's edges (see ``topologies.graph``)."""
+    first = cluster.gpus()[0]
+    gnode = ("gpu", first.node, first.local)
+    nvl = None
+    net = None
+    for nb in g.neighbors(gnode):
+        e = g.edges[gnode, nb]
+        if e["kind"] == "nvlink":
+            nvl = e
+        elif e["kind"] == "pcie":
+            nic = nb
+            for leaf in g.neighbors(nic):
+                if g.edges[nic, leaf]["kind"] == "net":
+                    net = g.edges[nic, leaf]
+                    leaf0 = leaf
+    assert nvl is not None and net is not None, "graph lacks nvlink / net edges"
+    # walk the uplinks from the first leaf to read oversubscription and latency per tier
+    tiers = cluster.fabric_tiers
+    over = [1.0]
+    lat = [net["latency_us"]]
+    node = leaf0
+    for t in range(1, len(tiers)):
+        up = [nb for nb in g.neighbors(node) if g.nodes[nb].get("tier") == t]
+        if up:
+            e = g.edges[node, up[0]]
+            over.append(e["oversubscription"])
+            lat.append(e["latency_us"])
+            node = up[0]
+        else:  # a cluster smaller than one unit of this tier still has the tier's figures
+            over.append(tiers[t].oversubscription)
+            lat.append(tiers[t].latency_us)
+    return nvl, net["capacity"], over, lat
+
+
 class Fabric:
     """Collective times for one cluster; every method is O(1). Times in seconds, sizes in bytes."""
 
     def __init__(self, cluster, graph=None):
-        from topologies.graph import build_graph
-
-        g = graph if graph is not None else build_graph(cluster)
-        self.cluster_name = cluster.name
-        first = cluster.gpus()[0]
-        gnode = ("gpu", first.node, first.local)
-        nvl = None
-        net = None
-        for nb in g.neighbors(gnode):
-            e = g.edges[gnode, nb]
-            if e["kind"] == "nvlink":
-                nvl = e
-            elif e["kind"] == "pcie":
-                nic = nb
-                for leaf in g.neighbors(nic):
-                    if g.edges[nic, leaf]["kind"] == "net":
-                        net = g.edges[nic, leaf]
-                        leaf0 = leaf
-        assert nvl is not None and net is not None, "graph lacks nvlink / net edges"
+        """Read the link figures from the cluster: its GPU spec (NVLink) and its tiers (scale-out),
+        the figures ``topologies.graph.build_graph`` puts on the edges. With ``graph``, read them
+        from that graph's edges instead (the first GPU's NVLink and NIC links, then the uplinks
+        above its leaf)."""
         GB = 1e9
+        tiers = cluster.fabric_tiers
+        if graph is None:
+            nvl, net_cap, over, lat = _links_from_cluster(cluster)
+        else:
+            nvl, net_cap, over, lat = _links_from_graph(cluster, graph)
+        self.cluster_name = cluster.name
         self.nvlink_uni = nvl["capacity"] * GB               # B/s, per direction
         self.b_ring = nvl["ring_busbw"] * GB
         self.b_nvls = nvl["nvls_busbw"] * GB if nvl["nvls_busbw"] else None
         self.b_deepep_nvl = nvl["deepep_gbps"] * GB
         self.nvl_hop_us = nvl["latency_us"]
-        self.line = net["capacity"] * GB                     # B/s per GPU at tier 0
-        # walk the uplinks from the first leaf to read oversubscription and latency per tier
-        tiers = cluster.fabric_tiers
-        over = [1.0]
-        lat = [net["latency_us"]]
-        line_t = [tiers[0].gbps_per_gpu / 8 * GB]
-        node = leaf0
-        for t in range(1, len(tiers)):
-            up = [nb for nb in g.neighbors(node) if g.nodes[nb].get("tier") == t]
-            if up:
-                e = g.edges[node, up[0]]
-                over.append(e["oversubscription"])
-                lat.append(e["latency_us"])
-                node = up[0]
-            else:  # a cluster smaller than one unit of this tier still has the tier's figures
-                over.append(tiers[t].oversubscription)
-                lat.append(tiers[t].latency_us)
-            line_t.append(tiers[t].gbps_per_gpu / 8 * GB)
+        self.line = net_cap * GB                             # B/s per GPU at tier 0
+        line_t = [t.gbps_per_gpu / 8 * GB for t in tiers]
         cum = []
         acc = 1.0
         for t, o in enumerate(over):
