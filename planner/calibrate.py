@@ -36,6 +36,8 @@ PRIORS: dict[str, tuple] = {
                  "prior: fused attention forward+backward at half the BF16 peak (FlashAttention-3 forward 75% of H100 BF16 peak, backward about 1.5-2x slower)"),
     "mem.elementwise": (1.0, 0.25, 6.0, True, 2.0,
                         "multiplier on the counted elementwise HBM traffic (norms, residuals, activations, RoPE, permutation); prior 1 = unfused kernels each reading and writing once"),
+    "mem.elementwise_eager": (2.0, 0.25, 8.0, True, 2.0,
+                              "multiplier on the counted elementwise HBM traffic for rows run eagerly (Training.cuda_graphs=False, CSV column cuda_graphs=false: no CUDA graph capture, no fused ops, so every op is its own kernel with a launch gap); prior 2 = twice the fused traffic"),
     "mem.quant": (1.0, 0.1, 6.0, True, 2.0,
                   "multiplier on the counted quantisation traffic (read BF16, write FP8/FP4 row- and column-wise); prior 1"),
     "mem.hbm_eff": (0.85, 0.5, 1.0, False, 1.2,

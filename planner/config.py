@@ -150,6 +150,9 @@ class Training(BaseModel):
     precision: Precision = Field("bf16", description="bf16 | fp8 | fp8-block | mxfp8 | nvfp4")
     stack: str = Field("megatron-26.08", description="software stack profile name")
     trainer: str = Field("megatron", description="megatron | torchtitan | maxtext")
+    cuda_graphs: bool = Field(True, description="the recipe captures CUDA graphs and fuses its elementwise "
+                              "ops (NVIDIA's current Megatron-Bridge recipes); False: it runs eagerly, "
+                              "priced with the profile's mem.elementwise_eager")
 
     @field_validator("trainer")
     @classmethod

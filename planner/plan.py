@@ -123,7 +123,7 @@ class PlanResult:
             "model": {"name": self.model.name, "spec": self.model.model_dump(mode="json")},
             "cluster": self.cluster.model_dump(mode="json"),
             "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.precision,
-                         "stack": t.stack, "trainer": t.trainer},
+                         "stack": t.stack, "trainer": t.trainer, "cuda_graphs": t.cuda_graphs},
             "plans": plans,
             "solver": dict(self.solver),
         }
@@ -195,7 +195,7 @@ class _Builder:
         gpu = cluster.gpu_spec
         self.gpu = gpu
         self.arch = gpu.arch
-        self.eff = efficiencies(gpu, training.precision, profile)
+        self.eff = efficiencies(gpu, training.precision, profile, training.cuda_graphs)
         self.fabric = profile_fabric(cluster, profile)
         self.lp = training.precision in LOW_PRECISION
         self.min_world = min_world

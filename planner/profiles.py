@@ -55,6 +55,10 @@ PARAM_NAMES = (
 )
 # Parameters added after profiles were first shipped: a profile file without them takes this value.
 OPTIONAL_DEFAULTS = {"dp.grad_bytes": 2.0}
+# ... or the value of this other parameter (an eager recipe costs what the profile's rows cost).
+OPTIONAL_FALLBACKS = {"mem.elementwise_eager": "mem.elementwise"}
+# every parameter name in file order: an optional one right after the one it falls back to
+_ORDER = tuple(x for n in PARAM_NAMES for x in (n, *(k for k, v in OPTIONAL_FALLBACKS.items() if v == n)))
 ARCHS = ("hopper", "blackwell", "blackwell-ultra")
 PRECISION_KEYS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
 MAX_PARAMS = 30
@@ -94,8 +98,8 @@ class Profile(BaseModel):
             raise ValueError(f"{len(self.params)} parameters; a profile has at most {MAX_PARAMS}")
         for key in self.params:
             base, _, qual = key.partition("@")
-            if base not in PARAM_NAMES:
-                raise ValueError(f"unknown parameter {key!r}; known: {', '.join(PARAM_NAMES)}")
+            if base not in PARAM_NAMES and base not in OPTIONAL_FALLBACKS:
+                raise ValueError(f"unknown parameter {key!r}; known: {', '.join(PARAM_NAMES + tuple(OPTIONAL_FALLBACKS))}")
             if qual and qual not in ARCHS and qual not in PRECISION_KEYS:
                 raise ValueError(f"parameter {key!r}: qualifier must be a GPU arch ({', '.join(ARCHS)})")
         missing = [n for n in PARAM_NAMES if n not in self.params and n not in OPTIONAL_DEFAULTS]
@@ -110,6 +114,8 @@ class Profile(BaseModel):
             if p is not None:
                 return p.value
         p = self.params.get(name)
+        if p is None and name in OPTIONAL_FALLBACKS:
+            return self.param(OPTIONAL_FALLBACKS[name], arch)
         return OPTIONAL_DEFAULTS[name] if p is None and name in OPTIONAL_DEFAULTS else self.params[name].value
 
     def values(self, arch: str | None = None) -> dict[str, float]:
@@ -202,7 +208,7 @@ def dump_profile(profile: Profile) -> str:
         f"fit_rows: {json.dumps(profile.fit_rows)}",
         "params:",
     ]
-    for key in sorted(profile.params, key=lambda k: (PARAM_NAMES.index(k.partition('@')[0]), k)):
+    for key in sorted(profile.params, key=lambda k: (_ORDER.index(k.partition('@')[0]), k)):
         p = profile.params[key]
         prior = p.value if p.prior is None else p.prior
         src = json.dumps(p.source)

@@ -109,7 +109,10 @@ class Efficiencies:
                             quant_factor=self.quant_factor, quant_bytes=self.quant_bytes, recompute=recompute)
 
 
-def efficiencies(gpu, precision: str, profile) -> Efficiencies:
+def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Efficiencies:
+    """Kernel efficiencies of ``profile`` on ``gpu``; ``cuda_graphs=False`` (an eager recipe) prices
+    elementwise traffic with ``mem.elementwise_eager`` (unfused kernels and the launch gaps between
+    them) instead of ``mem.elementwise``."""
     arch = gpu.arch
     p = lambda n: profile.param(n, arch)  # noqa: E731
     speed = p("gpu.speed")
@@ -119,7 +122,7 @@ def efficiencies(gpu, precision: str, profile) -> Efficiencies:
         peak_lp=gpu.peak_tflops(precision) * 1e12, peak_bf16=gpu.bf16_tflops * 1e12,
         eff_lp=eff_lp, eff_bf16=eff_bf16, dim_half=p("gemm.dim_half"), m_half=p("gemm.grouped_m_half"),
         attn_eff=min(0.98, p("attn.eff") * speed), hbm_bps=gpu.hbm_tbps * 1e12 * p("mem.hbm_eff"),
-        elem_factor=p("mem.elementwise"), quant_factor=p("mem.quant"),
+        elem_factor=p("mem.elementwise" if cuda_graphs else "mem.elementwise_eager"), quant_factor=p("mem.quant"),
         quant_bytes=C.quant_bytes_per_element(precision))
 
 
@@ -193,7 +196,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     tp, cp, pp, vpp, ep, etp, mbs = config.tp, config.cp, config.pp, config.vpp, config.ep, config.etp_eff, config.mbs
     arch = gpu.arch
     par = lambda n: profile.param(n, arch)  # noqa: E731
-    eff = efficiencies(gpu, prec, profile)
+    eff = efficiencies(gpu, prec, profile, training.cuda_graphs)
     fabric = profile_fabric(cluster, profile)
     dp = world // (tp * cp * pp)
     edp = world // (etp * ep * pp)

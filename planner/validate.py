@@ -6,6 +6,9 @@ ignored). An empty ``etp`` is the trainer default (ETP = TP); ``fsdp`` is empty/
 optimizer) or 1 / the FSDP sharding degree (Megatron-Bridge's tables use both);
 an empty ``recompute`` means the cheapest recompute that fits in memory (none, then the selective
 sets, then full); text after the recompute value in brackets or after a space is a comment.
+An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
+CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
+``mem.elementwise_eager`` (``Training.cuda_graphs``).
 
 Each row's cluster is the preset of its GPU (H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200,
 B300 -> dgx-b300, GB200 -> gb200-nvl72, GB300 -> gb300-nvl72) sized by ``num_gpus``; on NVL72 racks
@@ -73,6 +76,20 @@ def _float(row, key):
     return float(v) if v else None
 
 
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _cuda_graphs(row, source) -> bool:
+    """The optional ``cuda_graphs`` column: empty or absent = the stack's usual regime (graphs on)."""
+    v = (row.get("cuda_graphs") or "").strip().lower()
+    if not v or v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InputError(f"{source}: row {row.get('id', '?')}: column 'cuda_graphs' = {v!r}; use true or false "
+                     "(or leave it empty for the stack's usual regime)")
+
+
 def _recompute(text: str) -> str:
     """The recompute column without comments in brackets: ``none (recompute_modules=[])`` -> ``none``,
     ``mla_up_proj moe_act`` stays a module list (separators: space, comma, +)."""
@@ -131,7 +148,7 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
         config = config.model_copy(update={"dispatcher": prof.dispatcher})
         training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
                             precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
-                            trainer=prof.trainer)
+                            trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source))
     except ValueError as exc:
         raise InputError(f"{source}: row {rid}: {str(exc).splitlines()[0]}") from None
     model = load_model(row["model"].strip())

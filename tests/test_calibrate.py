@@ -95,12 +95,43 @@ def test_profile_written_before_dp_grad_bytes_still_loads():
     assert load_profile("maxtext").param("dp.grad_bytes") == 4.0
 
 
-def test_eager_profile_is_26_08_with_26_04_elementwise_traffic():
-    # megatron-26.08-eager is derived, not fitted: the 26.08 kernels with the elementwise traffic of the
-    # 26.04 recipes (no full-iteration CUDA graph, no op fuser); every other value is 26.08's
-    eager, new, old = (load_profile(n) for n in ("megatron-26.08-eager", "megatron-26.08", "megatron-26.04"))
-    assert set(eager.params) == set(new.params) and len(eager.params) <= MAX_PARAMS
-    for key, p in eager.params.items():
-        want = old.params[key].value if key == "mem.elementwise" else new.params[key].value
-        assert p.value == pytest.approx(want, rel=1e-5), key
-    assert (eager.flops_formula, eager.dispatcher, eager.trainer) == (new.flops_formula, new.dispatcher, new.trainer)
+def test_eager_regime_is_26_08_with_26_04_elementwise_traffic():
+    # the eager regime of megatron-26.08 (Training.cuda_graphs=False) is derived, not fitted: its
+    # mem.elementwise_eager is the elementwise traffic megatron-26.04 fitted to its eager recipes
+    new, old = load_profile("megatron-26.08"), load_profile("megatron-26.04")
+    assert new.params["mem.elementwise_eager"].prior == pytest.approx(old.param("mem.elementwise"), rel=1e-5)
+    assert new.param("mem.elementwise_eager") == pytest.approx(old.param("mem.elementwise"), rel=1e-5)
+    assert len(new.params) <= MAX_PARAMS
+
+
+def test_eager_rows_fit_the_eager_parameter_only():
+    # Synthetic measurements: half the rows run eagerly with a known mem.elementwise_eager; the fit
+    # recovers it, and the fused rows keep telling it nothing (mem.elementwise stays put)
+    rows = [r for r in read_rows(CSV) if r["stack"] == "megatron-26.08" and r["model"] == "qwen3-30b-a3b"]
+    rows = rows + [dict(r, id=r["id"] + "e", cuda_graphs="false") for r in rows]
+    base = base_profile("megatron-26.08")
+    truth = base.with_values({"mem.elementwise_eager": 5.0})
+    cases = [resolve_case(row_case(r, "megatron-26.08", profile=base), base) for r in rows]
+    assert [c.training.cuda_graphs for c in cases] == [True] * (len(rows) // 2) + [False] * (len(rows) // 2)
+    from dataclasses import replace
+
+    from planner.predict import predict
+
+    synth = [replace(c, measured_tflops=predict(c.model, c.cluster, c.config, c.training, profile=truth).tflops_per_gpu)
+             for c in cases]
+    fused = [predict(c.model, c.cluster, c.config, c.training, profile=base).tflops_per_gpu for c in synth]
+    assert fused[0] == pytest.approx(synth[0].measured_tflops, rel=1e-9)    # fused rows do not read it
+    assert fused[-1] > synth[-1].measured_tflops * 1.03                     # eager rows do
+    fitted, _ = fit_profile(synth, base)
+    assert abs(fitted.param("mem.elementwise_eager") - 5.0) < abs(base.param("mem.elementwise_eager") - 5.0) / 3
+
+
+def test_validate_reads_the_cuda_graphs_column():
+    from planner.errors import InputError
+
+    row = next(r for r in read_rows(CSV) if r["id"] == "mb234")
+    assert row_case(row).training.cuda_graphs is True               # absent: the stack's usual regime
+    assert row_case(dict(row, cuda_graphs="false")).training.cuda_graphs is False
+    assert row_case(dict(row, cuda_graphs="")).training.cuda_graphs is True
+    with pytest.raises(InputError, match="cuda_graphs"):
+        row_case(dict(row, cuda_graphs="maybe"))

@@ -26,7 +26,7 @@ def _gbs_range(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
-def _training(seq_len, gbs, precision, stack, trainer):
+def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True):
     from pydantic import ValidationError
 
     from planner.config import Training
@@ -34,7 +34,7 @@ def _training(seq_len, gbs, precision, stack, trainer):
 
     try:
         return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
-                        trainer=trainer or "megatron")
+                        trainer=trainer or "megatron", cuda_graphs=cuda_graphs)
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "training options")) from None
 
@@ -68,6 +68,8 @@ def register(app: typer.Typer) -> None:
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
         method: str = typer.Option("enumerate", "--method",
                                    help="search engine, all exact: enumerate (default: bounded block search) | "
                                         "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
@@ -85,7 +87,7 @@ def register(app: typer.Typer) -> None:
         rng = _gbs_range(gbs_range)
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
-        training = _training(seq_len, gbs, precision, stack, trainer)
+        training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs)
         m = load_model(model)
         c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
         result = plan(m, c, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
@@ -124,6 +126,8 @@ def register(app: typer.Typer) -> None:
         objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu"),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
     ):
         """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention.
 
@@ -142,7 +146,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
-        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer)
+        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs)
         m = load_model(model)
         with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
             rows = scale(m, lambda n: load_cluster(cluster, gpus=n), sizes, training, time_limit=time_limit,

@@ -40,6 +40,8 @@ def predict_cmd(
     recompute: str = typer.Option("none", "--recompute", help="none | full | selective | modules joined by +"),
     dispatcher: str = typer.Option(None, "--dispatcher", help="alltoall | allgather | flex-deepep | flex-hybridep (default: the stack's)"),
     gpus_per_domain: int = typer.Option(None, "--gpus-per-domain", min=1, help="GPUs used per NVLink domain (default: keep EP/TP groups whole)"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="the recipe captures CUDA graphs and fuses elementwise ops (default) or runs eagerly"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predict throughput, step-time breakdown and memory of one parallel layout.
@@ -62,7 +64,7 @@ def predict_cmd(
     cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
     try:
         training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
-                            trainer=prof.trainer)
+                            trainer=prof.trainer, cuda_graphs=cuda_graphs)
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "options")) from None
     m = load_model(model)
