@@ -347,10 +347,29 @@ def _dup_attn_params(model: ModelSpec) -> int:
     return h * q_r + q_r + h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
 
 
-def _stage_params(model: ModelSpec, stage: StageSpec, costs_by_layer, mtp_costs, cfg: ParallelConfig, pp: int):
+_SP_CACHE: dict = {}
+
+
+def _stage_params(model: ModelSpec, stage: StageSpec, seq_len: int, tp: int, ep: int, etp: int):
     """(dense params, expert params, linear params that get quantised copies, largest layer's
-    dense+expert params) on one GPU for one stage."""
-    tp, ep, etp = cfg.tp, cfg.ep, cfg.etp_eff
+    dense+expert params) on one GPU for one stage. A pure function of its arguments, cached by the
+    model's identity (hashing a pydantic model costs more than the sum), as the planner asks for
+    the same stage under many layouts."""
+    key = (id(model), stage, seq_len, tp, ep, etp)
+    hit = _SP_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_SP_CACHE) > 200_000:
+        _SP_CACHE.clear()
+    out = _stage_params_of(model, stage, seq_len, tp, ep, etp)
+    _SP_CACHE[key] = (model, out)
+    return out
+
+
+def _stage_params_of(model: ModelSpec, stage: StageSpec, seq_len: int, tp: int, ep: int, etp: int):
+    costs = layer_costs(model, seq_len)
+    costs_by_layer = [c for c in costs if c.kind == "decoder"]
+    mtp_costs = [c for c in costs if c.kind == "mtp"]
     dup = _dup_attn_params(model)
     dense = expert = linear = 0.0
     biggest = 0.0
@@ -373,6 +392,20 @@ def _stage_params(model: ModelSpec, stage: StageSpec, costs_by_layer, mtp_costs,
         if stage.mtp and not stage.embedding:
             dense += v  # MTP needs the embedding on the last stage
     return dense, expert, linear, biggest
+
+
+_CK_CACHE: dict = {}
+
+
+def _chunk_kinds(chunk: StageSpec, dec, mtp) -> dict:
+    """{(kind, is_moe, swa): (count, a layer of that kind)} of a chunk's layers, first seen first:
+    layers of one kind have identical activations."""
+    out: dict = {}
+    for c in [dec[i] for i in chunk.layers] + mtp[: chunk.mtp]:
+        k = (c.kind, c.is_moe, c.swa)
+        n, first = out.get(k, (0, c))
+        out[k] = (n + 1, first)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -437,22 +470,29 @@ def memory_per_gpu(
         chunk_act: list[float] = []
         chunk_logits: list[float] = []
         for chunk in chunks:
-            d, e, lin, big = _stage_params(model, chunk, dec, mtp, config, pp)
+            d, e, lin, big = _stage_params(model, chunk, training.seq_len, tp, config.ep, config.etp_eff)
             dense += d
             expert += e
             linear += lin
             biggest = max(biggest, big)
             nlayers += len(chunk.layers)
             a = 0.0
-            for c in [dec[i] for i in chunk.layers] + mtp[: chunk.mtp]:
+            ck = (id(model), training.seq_len, chunk)
+            kinds = _CK_CACHE.get(ck)
+            if kinds is None or kinds[0] is not model:
+                if len(_CK_CACHE) > 200_000:
+                    _CK_CACHE.clear()
+                kinds = _CK_CACHE[ck] = (model, tuple(_chunk_kinds(chunk, dec, mtp).values()))
+            for n_k, c in kinds[1]:
                 saved, full = act(c)
-                a += saved
+                a += n_k * saved
                 work = max(work, full)
             chunk_act.append(a)
             chunk_logits.append(logits_per_mb if chunk.loss else 0.0)
         # the heaviest set of live micro-batches the schedule produces on this rank
         comps = inflight_compositions(pp, vpp, r, micro)
-        inflight = max(comps, key=lambda v: sum(n * (a + lg) for n, a, lg in zip(v, chunk_act, chunk_logits)))
+        per_mb = [a + lg for a, lg in zip(chunk_act, chunk_logits)]
+        inflight = max(comps, key=lambda v: sum(n * x for n, x in zip(v, per_mb)))
         acts = sum(n * a for n, a in zip(inflight, chunk_act))
         logits = sum(n * lg for n, lg in zip(inflight, chunk_logits))
         if config.recompute == "full":
