@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     if not args:
         with_recipe_regimes(rows, str(csv_path))
         out_of_sample()
+        published_tables()
     if "--no-lomo" in argv:
         return 0
     print()
@@ -141,6 +142,38 @@ def out_of_sample() -> None:
         meas = float(row["model_tflops_per_gpu"])
         print(f"  {row['id']} with cuda_graphs=false: {p.tflops_per_gpu:.0f} vs {meas:.0f} TFLOP/s "
               f"({100 * (p.tflops_per_gpu / meas - 1):+.1f}%)  [{EAGER_RECIPES[row['id']]}]")
+
+
+# Older published tables, never fitted (bench/data/, each row with its source): the 26.02 and 25.11
+# Megatron-Bridge containers, predicted with the profile their release resolves to (megatron-26.04).
+# ETP is not in those tables (empty: Megatron's default, or 1 when the expert grid needs it).
+TABLES = ("megatron-bridge-26.02.csv", "megatron-bridge-25.11.csv")
+NVL72 = ("GB200", "GB300")
+
+
+def published_tables() -> None:
+    """Out-of-sample MAPE on older Megatron-Bridge tables, split by system (NVL72 racks or HGX
+    nodes) and model kind, with the worst rows."""
+    from planner.model import load_model
+    from planner.validate import read_rows, validate_rows
+
+    print()
+    print("older published tables (not fitted; predicted with the profile each release resolves to):")
+    for name in TABLES:
+        path = ROOT / "bench" / "data" / name
+        rows = read_rows(path)
+        res = validate_rows(rows, source=str(path))
+        by_id = {r["id"]: r for r in rows}
+        groups: dict = {}
+        for r in res["rows"]:
+            row = by_id[r["id"]]
+            system = "NVL72" if row["gpu"].strip().upper() in NVL72 else "HGX"
+            kind = "MoE" if load_model(row["model"].strip()).is_moe else "dense"
+            groups.setdefault(f"{system} {kind}", []).append(abs(r["error_pct"]))
+        parts = ", ".join(f"{k} {statistics.mean(v):.1f}% ({len(v)} rows)" for k, v in sorted(groups.items()))
+        worst = sorted(res["rows"], key=lambda r: -abs(r["error_pct"]))[:4]
+        print(f"  {name}: MAPE {res['mape_pct']:.1f}% over {len(res['rows'])} rows; {parts}; worst "
+              + ", ".join(f"{r['id']} {r['error_pct']:+.0f}%" for r in worst))
 
 
 def with_recipe_regimes(rows: list[dict], source: str) -> None:

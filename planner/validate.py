@@ -2,11 +2,13 @@
 
 Columns: ``id, stack, model, gpu, num_gpus, precision, seq_len, gbs, mbs, tp, pp, vpp, cp, ep, etp,
 fsdp, recompute, tokens_per_s_per_gpu, model_tflops_per_gpu`` (``source`` and other columns are
-ignored). An empty ``etp`` is the trainer default (ETP = TP); ``fsdp`` is empty/0 (distributed
+ignored). An empty ``etp`` is the trainer default (ETP = TP), or ETP = 1 when the expert grid
+cannot hold the default (the published run then set it, as Megatron-Bridge's MoE recipes do); ``fsdp`` is empty/0 (distributed
 optimizer) or 1 / the FSDP sharding degree (Megatron-Bridge's tables use both);
 an empty ``recompute`` means the cheapest recompute that fits in memory (none, then the selective
 sets, then full); text after the recompute value in brackets or after a space is a comment.
-An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
+An optional ``dispatcher`` column (alltoall, allgather, flex-deepep, flex-hybridep; empty = the
+stack's) gives the MoE token dispatcher the recipe used. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``).
 
@@ -22,8 +24,10 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from planner.config import ParallelConfig, Training
-from planner.errors import InputError
+from planner.errors import InputError, pydantic_message
 
 GPU_PRESETS = {"H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200", "B300": "dgx-b300",
                "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
@@ -145,14 +149,25 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
         from planner.profiles import load_profile
 
         prof = profile if profile is not None else load_profile(st)
-        config = config.model_copy(update={"dispatcher": prof.dispatcher})
+        disp = (row.get("dispatcher") or "").strip().lower()
+        config = ParallelConfig.model_validate(config.model_dump() | {"dispatcher": disp or prof.dispatcher})
         training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
                             precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
                             trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source))
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, f"{source}: row {rid}")) from None
     except ValueError as exc:
         raise InputError(f"{source}: row {rid}: {str(exc).splitlines()[0]}") from None
     model = load_model(row["model"].strip())
-    cluster = cluster_for(row["gpu"], _int(row, "num_gpus", None, source), config, source)
+    n = _int(row, "num_gpus", None, source)
+    if not etp and model.is_moe and config.tp > 1:
+        # Megatron's default ETP = TP; a published run whose expert grid cannot hold that default
+        # (etp*ep*pp does not divide the GPUs) set ETP = 1, as Megatron-Bridge's MoE recipes do
+        from planner.rules import violations
+
+        if any(v.rule == "expert_grid_div_world" for v in violations(model, config, training, n)):
+            config = config.model_copy(update={"etp": 1})
+    cluster = cluster_for(row["gpu"], n, config, source)
     return Case(rid, st, model, cluster, config, training, _float(row, "model_tflops_per_gpu"),
                 _float(row, "tokens_per_s_per_gpu"), not rc)
 

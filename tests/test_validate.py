@@ -112,3 +112,22 @@ def test_torchtitan_profile_on_its_published_rows():
     res = validate_rows(read_rows(csv_path), source=str(csv_path))
     assert len(res["rows"]) == 8 and res["mape_pct"] <= 10.0
     assert all(abs(r["error_pct"]) <= 25.0 for r in res["rows"])
+
+
+def test_optional_columns_dispatcher_and_etp_fallback():
+    from planner.validate import row_case
+
+    mb234 = next(r for r in read_rows(CSV) if r["id"] == "mb234")
+    assert row_case(mb234).config.dispatcher == "flex-hybridep"          # the stack's dispatcher
+    assert row_case(dict(mb234, dispatcher="alltoall")).config.dispatcher == "alltoall"
+    # Qwen3-235B on 256 H100 as Megatron-Bridge's 26.02 table ran it: TP2 PP8 EP32 with ETP left out;
+    # Megatron's default ETP = TP = 2 needs 2*32*8 = 512 GPUs, so the run set ETP = 1
+    row = dict(mb234, model="qwen3-235b-a22b", gpu="H100", num_gpus="256", precision="fp8", gbs="8192", mbs="1",
+               tp="2", pp="8", vpp="4", ep="32", etp="")
+    assert row_case(row).config.etp == 1
+    assert row_case(dict(row, ep="16")).config.etp is None                # 2*16*8 = 256: the default holds
+    assert row_case(dict(row, etp="2", ep="16")).config.etp == 2
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="mb234.*dispatcher"):
+        row_case(dict(mb234, dispatcher="pigeon"))
