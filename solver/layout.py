@@ -910,6 +910,52 @@ def _reads(prog: Program, n: int, free: set) -> bool:
         _reads(prog, a, free) for a in nd.args)
 
 
+class _BestFitting:
+    """Exactly evaluated feasible rows, kept as arrays; :meth:`top` finds the best that pass the
+    lazy ``accept`` (memory) best-first, checks each row once and drops those that do not fit."""
+
+    def __init__(self, prog: Program, accept):
+        import numpy as np
+
+        weighted = prog.weight is not None
+        self.objs = np.zeros(0, dtype=np.float64 if weighted else np.int64)
+        self.nodes = np.zeros(0, dtype=np.int64)
+        self.rows = np.zeros((0, len(prog.domains)), dtype=np.int64)
+        self.conv = float if weighted else int
+        self.accept, self.checked, self.rejected = accept, {}, 0
+
+    def add(self, obj, node, rows) -> None:
+        import numpy as np
+
+        self.objs = np.concatenate([self.objs, obj])
+        self.nodes = np.concatenate([self.nodes, node])
+        self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=np.int64)])
+
+    def top(self, k: int) -> list:
+        """[(objective, node value, choice)] of the k best rows that fit, best first."""
+        import numpy as np
+
+        fitting, drop = [], []
+        for i in np.argsort(self.objs, kind="stable"):
+            ch = tuple(int(a) for a in self.rows[i])
+            ok = self.checked.get(ch)
+            if ok is None:
+                ok = self.accept is None or self.accept(ch) is None
+                self.checked[ch] = ok
+                self.rejected += not ok
+            if ok:
+                fitting.append((self.conv(self.objs[i]), int(self.nodes[i]), ch))
+                if len(fitting) >= k:
+                    break
+            else:
+                drop.append(i)
+        if drop:   # rows that do not fit are never candidates again
+            keep = np.ones(len(self.objs), dtype=bool)
+            keep[drop] = False
+            self.objs, self.nodes, self.rows = self.objs[keep], self.nodes[keep], self.rows[keep]
+        return fitting
+
+
 def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = None, top: int = 1, accept=None,
                       time_limit: float | None = None, chunk: int = 256) -> BoundedResult:
     """The search of :func:`solve_bounded` with numpy in place of CP-SAT: every feasible block
@@ -941,14 +987,9 @@ def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = Non
     blocks, bnd = blocks[srt], bnd[srt]
     fgrid = np.array(list(itertools.product(*(range(prog.domains[v]) for v in free))), dtype=np.int64)
     fgrid = fgrid.reshape(len(fgrid), len(free))
-    conv = int if prog.weight is None else float
-    # evaluated feasible rows, kept as arrays; only the best few are turned into tuples for accept
-    objs = np.zeros(0, dtype=np.float64 if prog.weight is not None else np.int64)
-    nodes_ = np.zeros(0, dtype=np.int64)
-    kept = np.zeros((0, n), dtype=np.int64)
-    checked: dict = {}
+    best = _BestFitting(prog, accept)
     fitting: list = []
-    rejected = evaluated = 0
+    evaluated = 0
     pos = 0
     status, bound = "OPTIMAL", None
     while True:
@@ -968,30 +1009,9 @@ def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = Non
         rows = rows[table_mask(prog, rows)]
         obj, ok, vals_ = evaluate_many(prog, rows)
         evaluated += int(ok.sum())
-        objs = np.concatenate([objs, obj[ok]])
-        nodes_ = np.concatenate([nodes_, vals_[prog.objective][ok]])
-        kept = np.concatenate([kept, rows[ok]])
-        order_ = np.argsort(objs, kind="stable")
-        fitting = []
-        drop = []
-        for i in order_:
-            ch = tuple(int(a) for a in kept[i])
-            okm = checked.get(ch)
-            if okm is None:
-                okm = accept is None or accept(ch) is None
-                checked[ch] = okm
-                if not okm:
-                    rejected += 1
-            if okm:
-                fitting.append((conv(objs[i]), int(nodes_[i]), ch))
-                if len(fitting) >= top:
-                    break
-            else:
-                drop.append(i)
-        if drop:   # rows that do not fit are never candidates again
-            keep_m = np.ones(len(objs), dtype=bool)
-            keep_m[drop] = False
-            objs, nodes_, kept = objs[keep_m], nodes_[keep_m], kept[keep_m]
+        best.add(obj[ok], vals_[prog.objective][ok], rows[ok])
+        fitting = best.top(top)
+    rejected = best.rejected
     if not fitting:
         status = "INFEASIBLE"
     sols = [Solution(ch, o, nvv) for o, nvv, ch in fitting[:top]]
@@ -1088,12 +1108,10 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
         return done("UNKNOWN", [], None)
     bmin = int(round(s.ObjectiveValue()))
     m.ClearObjective()
-    seen: list = []           # (objective, node value, choice) of evaluated feasible assignments
-    checked: dict = {}
-    rejected = evaluated = bands = 0
+    best = _BestFitting(prog, accept)
+    evaluated = bands = 0
     fitting: list = []
     lo, step = bmin - 1, LOG_SCALE // 50         # first band: bound within 2% of the smallest
-    conv = int if prog.weight is None else float
     while True:
         target = None
         if len(fitting) >= top:
@@ -1101,7 +1119,7 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
         if target is not None and lo >= target:
             bound = float(fitting[0][0])
             return done("OPTIMAL", [Solution(ch, o, n_) for o, n_, ch in fitting[:top]], bound,
-                        evaluated=evaluated, bands=bands, rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
+                        evaluated=evaluated, bands=bands, rejected=best.rejected, min_bound=math.exp(bmin / LOG_SCALE))
         hi = lo + step if target is None else min(lo + step, target)
         hi = min(hi, bhi)
         band = m.Clone()
@@ -1117,35 +1135,20 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
                 continue
             status = "FEASIBLE" if fitting else "UNKNOWN"
             return done(status, [Solution(ch, o, n_) for o, n_, ch in fitting[:top]],
-                        math.exp(lo / LOG_SCALE), evaluated=evaluated, bands=bands, rejected=rejected,
+                        math.exp(lo / LOG_SCALE), evaluated=evaluated, bands=bands, rejected=best.rejected,
                         min_bound=math.exp(bmin / LOG_SCALE))
         if cb.rows:
             rows = expand(cb.rows)
             obj, ok, vals = evaluate_many(prog, rows)
             evaluated += int(ok.sum())
-            node = vals[prog.objective]
-            for i in np.flatnonzero(ok):
-                seen.append((conv(obj[i]), int(node[i]), tuple(int(a) for a in rows[i])))
-            seen.sort()
-            fitting = []
-            for o, nvv, ch in seen:
-                okm = checked.get(ch)
-                if okm is None:
-                    okm = accept is None or accept(ch) is None
-                    checked[ch] = okm
-                    if not okm:
-                        rejected += 1
-                if okm:
-                    fitting.append((o, nvv, ch))
-                    if len(fitting) >= top:
-                        break
-            seen = [x for x in seen if checked.get(x[2]) is not False]
+            best.add(obj[ok], vals[prog.objective][ok], rows[ok])
+            fitting = best.top(top)
         lo = hi
         if lo >= bhi:
             # every block is enumerated (no bound exceeds bhi)
             status = "OPTIMAL" if fitting else "INFEASIBLE"
             return done(status, [Solution(ch, o, n_) for o, n_, ch in fitting[:top]],
                         float(fitting[0][0]) if fitting else None, evaluated=evaluated, bands=bands,
-                        rejected=rejected, min_bound=math.exp(bmin / LOG_SCALE))
+                        rejected=best.rejected, min_bound=math.exp(bmin / LOG_SCALE))
         if target is None or len(cb.rows) < batch // 8:
             step *= 2
