@@ -112,7 +112,7 @@ class Efficiencies:
 def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Efficiencies:
     """Kernel efficiencies of ``profile`` on ``gpu``; ``cuda_graphs=False`` (an eager recipe) prices
     elementwise traffic with ``mem.elementwise_eager`` (unfused kernels and the launch gaps between
-    them) instead of ``mem.elementwise``."""
+    them) instead of ``mem.elementwise``, and never less than it."""
     arch = gpu.arch
     p = lambda n: profile.param(n, arch)  # noqa: E731
     speed = p("gpu.speed")
@@ -122,7 +122,9 @@ def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Effi
         peak_lp=gpu.peak_tflops(precision) * 1e12, peak_bf16=gpu.bf16_tflops * 1e12,
         eff_lp=eff_lp, eff_bf16=eff_bf16, dim_half=p("gemm.dim_half"), m_half=p("gemm.grouped_m_half"),
         attn_eff=min(0.98, p("attn.eff") * speed), hbm_bps=gpu.hbm_tbps * 1e12 * p("mem.hbm_eff"),
-        elem_factor=p("mem.elementwise" if cuda_graphs else "mem.elementwise_eager"), quant_factor=p("mem.quant"),
+        # an eager recipe moves at least the traffic of a fused one
+        elem_factor=p("mem.elementwise") if cuda_graphs else max(p("mem.elementwise"), p("mem.elementwise_eager")),
+        quant_factor=p("mem.quant"),
         quant_bytes=C.quant_bytes_per_element(precision))
 
 

@@ -26,7 +26,7 @@ def _run(name: str, out: Path, env: dict | None = None) -> str:
 def test_every_example_has_a_test():
     scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     tested = {"deepseek_v3_gb300_megatron.py", "llama405b_h100_torchtitan.py", "qwen3_gb200_failed_tray.py",
-              "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py"}
+              "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py", "calibrate_own_runs.py"}
     assert scripts == tested
 
 
@@ -98,3 +98,20 @@ def test_launcher_api(tmp_path):
     stdout = _run("launcher_api.py", out, env={"SLURM_NNODES": "4", "RANK": "9"})
     assert "rank 9 runs on" in stdout
     assert (out / "megatron" / "args.txt").stat().st_size > 0
+
+
+def test_calibrate_own_runs(tmp_path):
+    import re
+
+    from planner.profiles import load_profile
+    from planner.validate import read_rows
+
+    out = tmp_path / "cal"
+    stdout = _run("calibrate_own_runs.py", out)
+    assert len(read_rows(out / "runs.csv")) == 7
+    prof = load_profile(str(out / "my-gb200.yaml"))
+    assert prof.name == "my-gb200" and prof.fit_rows.startswith("runs.csv: 7 rows")
+    shipped, fitted = (float(x) for x in re.search(r"MAPE: shipped megatron-26.04 ([\d.]+)%, fitted ([\d.]+)%",
+                                                    stdout).groups())
+    assert fitted < shipped                      # the fit explains its own runs better than the shipped profile
+    assert len(re.findall(r"^Qwen3-235B on 128 GB200 with ", stdout, re.M)) == 2
