@@ -810,11 +810,18 @@ class _Builder:
 
     # -- memory lower bound ---------------------------------------------------------------------
     def _memory_bound(self):
-        """Model state averaged over the pipeline ranks is at most the worst rank's: weights and
-        gradients of every parameter a replica holds, spread over tp*pp (dense) or ep*etp*pp
-        (experts), plus the distributed optimizer shard, must fit in HBM less the reserve."""
-        from planner.flops import param_counts
-        from planner.memory import RESERVE_GIB, options_for
+        """A lower bound of ``planner.memory``'s peak, averaged over the pipeline ranks (the worst
+        rank holds at least the average), that must fit in HBM less the reserve:
+
+        - without FSDP: BF16 weights and gradients of every parameter a replica holds, spread over
+          tp*pp (dense) or ep*etp*pp (experts), plus the low-precision copies of the expert weights;
+        - with FSDP: the same weights and gradients sharded over all W GPUs (dense / (tp*pp*dp*cp)
+          and expert / (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest
+          layer, at least one MoE layer's experts on a GPU, twice;
+        - either way the distributed optimizer's shard, (dense + expert) / W.
+        Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0)."""
+        from planner.flops import layer_costs, param_counts
+        from planner.memory import RESERVE_GIB, WEIGHT_COPY_BYTES, options_for
 
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
         if tr.trainer != "megatron":
@@ -824,6 +831,10 @@ class _Builder:
         # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
         expert_total = float(pc.experts) if model.is_moe else 0.0
         dense_total = float(pc.dense)
+        q = WEIGHT_COPY_BYTES[tr.precision]
+        # one MoE layer's experts (all of them; a GPU holds ceil(n/ep) of them, each / etp)
+        layer_experts = max((c.n_experts * c.expert_params for c in layer_costs(model, tr.seq_len)
+                             if c.kind == "decoder" and c.n_experts), default=0.0)
         GiB = float(1 << 30)
         budget = math.ceil((self.gpu.hbm_gib - RESERVE_GIB) * GiB / 1e3)  # kB
         state = 2.0 + opt.grad_bytes
@@ -832,17 +843,22 @@ class _Builder:
         for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
             etp = a["tp"] if a["etp"] is None else a["etp"]
             if a["fsdp"]:
-                lb1[ix] = 0
+                lb1[ix] = int(2 * (state + q) * layer_experts / (a["ep"] * etp) / 1e3)
             else:
-                lb1[ix] = int(state * (dense_total / (a["tp"] * a["pp"]) + expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
-        # the optimizer shard: dense / (tp*pp*dp*cp) + expert / (ep*etp*pp*edp) = (dense + expert) / W,
-        # since tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the same W GPUs
-        for w in self.worlds:
-            lb2[(w,)] = int(optb * (dense_total / w + expert_total / w) / 1e3)
+                lb1[ix] = int((state * dense_total / (a["tp"] * a["pp"])
+                               + (state + q) * expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
+        # the optimizer shard (and FSDP's sharded weights and gradients): dense / (tp*pp*dp*cp) +
+        # expert / (ep*etp*pp*edp) = (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid
+        # ep*etp*pp*edp covers the same W GPUs
+        for fi, f in enumerate(vals["fsdp"]):
+            per = optb + (state if f else 0.0)
+            for w in self.worlds:
+                lb2[(fi, w)] = int(per * (dense_total + expert_total) / w / 1e3)
         LB = P.sum([P.table_t(self.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),
-                    P.table_t((), lb2, nodes=[self.W])])
+                    P.table_t(self.idx("fsdp"), lb2, nodes=[self.W])])
         P.at_most(LB, budget)
-        self.notes.append("memory lower bound: model state / (tp*pp, ep*etp*pp) + optimizer shard <= HBM - reserve")
+        self.notes.append("memory lower bound: model state and expert copies / (tp*pp, ep*etp*pp), or FSDP shards "
+                          "and the biggest layer's buffers, + optimizer shard <= HBM - reserve")
 
     # -- objective ---------------------------------------------------------------------------------
     def _objective(self, total):

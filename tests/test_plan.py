@@ -247,3 +247,43 @@ def test_bounded_cp_sat_engine_equals_enumeration_on_deepseek_v3_256_gb300():
         assert [e.label for e in b.plans] == [e.label for e in a.plans]
         assert [e.prediction.tokens_per_s for e in b.plans] == pytest.approx(
             [e.prediction.tokens_per_s for e in a.plans], rel=1e-9)
+
+
+@pytest.mark.parametrize("model_name,preset,gpus,gbs,precision", [
+    ("deepseek-v3", "dgx-b200", 64, 512, "mxfp8"),        # memory-tight: most layouts do not fit
+    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "fp8"),
+    ("llama3-70b", "dgx-h100", 16, 64, "bf16"),
+])
+def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_name, preset, gpus, gbs, precision):
+    # The program's memory bound drops layouts before the exact estimate sees them; the exact
+    # planner.memory peak (the oracle, through plan's own accept) must say each dropped one does not fit.
+    import importlib
+    import random
+
+    import numpy as np
+
+    from solver.layout import evaluate_many, feasible_rows
+
+    mod = importlib.import_module("planner.plan")
+    seen = {}
+    real = mod.enumerate_bounded
+
+    def spy(prog, factors, master, top=1, accept=None, time_limit=None):
+        seen.update(prog=prog, accept=accept)
+        return real(prog, factors, master, top=top, accept=accept, time_limit=time_limit)
+
+    monkeypatch.setattr(mod, "enumerate_bounded", spy)
+    training = Training(seq_len=4096, global_batch=gbs, precision=precision)
+    try:
+        plan(load_model(model_name), load_cluster(preset, gpus=gpus), training, top=1)
+    except InfeasibleError:
+        pass
+    prog, accept = seen["prog"], seen["accept"]
+    assert len(prog.limits) == 1
+    node, bound = prog.limits[0]
+    rows = feasible_rows(prog)
+    _, _, vals = evaluate_many(prog, rows)
+    dropped = np.flatnonzero(vals[node] > bound)
+    assert len(dropped) > 0                                   # the bound does prune here
+    for i in random.Random(0).sample(list(dropped), min(150, len(dropped))):
+        assert accept(tuple(int(a) for a in rows[i])) is not None, rows[i]
