@@ -813,20 +813,21 @@ class _Builder:
         """A lower bound of ``planner.memory``'s peak, averaged over the pipeline ranks (the worst
         rank holds at least the average), that must fit in HBM less the reserve:
 
-        - without FSDP: BF16 weights and gradients of every parameter a replica holds, spread over
-          tp*pp (dense) or ep*etp*pp (experts), plus the low-precision copies of the expert weights;
-        - with FSDP: the same weights and gradients sharded over all W GPUs (dense / (tp*pp*dp*cp)
-          and expert / (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest
-          layer, at least one MoE layer's experts on a GPU, twice;
-        - either way the distributed optimizer's shard, (dense + expert) / W.
-        Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0)."""
+        - without FSDP: the weights and gradients of every parameter a replica holds (BF16 for
+          Megatron; FP32, with the optimizer state, for TorchTitan and MaxText), spread over tp*pp
+          (dense) or ep*etp*pp (experts), plus the low-precision copies of the expert weights;
+        - with FSDP: the same state sharded over all W GPUs (dense / (tp*pp*dp*cp) and expert /
+          (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest layer, at least
+          one MoE layer's experts on a GPU, twice;
+        - Megatron's distributed optimizer shard, (dense + expert) / W.
+        Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
+        ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
         from planner.flops import layer_costs, param_counts
         from planner.memory import RESERVE_GIB, WEIGHT_COPY_BYTES, options_for
 
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
-        if tr.trainer != "megatron":
-            return
         opt = options_for(tr)
+        megatron = tr.trainer == "megatron"
         pc = param_counts(model)
         # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
         expert_total = float(pc.experts) if model.is_moe else 0.0
@@ -837,21 +838,26 @@ class _Builder:
                              if c.kind == "decoder" and c.n_experts), default=0.0)
         GiB = float(1 << 30)
         budget = math.ceil((self.gpu.hbm_gib - RESERVE_GIB) * GiB / 1e3)  # kB
-        state = 2.0 + opt.grad_bytes
-        optb = opt.master_bytes + 2 * opt.moment_bytes
+        # bytes per parameter (planner.memory): Megatron keeps BF16 weights and gradients and shards the
+        # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
+        # everything only under FSDP
+        state = (2.0 + opt.grad_bytes) if megatron else 8.0
+        optb = (opt.master_bytes + 2 * opt.moment_bytes) if megatron else 2 * opt.moment_bytes
+        buf = 2.0 + (opt.grad_bytes if megatron else 4.0) + q
         lb1, lb2 = {}, {}
         for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
             etp = a["tp"] if a["etp"] is None else a["etp"]
             if a["fsdp"]:
-                lb1[ix] = int(2 * (state + q) * layer_experts / (a["ep"] * etp) / 1e3)
+                lb1[ix] = int(2 * buf * layer_experts / (a["ep"] * etp) / 1e3)
             else:
-                lb1[ix] = int((state * dense_total / (a["tp"] * a["pp"])
-                               + (state + q) * expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
-        # the optimizer shard (and FSDP's sharded weights and gradients): dense / (tp*pp*dp*cp) +
-        # expert / (ep*etp*pp*edp) = (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid
-        # ep*etp*pp*edp covers the same W GPUs
+                per = state if megatron else state + optb
+                lb1[ix] = int((per * dense_total / (a["tp"] * a["pp"])
+                               + (per + q) * expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
+        # what is sharded over every GPU: dense / (tp*pp*dp*cp) + expert / (ep*etp*pp*edp) =
+        # (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the
+        # same W GPUs: Megatron's optimizer always, and FSDP's weights and gradients
         for fi, f in enumerate(vals["fsdp"]):
-            per = optb + (state if f else 0.0)
+            per = (optb if megatron else 0.0) + ((state + (0.0 if megatron else optb)) if f else 0.0)
             for w in self.worlds:
                 lb2[(fi, w)] = int(per * (dense_total + expert_total) / w / 1e3)
         LB = P.sum([P.table_t(self.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),
@@ -1008,6 +1014,18 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     if not res.solutions:
         if res.status in ("UNKNOWN",) and time_limit is not None:
             raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
+        if not shortfalls and prog.limits:
+            # the memory bound dropped every layout: price exactly the few it rates closest
+            from solver.layout import evaluate_many, feasible_rows
+
+            rows = feasible_rows(prog)
+            if len(rows):
+                lim = prog.limits[0][0]
+                lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
+                lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
+                for i in np.argsort(lbv, kind="stable")[:8]:
+                    if okv[i]:
+                        accept(tuple(int(a) for a in rows[i]))
         raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
 
     entries = []
@@ -1175,9 +1193,16 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
     gpu = cluster.gpu_spec
     if shortfalls:
         short, label = min(shortfalls)
+        fixes = ["more GPUs (--gpus)"]
+        if "RC:full" not in label:
+            fixes.append("full recompute")
+        if "FSDP" not in label:
+            fixes.append("FSDP")
+        if "MBS1" not in label.split():
+            fixes.append("a smaller micro-batch")
         return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout fits in {gpu.hbm_gib:.0f} GiB; "
-                f"the closest ({label}) needs {short:.1f} GiB more per GPU. Use more GPUs (--gpus), full recompute "
-                f"(--recompute full), FSDP, or a smaller micro-batch")
+                f"the closest ({label}) needs {short:.1f} GiB more per GPU. Use " + ", ".join(fixes[:-1])
+                + (" or " if len(fixes) > 1 else "") + fixes[-1])
     return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout satisfies the {training.trainer} "
             f"rules and the memory lower bound (model state per GPU exceeds {gpu.hbm_gib:.0f} GiB HBM); use more GPUs "
             f"(--gpus), FSDP or a larger global batch")

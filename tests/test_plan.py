@@ -249,12 +249,15 @@ def test_bounded_cp_sat_engine_equals_enumeration_on_deepseek_v3_256_gb300():
             [e.prediction.tokens_per_s for e in a.plans], rel=1e-9)
 
 
-@pytest.mark.parametrize("model_name,preset,gpus,gbs,precision", [
-    ("deepseek-v3", "dgx-b200", 64, 512, "mxfp8"),        # memory-tight: most layouts do not fit
-    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "fp8"),
-    ("llama3-70b", "dgx-h100", 16, 64, "bf16"),
+@pytest.mark.parametrize("model_name,preset,gpus,gbs,precision,trainer", [
+    ("deepseek-v3", "dgx-b200", 64, 512, "mxfp8", "megatron"),        # memory-tight: most layouts do not fit
+    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "fp8", "megatron"),
+    ("llama3-70b", "dgx-h100", 16, 64, "bf16", "megatron"),
+    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "bf16", "torchtitan"),   # FP32 state, sharded only by FSDP
+    ("llama3-70b", "dgx-h100", 16, 64, "bf16", "torchtitan"),
 ])
-def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_name, preset, gpus, gbs, precision):
+def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_name, preset, gpus, gbs, precision,
+                                                            trainer):
     # The program's memory bound drops layouts before the exact estimate sees them; the exact
     # planner.memory peak (the oracle, through plan's own accept) must say each dropped one does not fit.
     import importlib
@@ -273,7 +276,8 @@ def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_n
         return real(prog, factors, master, top=top, accept=accept, time_limit=time_limit)
 
     monkeypatch.setattr(mod, "enumerate_bounded", spy)
-    training = Training(seq_len=4096, global_batch=gbs, precision=precision)
+    training = Training(seq_len=4096, global_batch=gbs, precision=precision, trainer=trainer,
+                        stack="torchtitan" if trainer == "torchtitan" else "megatron-26.08")
     try:
         plan(load_model(model_name), load_cluster(preset, gpus=gpus), training, top=1)
     except InfeasibleError:
