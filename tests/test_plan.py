@@ -291,3 +291,20 @@ def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_n
     assert len(dropped) > 0                                   # the bound does prune here
     for i in random.Random(0).sample(list(dropped), min(150, len(dropped))):
         assert accept(tuple(int(a) for a in rows[i])) is not None, rows[i]
+
+
+def test_nothing_fits_names_the_closest_layout_and_its_shortfall():
+    # DeepSeek-V3's 671B parameters need about 10.7 TB of weights, gradients and Adam state, more than
+    # 32 B300 hold (9.2 TB): the memory bound drops every layout, and the message still prices the
+    # closest one exactly
+    import re
+
+    model = load_model("deepseek-v3")
+    cluster = load_cluster("dgx-b300", gpus=32)
+    training = Training(seq_len=4096, global_batch=256, precision="nvfp4")
+    with pytest.raises(InfeasibleError) as exc:
+        plan(model, cluster, training, top=1)
+    msg = str(exc.value)
+    m = re.search(r"the closest \((.+)\) needs ([\d.]+) GiB more per GPU", msg)
+    assert m, msg
+    assert float(m.group(2)) > 0 and "more GPUs (--gpus)" in msg
