@@ -183,7 +183,9 @@ def make_placement(cluster, config: ParallelConfig, world: int, gpus_per_domain:
     return Placement(world=world, order=order, gpus_per_domain=gpus_per_domain, rank_to_gpu=tuple(r2g))
 
 
-AXES = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
+AXES = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dp-cp")
+# "dp-cp" (Megatron's own name for it): the ranks that hold the same dense weights, data parallel times context parallel: Megatron
+# reduces dense gradients (and gathers parameters, and shards the optimizer) over this group.
 
 
 def _worse(a, b):
@@ -234,9 +236,15 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
     ranks = np.arange(world)
     out = {}
     for axis in AXES:
-        stride, size = axis_stride_size(config, world, axis, placement.order)
-        bases = ranks[(ranks // stride) % size == 0]
-        members = bases[:, None] + np.arange(size)[None, :] * stride
+        if axis == "dp-cp":
+            (s1, n1), (s2, n2) = (axis_stride_size(config, world, a, placement.order) for a in ("cp", "dp"))
+            bases = ranks[((ranks // s1) % n1 == 0) & ((ranks // s2) % n2 == 0)]
+            offs = (np.arange(n1)[:, None] * s1 + np.arange(n2)[None, :] * s2).ravel()
+            members = bases[:, None] + offs[None, :]
+        else:
+            stride, size = axis_stride_size(config, world, axis, placement.order)
+            bases = ranks[(ranks // stride) % size == 0]
+            members = bases[:, None] + np.arange(size)[None, :] * stride
         d = np.sort(rdom[members], axis=1)
         change = np.ones_like(d, dtype=bool)
         change[:, 1:] = d[:, 1:] != d[:, :-1]

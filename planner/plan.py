@@ -328,8 +328,10 @@ class _Builder:
             return a["tp"] if a["etp"] is None else a["etp"]
 
         def dp_axis(a, w):
+            # the dense weights' replicas: dp x cp ranks at stride tp (rank order tp-cp-ep-dp-pp, the
+            # expert axis has size 1 on the dense grid), over which Megatron reduces dense gradients
             mp = a["tp"] * a["cp"] * a["dp"]
-            return (a["tp"] * a["cp"], a["dp"]) if w % mp == 0 and w // mp in pp_vals else None
+            return (a["tp"], a["cp"] * a["dp"]) if w % mp == 0 and w // mp in pp_vals else None
 
         def edp_axis(a, w):
             g = etp_eff(a) * a["ep"] * a["pp"]

@@ -285,7 +285,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
 
     # --- data parallel and optimizer -------------------------------------------------------------
     dense_p, expert_p = crit["dense_params"], crit["expert_params"]
-    dp_shape = shapes.get("dp")
+    dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
     edp_shape = shapes.get("edp")
     grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=grad_b)

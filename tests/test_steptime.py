@@ -224,3 +224,23 @@ def test_recompute_costs_time():
     assert base.step_time_s < sel.step_time_s < full.step_time_s
     # full recompute repeats the forward: about a third more compute
     assert 1.2 < full.breakdown["compute"] / base.breakdown["compute"] < 1.4
+
+
+def test_dense_gradients_are_reduced_over_data_times_context_parallel():
+    # Megatron reduces dense gradients (and, with FSDP, gathers parameters) over the dp x cp ranks
+    # that hold the same weights. CP8 with DP1 on one node: the group is all 8 GPUs, not one.
+    model = planner.load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100", gpus=8)
+    tr = Training(seq_len=8192, global_batch=32, precision="bf16")
+    cfg = ParallelConfig(tp=1, cp=8, mbs=1, fsdp=True)
+    pl = make_placement(cluster, cfg, 8)
+    shapes = group_shapes(cluster, cfg, pl)
+    assert shapes["dp"].size == 1 and shapes["dp-cp"].size == 8
+    p = predict(model, cluster, cfg, tr, placement=pl)
+    assert p.breakdown["dp_comm"] > 0
+    # the same exposure as a DP8 run of the same parameters over the same 8 GPUs
+    fab = fabric_for(cluster)
+    rs, ag = DP.dp_time(fab, shapes["dp-cp"], 8.03e9, grad_bytes=2.0)
+    rs8, ag8 = DP.dp_time(fab, group_shapes(cluster, ParallelConfig(tp=1), make_placement(cluster, ParallelConfig(tp=1), 8))["dp"],
+                          8.03e9, grad_bytes=2.0)
+    assert (rs, ag) == pytest.approx((rs8, ag8))
