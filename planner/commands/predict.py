@@ -130,7 +130,8 @@ def _render(p, model, cluster, training) -> None:
 
 
 def validate_cmd(
-    csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv"),
+    csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv; optional columns "
+                                    "cuda_graphs (true/false) and dispatcher"),
     stack: str = typer.Option(None, "--stack", help="predict every row with this profile (default: the row's stack column)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
@@ -169,7 +170,8 @@ def validate_cmd(
 
 
 def calibrate_cmd(
-    csv_path: Path = typer.Argument(..., help="CSV of measured rows in the schema of calibration.csv"),
+    csv_path: Path = typer.Argument(..., help="CSV of measured rows in the schema of calibration.csv; optional "
+                                    "columns cuda_graphs (true/false) and dispatcher"),
     stack: str = typer.Option(..., "--stack", help="profile name to fit (rows of this stack are used)"),
     out: Path = typer.Option(..., "-o", "--out", help="profile YAML to write"),
     json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
