@@ -254,28 +254,27 @@ def _projection_factors(prog, every, rnd):
     return factors
 
 
-@settings(max_examples=50, deadline=None)
-@given(programs(), st.integers(1, 3), st.data())
-def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data):
+def _bounded_case(prog, data):
+    """(every feasible assignment -> objective by brute force, hidden "does not fit" set, separable
+    factors, master variables) for the bounded searches, or None when the bound cannot apply. The
+    master decides the factors' variables and a random subset of the others; the rest are free,
+    expanded block by block and checked against every table by numpy."""
     every = {}
     for x in itertools.product(*(range(d) for d in prog.domains)):
         v = evaluate(prog, x)
         if v is not None:
             every[x] = v
     if not every or min(every.values()) <= 0:
-        return   # the separable bound needs a positive objective
+        return None   # the separable bound needs a positive objective
     rnd = data.draw(st.randoms(use_true_random=False))
     hidden = {x for x in every if rnd.random() < 0.3}   # "does not fit": seen only by accept
-
-    def accept(choice):
-        return list(range(len(prog.domains))) if choice in hidden else None
-
     factors = _projection_factors(prog, every, rnd)
-    # the master decides the factors' variables and a random subset of the others; the rest are
-    # free, expanded block by block and checked against every table by numpy
     read = {v for vars_, _ in factors for v in vars_}
     master = sorted(read | {v for v in range(len(prog.domains)) if rnd.random() < 0.5})
-    res = solve_bounded(prog, factors, top=top, accept=accept, workers=1, master=master)
+    return every, hidden, factors, master
+
+
+def _assert_top_k_of_brute_force(res, every, hidden, top):
     good = {x: v for x, v in every.items() if x not in hidden}
     if not good:
         assert res.solutions == [] and res.status == "INFEASIBLE"
@@ -285,6 +284,18 @@ def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data
     for s in res.solutions:
         assert s.choice in good and good[s.choice] == s.objective
     assert res.bound == pytest.approx(min(good.values()))
+
+
+@settings(max_examples=50, deadline=None)
+@given(programs(), st.integers(1, 3), st.data())
+def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data):
+    case = _bounded_case(prog, data)
+    if case is None:
+        return
+    every, hidden, factors, master = case
+    res = solve_bounded(prog, factors, top=top, workers=1, master=master,
+                        accept=lambda ch: list(range(len(prog.domains))) if ch in hidden else None)
+    _assert_top_k_of_brute_force(res, every, hidden, top)
     assert 1 <= res.evaluated <= len(feasible_rows(prog))   # disjoint bands: nothing twice
 
 
@@ -293,30 +304,14 @@ def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data
 def test_numpy_block_search_matches_brute_force(prog, top, data):
     # enumerate_bounded (the default engine): the same bound and blocks as the CP-SAT search,
     # blocks enumerated by numpy; optimum and top-K equal brute force under a hidden memory rule
-    every = {}
-    for x in itertools.product(*(range(d) for d in prog.domains)):
-        v = evaluate(prog, x)
-        if v is not None:
-            every[x] = v
-    if not every or min(every.values()) <= 0:
+    case = _bounded_case(prog, data)
+    if case is None:
         return
-    rnd = data.draw(st.randoms(use_true_random=False))
-    hidden = {x for x in every if rnd.random() < 0.3}
-    factors = _projection_factors(prog, every, rnd)
-    read = {v for vars_, _ in factors for v in vars_}
-    master = sorted(read | {v for v in range(len(prog.domains)) if rnd.random() < 0.5})
+    every, hidden, factors, master = case
     # chunk=1: blocks one by one at first, so the stopping rule is what ends the search
     res = enumerate_bounded(prog, factors, master, top=top, chunk=1,
                             accept=lambda ch: [0] if ch in hidden else None)
-    good = {x: v for x, v in every.items() if x not in hidden}
-    if not good:
-        assert res.solutions == [] and res.status == "INFEASIBLE"
-        return
-    assert res.status == "OPTIMAL"
-    assert [s.objective for s in res.solutions] == sorted(good.values())[:top]
-    for s in res.solutions:
-        assert s.choice in good and good[s.choice] == s.objective
-    assert res.bound == pytest.approx(min(good.values()))
+    _assert_top_k_of_brute_force(res, every, hidden, top)
 
 
 def test_bounded_search_evaluates_only_layouts_below_the_incumbent():
