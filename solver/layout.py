@@ -780,6 +780,27 @@ def _project(vars_, tuples, keep):
     return tuple(vars_[j] for j in idx), frozenset(tuple(t[j] for j in idx) for t in tuples)
 
 
+def _projected_tables(prog: Program, keep: set) -> tuple[dict, list]:
+    """The program's constraints on the variables in ``keep`` (a relaxation): every allow table and
+    every table node keyed by decision variables only, projected onto ``keep`` and intersected per
+    variable tuple; the forbid tables that read only ``keep`` (a forbid over a projected-out
+    variable cannot be projected). Returns ({vars: allowed tuples}, [(vars, forbidden tuples)])."""
+    inter: dict = {}
+
+    def add(vars_, tuples):
+        vars_, tuples = _project(vars_, tuples, keep)
+        if vars_ is not None:
+            inter[vars_] = tuples if vars_ not in inter else inter[vars_] & tuples
+
+    for vars_, tuples in prog.allowed:
+        add(vars_, tuples)
+    for nd in prog.nodes:
+        if nd.kind == "table" and not nd.keys and nd.vars:
+            add(nd.vars, frozenset(nd.values))
+    forbidden = [(v, t) for v, t in prog.forbidden if t and all(u in keep for u in v)]
+    return inter, forbidden
+
+
 def _cpsat_master(prog: Program, factors, master=None):
     """CP-SAT model over the decision variables: every allow/forbid table, every table node keyed
     by decision variables only (its tuples are the only defined ones), the table nodes that key a
@@ -790,6 +811,7 @@ def _cpsat_master(prog: Program, factors, master=None):
     keep = set(range(len(prog.domains))) if master is None else set(master)
     xs = [m.NewIntVar(0, d - 1, nm) if i in keep else None
           for i, (d, nm) in enumerate(zip(prog.domains, prog.names))]
+
     def add_table(cols, tuples, values=None):
         """Constrain ``cols`` to one of ``tuples``; with ``values``, return the chosen tuple's value."""
         tuples = list(tuples)
@@ -800,26 +822,14 @@ def _cpsat_master(prog: Program, factors, master=None):
         m.AddAllowedAssignments(cols + [t], [k + (v,) for k, v in zip(tuples, values)])
         return t
 
-    inter: dict = {}
-
-    def add_allowed(vars_, tuples):
-        vars_, tuples = _project(vars_, tuples, keep)
-        if vars_ is not None:
-            inter[vars_] = tuples if vars_ not in inter else inter[vars_] & tuples
-
-    for vars_, tuples in prog.allowed:
-        add_allowed(vars_, tuples)
-    for nd in prog.nodes:
-        if nd.kind == "table" and not nd.keys and nd.vars:
-            add_allowed(nd.vars, frozenset(nd.values))
+    inter, forbidden = _projected_tables(prog, keep)
     for vars_, tuples in inter.items():
         if not tuples:
             m.AddBoolOr([])          # nothing allowed
             continue
         add_table([xs[v] for v in vars_], sorted(tuples))
-    for vars_, tuples in prog.forbidden:
-        if tuples and all(v in keep for v in vars_):   # a forbid over a free variable: not projectable
-            m.AddForbiddenAssignments([xs[v] for v in vars_], sorted(tuples))
+    for vars_, tuples in forbidden:
+        m.AddForbiddenAssignments([xs[v] for v in vars_], sorted(tuples))
 
     def table_expr(vars_, nodes, values):
         keys = list(values)
@@ -888,18 +898,8 @@ def feasible_blocks(prog: Program, master: Sequence[int]) -> "np.ndarray":
 
     keep = set(int(v) for v in master)
     sub = Program([prog.domains[v] if v in keep else 1 for v in range(len(prog.domains))], names=prog.names)
-    for vars_, tuples in prog.allowed:
-        pv, pt = _project(vars_, tuples, keep)
-        if pv is not None:
-            sub.allowed.append((pv, pt))
-    for nd in prog.nodes:
-        if nd.kind == "table" and not nd.keys and nd.vars:
-            pv, pt = _project(nd.vars, frozenset(nd.values), keep)
-            if pv is not None:
-                sub.allowed.append((pv, pt))
-    for vars_, tuples in prog.forbidden:
-        if tuples and all(v in keep for v in vars_):
-            sub.forbidden.append((vars_, tuples))
+    inter, sub.forbidden = _projected_tables(prog, keep)
+    sub.allowed = list(inter.items())
     order = [v for v in range(len(prog.domains)) if v in keep] + [v for v in range(len(prog.domains)) if v not in keep]
     return feasible_rows(sub, order).astype(np.int64)
 
