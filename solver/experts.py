@@ -169,6 +169,30 @@ def assign_homes(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int) 
     return home
 
 
+def _start(load, group_of, m, K: int, spread: bool):
+    """(normalised load, domain weights m / P, home domain per expert, replica counts) to start
+    from: one replica at home, and experts that water-filling gives at least one replica per domain
+    spread over every domain in proportion to its GPUs (balanced and local at no extra slots), as
+    long as every domain keeps room for its K * m[d] slots."""
+    E, D = len(load), len(m)
+    P = int(m.sum())
+    w = m / P
+    load = load / load.sum()
+    home = assign_homes(load, group_of, m, K)
+    n = np.zeros((E, D), dtype=np.int64)
+    n[np.arange(E), home] = 1
+    if D > 1 and spread:
+        c = water_fill(load, K * P, P)
+        for e in np.argsort(-load, kind="stable"):
+            if c[e] < D:
+                break
+            row = np.minimum(np.maximum(np.floor(c[e] * w).astype(np.int64), 1), m)
+            if ((K * m - n.sum(axis=0)) - (row - n[e]) < 0).any():
+                break
+            n[e] = row
+    return load, w, home, n
+
+
 def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
                   dispatch: str = "home", locality_weight: float = 0.05,
                   overload_weight: float = 0.3, spread: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -182,27 +206,8 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     a new domain serves that domain's tokens locally and moves their load off the home domain; a
     replica in a domain that already has one splits the load there. At most ``m[d]`` replicas of an
     expert in domain d (one per GPU); exactly ``K * m[d]`` slots per domain. Returns (n, home)."""
-    E = len(load)
-    D = len(m)
-    P = int(m.sum())
-    w = m / P
-    load = load / load.sum()
-    home = assign_homes(load, group_of, m, K)
-    n = np.zeros((E, D), dtype=np.int64)
-    n[np.arange(E), home] = 1
-    if D > 1 and spread:
-        # experts that water-filling gives at least one replica per domain are spread over every
-        # domain in proportion to its GPUs: balanced and local at no extra slots
-        c = water_fill(load, K * P, P)
-        for e in np.argsort(-load, kind="stable"):
-            if c[e] < D:
-                break
-            row = np.maximum(np.floor(c[e] * w).astype(np.int64), 1)
-            row = np.minimum(row, m)
-            row[home[e]] = max(row[home[e]], 1)
-            if ((K * m - n.sum(axis=0)) - (row - n[e]) < 0).any():
-                break
-            n[e] = row
+    E, D, P = len(load), len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
     rows = np.arange(E)
     while free.sum() > 0:
@@ -306,23 +311,8 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
     free slots counting as empty (0) replicas. Returns (n, home)."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
-    E = len(load)
-    D = len(m)
-    P = int(m.sum())
-    w = m / P
-    load = load / load.sum()
-    home = assign_homes(load, group_of, m, K)
-    n = np.zeros((E, D), dtype=np.int64)
-    n[np.arange(E), home] = 1
-    if D > 1 and spread:
-        c = water_fill(load, K * P, P)
-        for e in np.argsort(-load, kind="stable"):
-            if c[e] < D:
-                break
-            row = np.minimum(np.maximum(np.floor(c[e] * w).astype(np.int64), 1), m)
-            if ((K * m - n.sum(axis=0)) - (row - n[e]) < 0).any():
-                break
-            n[e] = row
+    E, D, P = len(load), len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
     while free.sum() > 0:
         share = domain_share(n, w, dispatch, home)
