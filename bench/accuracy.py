@@ -5,7 +5,7 @@ Run: ``/work/venv/bin/python bench/accuracy.py [CSV] [--no-lomo]``
 1. Every row predicted with the shipped profile of its stack (planner/data/profiles/<stack>.yaml).
 2. MAPE per stack and overall, worst row.
 3. Leave-one-model-out: for every stack and every model in it, the profile is re-fitted
-   (``planner.calibrate.calibrate_rows``) on the stack's other models only and the left-out model's rows
+   (``planner.cost.calibrate.calibrate_rows``) on the stack's other models only and the left-out model's rows
    are predicted with it - what a user with a new model gets.
 """
 
@@ -23,8 +23,8 @@ DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "calibration.csv"
 
 
 def main(argv: list[str]) -> int:
-    from planner.calibrate import calibrate_rows
-    from planner.validate import read_rows, validate_rows
+    from planner.cost.calibrate import calibrate_rows
+    from planner.cost.validate import read_rows, validate_rows
 
     args = [a for a in argv if not a.startswith("--")]
     csv_path = Path(args[0]) if args else DEFAULT_CSV
@@ -53,8 +53,8 @@ def main(argv: list[str]) -> int:
               f"{h['predicted_tflops_per_gpu']:.0f} vs measured {h['measured_tflops_per_gpu']:.0f} "
               f"({h['error_pct']:+.1f}%)")
     print(f"prediction time: {1000 * dt / len(rows):.1f} ms per row (cold caches, recompute search included)")
-    from planner.predict import predict
-    from planner.validate import resolve_case, row_case
+    from planner.cost.predict import predict
+    from planner.cost.validate import resolve_case, row_case
 
     cases = [resolve_case(row_case(r, source=str(csv_path))) for r in rows]
     t0 = time.perf_counter()
@@ -118,8 +118,8 @@ def out_of_sample() -> None:
     """Out-of-sample rows and the eager recipes: predicted as the CSV has them (graph-captured, the
     stack's usual regime) and in the regime their recipe runs (cuda_graphs=false), Kimi-K2 compared
     in tokens/s so that the FLOP convention drops out."""
-    from planner.profiles import load_profile
-    from planner.validate import predict_case, read_rows, row_case
+    from planner.cost.profiles import load_profile
+    from planner.cost.validate import predict_case, read_rows, row_case
 
     print()
     print("out of sample (not fitted):")
@@ -154,8 +154,8 @@ NVL72 = ("GB200", "GB300")
 def published_tables() -> None:
     """Out-of-sample MAPE on older Megatron-Bridge tables, split by system (NVL72 racks or HGX
     nodes) and model kind, with the worst rows."""
-    from planner.model import load_model
-    from planner.validate import read_rows, validate_rows
+    from planner.model.spec import load_model
+    from planner.cost.validate import read_rows, validate_rows
 
     print()
     print("older published tables (not fitted; predicted with the profile each release resolves to):")
@@ -178,7 +178,7 @@ def published_tables() -> None:
 
 def with_recipe_regimes(rows: list[dict], source: str) -> None:
     """MAPE of calibration.csv with each row in the regime its recipe runs (EAGER_RECIPES)."""
-    from planner.validate import validate_rows
+    from planner.cost.validate import validate_rows
 
     res = validate_rows([dict(r, cuda_graphs="false") if r["id"] in EAGER_RECIPES else r for r in rows],
                         source=source)

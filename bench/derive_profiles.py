@@ -3,7 +3,7 @@
 Run from the repository root: `/work/venv/bin/python bench/derive_profiles.py`, then refit each with
 `topoplan calibrate planner/data/profiles/<rows>.csv --stack <name> -o planner/data/profiles/<name>.yaml`.
 """
-from planner.profiles import dump_profile, load_profile
+from planner.cost.profiles import dump_profile, load_profile
 base = load_profile("megatron-26.08")
 M = "megatron-26.08 fitted value: the same cuBLAS/CUTLASS/cuDNN kernels run under this stack"
 

@@ -1,4 +1,4 @@
-"""EPLB baseline for the benchmarks: our own implementation lives in planner/eplb.py (so that
+"""EPLB baseline for the benchmarks: our own implementation lives in planner/search/eplb.py (so that
 `topoplan place-experts` can report it side by side); this module re-exports it for bench/ and tests."""
 
 import sys
@@ -6,4 +6,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.eplb import balanced_packing, logical_maps, rebalance_experts, replicate  # noqa: E402,F401
+from planner.search.eplb import balanced_packing, logical_maps, rebalance_experts, replicate  # noqa: E402,F401

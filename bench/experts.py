@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.eplb import rebalance_experts  # noqa: E402
-from planner.experts import (cross_domain_bytes, ep_rank_domains, evaluate_placement, place,  # noqa: E402
+from planner.search.experts import (cross_domain_bytes, ep_rank_domains, evaluate_placement, place,  # noqa: E402
                              sample_routing, synthetic_loads)
 from topologies.loader import load_cluster  # noqa: E402
 

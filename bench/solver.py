@@ -1,4 +1,4 @@
-"""Wall time of ``planner.plan`` to a proven optimum, and the DeepSeek-V3 / 256 GB300 quality check.
+"""Wall time of ``planner.search.plan`` to a proven optimum, and the DeepSeek-V3 / 256 GB300 quality check.
 
     python bench/solver.py              # every case below
     python bench/solver.py dsv3-256     # one case (names below)
@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from planner.config import ParallelConfig, Training  # noqa: E402
-from planner.model import load_model  # noqa: E402
-from planner.placement import make_placement  # noqa: E402
-from planner.plan import plan  # noqa: E402
-from planner.predict import predict  # noqa: E402
+from planner.model.spec import load_model  # noqa: E402
+from planner.cost.placement import make_placement  # noqa: E402
+from planner.search.plan import plan  # noqa: E402
+from planner.cost.predict import predict  # noqa: E402
 from topologies.loader import load_cluster  # noqa: E402
 
 CASES = {

@@ -19,7 +19,7 @@ def out_dir(default: str, doc: str) -> Path:
 
 
 def summary(entry: dict) -> str:
-    from planner.explain import config_label
+    from planner.output.explain import config_label
 
     p = entry["prediction"]
     return (f"{config_label(entry['config'])}: {p['tflops_per_gpu']:,.0f} TFLOP/s per GPU, "

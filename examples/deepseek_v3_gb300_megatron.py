@@ -11,8 +11,8 @@ from _common import out_dir, summary
 
 import planner
 import topologies
-from planner.emit import emit_plan
-from planner.report import write_report
+from planner.output.emit import emit_plan
+from planner.output.report import write_report
 
 out = out_dir("dsv3-gb300", __doc__)
 model = planner.load_model("deepseek-v3")

@@ -19,7 +19,7 @@ import numpy as np
 from _common import out_dir
 
 from planner.cli import main
-from planner.report import write_report
+from planner.output.report import write_report
 
 out = out_dir("expert-placement", __doc__)
 rng = np.random.default_rng(7)

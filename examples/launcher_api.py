@@ -14,7 +14,7 @@ from _common import out_dir, summary
 
 import planner
 import topologies
-from planner.emit import emit_plan
+from planner.output.emit import emit_plan
 
 out = out_dir("launcher", __doc__)
 nodes = int(os.environ.get("SLURM_NNODES", "16"))

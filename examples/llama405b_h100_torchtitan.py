@@ -10,7 +10,7 @@ from _common import out_dir, summary
 
 import planner
 import topologies
-from planner.emit import emit_plan
+from planner.output.emit import emit_plan
 
 out = out_dir("llama405b-h100", __doc__)
 model = planner.load_model("llama3.1-405b")

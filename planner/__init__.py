@@ -14,9 +14,9 @@ from planner.config import ParallelConfig, Training  # noqa: F401
 from planner.errors import InfeasibleError, InputError, TopoplanError  # noqa: F401
 
 
-# The API functions are bound here, after their modules are imported, so that ``planner.predict`` and
-# ``planner.plan`` stay the functions (importing a submodule would otherwise rebind the package
+# The API functions are bound here, after their modules are imported, so that ``planner.cost.predict`` and
+# ``planner.search.plan`` stay the functions (importing a submodule would otherwise rebind the package
 # attribute to the module).
-from planner.model import load_model  # noqa: E402,F401
-from planner.predict import predict  # noqa: E402,F401
-from planner.plan import plan  # noqa: E402,F401
+from planner.model.spec import load_model  # noqa: E402,F401
+from planner.cost.predict import predict  # noqa: E402,F401
+from planner.search.plan import plan  # noqa: E402,F401

@@ -2,7 +2,7 @@
 
 Plain arrays in, plain result out (no files, no CLI). The load and locality model (which replica
 serves a token, how a placement's balance and domain fan-out are measured) is
-:mod:`planner.experts`; the default dispatch is "home": a token uses a replica in its own NVLink
+:mod:`solver.expert_metrics`; the default dispatch is "home": a token uses a replica in its own NVLink
 domain when there is one, else the replicas in the expert's home (fallback) domain.
 
 The program, per layer:
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.experts import domain_share, domain_weights, locality, replica_counts
+from solver.expert_metrics import domain_share, domain_weights, gpu_loads, locality, moves_between, replica_counts
 
 SCALE = 1_000_000  # CP-SAT works on integers: loads are scaled so the busiest GPU is ~1e6
 
@@ -770,7 +770,6 @@ def _fallbacks(phy, rank_domain, K, home, E):
 
 def _score(phy, rank_domain, K, load, dispatch, home):
     """Busiest GPU load of a placement under the better of its fallback options; lower is better."""
-    from planner.experts import gpu_loads
     return min(gpu_loads(phy, rank_domain, K, load, dispatch, f).max()
                for f in _fallbacks(phy, rank_domain, K, home, len(load)))
 
@@ -814,7 +813,6 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
     placement (``physical_to_logical``), the fallback (home) domain of every expert in
     ``stats["home"]``, and the solver's figures."""
-    from planner.experts import gpu_loads, moves_between
 
     t0 = time.perf_counter()
     load = np.asarray(load, dtype=float)

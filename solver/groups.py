@@ -9,7 +9,7 @@ scale-out tier (arrays that grow with the rank), the shape of a group is
 
 with tier -1 inside one domain, else the first tier whose unit holds every member (else the top
 tier), as ``topologies.collectives.shape_of`` defines it. The worst group maximises
-(tier, domains, -per_domain), as ``planner.placement.group_shapes`` does.
+(tier, domains, -per_domain), as ``planner.cost.placement.group_shapes`` does.
 
 Large worlds: when the per-rank arrays repeat with a period of ``P`` ranks (every id shifted by a
 constant, checked on the arrays, not assumed), a block ``q`` looks like block ``q mod cycle`` and a

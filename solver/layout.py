@@ -31,7 +31,7 @@ computes a node for one assignment in plain Python, the oracle the tests compare
 
 Two ways to search: :func:`solve` (OR-Tools CP-SAT, with lazy constraints through a callback) and
 :func:`feasible_rows` + :func:`evaluate_many` (every assignment the allow/forbid tables admit,
-evaluated with numpy; exhaustive, so optimal by construction). ``planner.plan`` uses the second by
+evaluated with numpy; exhaustive, so optimal by construction). ``planner.search.plan`` uses the second by
 default: on the full layout space CP-SAT did not find a first solution within a minute
 (docs/solver.md).
 """

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.calibrate import base_profile, calibrate_rows, fit_profile
+from planner.cost.calibrate import base_profile, calibrate_rows, fit_profile
 from planner.cli import main
-from planner.profiles import PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
-from planner.validate import read_rows, resolve_case, row_case, validate_rows
+from planner.cost.profiles import PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
+from planner.cost.validate import read_rows, resolve_case, row_case, validate_rows
 
 # The shared reference folder sits next to the repository root: <repo>/../shared/reference.
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
@@ -52,7 +52,7 @@ def test_fit_recovers_a_known_profile():
     cases = [resolve_case(row_case(r, "megatron-26.08", profile=base), base) for r in rows]
     from dataclasses import replace
 
-    from planner.predict import predict
+    from planner.cost.predict import predict
 
     synth = [replace(c, measured_tflops=predict(c.model, c.cluster, c.config, c.training, profile=truth).tflops_per_gpu)
              for c in cases]
@@ -115,7 +115,7 @@ def test_eager_rows_fit_the_eager_parameter_only():
     assert [c.training.cuda_graphs for c in cases] == [True] * (len(rows) // 2) + [False] * (len(rows) // 2)
     from dataclasses import replace
 
-    from planner.predict import predict
+    from planner.cost.predict import predict
 
     synth = [replace(c, measured_tflops=predict(c.model, c.cluster, c.config, c.training, profile=truth).tflops_per_gpu)
              for c in cases]

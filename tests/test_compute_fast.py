@@ -1,4 +1,4 @@
-"""``planner.costs.compute.layer_time`` memoises the GEMM part of a layer per work object and
+"""``planner.cost.terms.compute.layer_time`` memoises the GEMM part of a layer per work object and
 efficiencies: its figures must equal the documented formulas written out here (module docstring:
 t_gemm = 2MNK / (peak * eff * d/(d+d_half) [* M_e/(M_e+m_half)]), backward = 2 x forward, attention
 backward = 2.5 x forward), whatever order layers, recompute choices and efficiencies come in."""
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner
-from planner.costs import compute as C
+from planner.cost.terms import compute as C
 
 DS = planner.load_model("deepseek-v3")
 LLAMA = planner.load_model("llama3-70b")

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
-from planner.emit import EMITTERS, emit_plan, load_context, parse_trainers, render_files
-from planner.emit import bridge, maxtext, megatron, slurm
+from planner.output.emit import EMITTERS, emit_plan, load_context, parse_trainers, render_files
+from planner.output.emit import bridge, maxtext, megatron, slurm
 from planner.errors import InputError
 from planner.rules import violations
 from topologies.cluster import Cluster
@@ -235,7 +235,7 @@ LAYOUTS = st.fixed_dictionaries({
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_maxtext_overrides_obey_maxtext_mesh_rules(layout, racks, model, per):
     cl = nvl72_cluster("gb200", racks)
-    from planner.model import load_model
+    from planner.model.spec import load_model
 
     spec = load_model(model)
     usable = racks * (per or 72)
@@ -330,7 +330,7 @@ def test_maxtext_rule_matches_the_emitter():
 def test_torchtitan_toml_matches_the_command_line(dsv3_doc):
     import tomllib
 
-    from planner.emit.torchtitan import parse_command
+    from planner.output.emit.torchtitan import parse_command
 
     files = render_files(load_context(dsv3_doc), ["torchtitan"])
     job = tomllib.loads(files["torchtitan/job.toml"])

@@ -36,9 +36,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
-from planner.emit import emit_plan, load_context
-from planner.model import load_model
-from planner.placement import Placement, group_shapes, rank_groups
+from planner.output.emit import emit_plan, load_context
+from planner.model.spec import load_model
+from planner.cost.placement import Placement, group_shapes, rank_groups
 from planner.rules import violations
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
@@ -203,7 +203,7 @@ def emitted(tmp_path_factory):
         d = root / name.replace("@", "_")
         emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if name in TITAN_EXAMPLES else []), d)
         out[name] = (doc, d)
-    from planner.emit.torchtitan import MODELS as TITAN_MODELS_KNOWN
+    from planner.output.emit.torchtitan import MODELS as TITAN_MODELS_KNOWN
 
     for name, doc in REAL_PLANS.items():
         d = root / name.replace(":", "_").replace("#", "_").replace("()", "")
@@ -290,7 +290,7 @@ def titan_results(emitted, tmp_path_factory):
     jobs = []
     for name, (doc, out) in emitted.items():
         if (out / "torchtitan").exists():
-            from planner.emit.torchtitan import parse_command
+            from planner.output.emit.torchtitan import parse_command
 
             ctx = load_context(doc)
             reg = out / "torchtitan" / "topoplan_config.py"
@@ -420,7 +420,7 @@ def test_megatron_core_rejects_broken_layouts(megatron_results, request):
 def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
     """Every model.* / ddp.* override names a real megatron-core config field, and the model.* values
     equal the TransformerConfig megatron-core built from megatron/args.txt."""
-    from planner.emit.bridge import parse_overrides
+    from planner.output.emit.bridge import parse_overrides
 
     fields = megatron_results["fields"]
     bridge_only = {"seq_length"}  # GPTModelProvider field (Bridge), not TransformerConfig
@@ -497,7 +497,7 @@ MAXTEXT_EXAMPLES = ["deepseek-v3@256xGB300", "llama3.1-405b@1024xH100", "qwen3-2
 
 @pytest.mark.parametrize("name", MAXTEXT_EXAMPLES)
 def test_maxtext_example_obeys_mesh_rules(name, request):
-    from planner.emit import maxtext
+    from planner.output.emit import maxtext
 
     ctx = load_context(EXAMPLES[name].doc())
     o = maxtext.overrides(ctx)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.eplb import balanced_packing, rebalance_experts, replicate  # noqa: E402
-from planner.experts import evaluate_placement, sample_routing, synthetic_loads  # noqa: E402
+from planner.search.experts import evaluate_placement, sample_routing, synthetic_loads  # noqa: E402
 
 
 def test_replicate_hand_case():

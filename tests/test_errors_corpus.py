@@ -71,8 +71,8 @@ EXPERTS = ["place-experts", *DSV3, "--cluster", "dgx-h100", "--gpus", "64", "--e
 def _plan_doc() -> dict:
     """A real plan document (Llama 3 8B on one HGX H100 node) for the emit cases."""
     from planner.config import Training
-    from planner.model import load_model
-    from planner.plan import plan
+    from planner.model.spec import load_model
+    from planner.search.plan import plan
     from topologies.loader import load_cluster
 
     training = Training(seq_len=4096, global_batch=64, precision="bf16")

@@ -103,8 +103,8 @@ def test_launcher_api(tmp_path):
 def test_calibrate_own_runs(tmp_path):
     import re
 
-    from planner.profiles import load_profile
-    from planner.validate import read_rows
+    from planner.cost.profiles import load_profile
+    from planner.cost.validate import read_rows
 
     out = tmp_path / "cal"
     stdout = _run("calibrate_own_runs.py", out)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from planner.errors import InputError
-from planner.experts import (balance_of, domain_share, gpu_loads, layer_metrics, load_loads, locality,
+from planner.search.experts import (balance_of, domain_share, gpu_loads, layer_metrics, load_loads, locality,
                              moves_between, replica_counts, sample_routing, synthetic_loads)
 from solver.experts import logical_maps, solve_layer
 
@@ -164,7 +164,7 @@ def _run(*args):
 def _small_dsv3(tmp_path, layers=4, experts=64):
     """DeepSeek-V3's structure (MLA, 8 routing groups, top-4 groups, top-8) shrunk to ``layers`` MoE
     layers of ``experts`` experts, so CLI runs stay short; the catalog entry is the template."""
-    from planner.model import catalog_entry
+    from planner.model.spec import catalog_entry
 
     cfg = {k: v for k, v in catalog_entry("deepseek-v3").items() if not k.startswith("params")}
     cfg.update(num_hidden_layers=layers + 1, first_k_dense_replace=1, n_routed_experts=experts,
@@ -215,7 +215,7 @@ def test_cli_bad_loads_one_line(tmp_path):
 
 # ------------------------------------------------------------------------------- ExpertBalance
 def test_cross_domain_bytes_hand_case():
-    from planner.experts import cross_domain_bytes
+    from planner.search.experts import cross_domain_bytes
     # 1000 tokens, two layers with 1 and 3 remote domains per token, hidden 10, bf16:
     # 1000 * 4 * 10 * 2 B * 2 (dispatch + combine) * 2 (fwd + bwd) = 320,000 B
     assert cross_domain_bytes([1.0, 3.0], 1000, 10) == pytest.approx(320_000)
@@ -223,9 +223,9 @@ def test_cross_domain_bytes_hand_case():
 
 def test_expert_balance_for_feeds_predict(tmp_path):
     """A skewed load costs a plan: balance and cross-domain share from the placement reach predict."""
-    from planner.experts import ExpertBalance, expert_balance_for
+    from planner.search.experts import ExpertBalance, expert_balance_for
 
-    from planner.model import load_model
+    from planner.model.spec import load_model
 
     spec = load_model(_small_dsv3(tmp_path, layers=3))
     loads = np.tile(synthetic_loads("zipf", 1, 64, seed=4), (3, 1))
@@ -242,14 +242,14 @@ def test_expert_balance_for_feeds_predict(tmp_path):
 def test_plan_ep_group_maps_through_rank_to_gpu(tmp_path):
     """--plan: the EP group is the plan's first EP group, mapped to GPUs by rank_to_gpu (here TP2:
     Megatron's expert grid with ETP = TP puts EP ranks 2 apart)."""
-    from planner.commands.experts import _ep_gpus
+    from planner.cli.experts import _ep_gpus
 
     doc = {"plans": [{"config": {"tp": 2, "pp": 1, "cp": 1, "ep": 4, "mbs": 1},
                       "placement": {"order": "tp-cp-ep-dp-pp", "rank_to_gpu": list(range(15, -1, -1))}}]}
     p = tmp_path / "plan.json"
     p.write_text(json.dumps(doc))
     from planner.config import ParallelConfig
-    from planner.placement import rank_groups
+    from planner.cost.placement import rank_groups
     group = rank_groups(ParallelConfig(tp=2, ep=4), 16, "ep")[0]
     assert _ep_gpus(p, 4) == [15 - r for r in group]
     with pytest.raises(InputError, match="uses EP 4"):
@@ -291,7 +291,7 @@ def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
 
 
 def test_single_swaps_level_domains_without_changing_slots():
-    from planner.experts import domain_share
+    from planner.search.experts import domain_share
     from solver.experts import _single_swaps
 
     # 2 domains of 1 GPU, 2 slots each, one replica per expert: domain 0 holds the two heavy experts
@@ -308,12 +308,12 @@ def test_single_swaps_level_domains_without_changing_slots():
 
 def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
     """place-experts prints EPLB's placements of the same loads beside its own, measured on the same
-    sampled tokens: the global baseline equals a direct evaluation of planner.eplb's placement."""
+    sampled tokens: the global baseline equals a direct evaluation of planner.search.eplb's placement."""
     import json
 
     from planner.cli import main
-    from planner.eplb import rebalance_experts
-    from planner.experts import evaluate_placement, sample_routing
+    from planner.search.eplb import rebalance_experts
+    from planner.search.experts import evaluate_placement, sample_routing
 
     monkeypatch.chdir(tmp_path)
     loads = np.array([[100 + (7 * i + 3 * j) % 50 for j in range(128)] for i in range(48)], dtype=float)

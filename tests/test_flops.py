@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.flops import causal_context, flops_per_token, flops_terms, layer_costs, logits_flops, param_counts
-from planner.model import catalog, load_model
+from planner.model.flops import causal_context, flops_per_token, flops_terms, layer_costs, logits_flops, param_counts
+from planner.model.spec import catalog, load_model
 
 # The reference folder is a sibling of the repository root: <root>/../shared/reference.
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"

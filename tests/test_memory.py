@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
-from planner.memory import (
+from planner.cost.memory import (
     GIB,
     MemoryOptions,
     inflight_compositions,
     inflight_per_chunk,
     memory_per_gpu,
 )
-from planner.model import ModelSpec, load_model
+from planner.model.spec import ModelSpec, load_model
 from topologies.gpus import get_gpu
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
@@ -295,7 +295,7 @@ def test_every_published_run_fits():
 
 def test_layout_must_match_the_config():
     from planner.errors import InputError
-    from planner.pipeline import pipeline_layout
+    from planner.model.pipeline import pipeline_layout
 
     tr = Training(seq_len=4096, global_batch=4096, precision="bf16")
     with pytest.raises(InputError, match="pp=4 vpp=1 but the config has pp=8"):

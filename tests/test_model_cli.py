@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from planner.cli import main
-from planner.model import catalog, catalog_entry
+from planner.model.spec import catalog, catalog_entry
 
 
 def run(capsys, *argv):

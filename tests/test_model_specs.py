@@ -7,7 +7,7 @@ import json
 import pytest
 
 from planner.errors import InputError
-from planner.model import ModelSpec, catalog, catalog_entry, load_model, spec_from_config
+from planner.model.spec import ModelSpec, catalog, catalog_entry, load_model, spec_from_config
 
 EXPECTED = {
     "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.model import catalog, load_model
-from planner.pipeline import (
+from planner.model.spec import catalog, load_model
+from planner.model.pipeline import (
     StageSpec,
     _split,
     compress_layout,

@@ -1,4 +1,4 @@
-"""The pipeline balancer ``planner.pipeline._split`` against two independent oracles.
+"""The pipeline balancer ``planner.model.pipeline._split`` against two independent oracles.
 
 1. Brute force (small n and stage counts): every composition of n layers into ``stages`` parts
    (empty parts allowed) that respects the fixed first / last counts, ranked by
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.model import load_model
-from planner.pipeline import _split, _weights
+from planner.model.spec import load_model
+from planner.model.pipeline import _split, _weights
 
 
 def _costs(w, counts, extra):

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from planner.config import ParallelConfig
 from planner.errors import InfeasibleError
-from planner.placement import default_gpus_per_domain, make_placement, rank_groups
+from planner.cost.placement import default_gpus_per_domain, make_placement, rank_groups
 
 
 def test_rank_groups_match_megatron_world16():
@@ -95,7 +95,7 @@ def test_group_shapes_match_brute_force(tp, pp, ep, gpd):
     from topologies.collectives import shape_of
     from topologies.loader import load_cluster
 
-    from planner.placement import AXES, group_shapes
+    from planner.cost.placement import AXES, group_shapes
 
     cl = load_cluster("gb300-nvl72", gpus=288)
     world = 128

@@ -1,6 +1,6 @@
-"""planner.plan against an independent brute force: every layout of the (restricted) declared space
-is built as a ParallelConfig, checked with planner.rules, placed with planner.placement, priced with
-planner.predict and checked for memory; the plan's best must equal the best of those, and every
+"""planner.search.plan against an independent brute force: every layout of the (restricted) declared space
+is built as a ParallelConfig, checked with planner.rules, placed with planner.cost.placement, priced with
+planner.cost.predict and checked for memory; the plan's best must equal the best of those, and every
 returned plan must pass the rules and fit.
 """
 
@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError
-from planner.model import load_model
-from planner.placement import make_placement
-from planner.plan import plan
-from planner.predict import predict
+from planner.model.spec import load_model
+from planner.cost.placement import make_placement
+from planner.search.plan import plan
+from planner.cost.predict import predict
 from planner.rules import violations
-from planner.space import split_layers
+from planner.search.space import split_layers
 from topologies.loader import load_cluster
 
 
@@ -81,7 +81,6 @@ def test_plan_equals_brute_force_over_predict(case):
     res = plan(model, cluster, training, top=3, restrict=restrict)
     assert res.solver["status"] == "OPTIMAL"
     # the same declared space, rebuilt by hand from the plan's own candidate lists
-    from planner import plan as P
 
     space_values = res.solver["space"]
     best = _brute_force(model, cluster, training, space_values, res.solver["min_world"])
@@ -96,7 +95,6 @@ def test_plan_equals_brute_force_over_predict(case):
     # best first
     tps = [e.prediction.tokens_per_s for e in res.plans]
     assert tps == sorted(tps, reverse=True)
-    del P
 
 
 def test_plan_document_and_placement():
@@ -160,7 +158,7 @@ def test_cp_sat_search_equals_enumeration_on_a_small_space():
 
 
 def test_scale_rows_and_retention():
-    from planner.plan import scale
+    from planner.search.plan import scale
 
     model = load_model("llama3-8b")
     training = Training(seq_len=4096, global_batch=64, precision="bf16")
@@ -187,7 +185,7 @@ def test_time_limit_returns_best_found_with_an_upper_bound():
 
 
 def test_free_global_batch_equals_best_fixed_batch():
-    from planner.space import gbs_candidates
+    from planner.search.space import gbs_candidates
 
     model = load_model("qwen3-30b-a3b")
     cluster = load_cluster("dgx-h100", gpus=16)
@@ -259,7 +257,7 @@ def test_bounded_cp_sat_engine_equals_enumeration_on_deepseek_v3_256_gb300():
 def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_name, preset, gpus, gbs, precision,
                                                             trainer):
     # The program's memory bound drops layouts before the exact estimate sees them; the exact
-    # planner.memory peak (the oracle, through plan's own accept) must say each dropped one does not fit.
+    # planner.cost.memory peak (the oracle, through plan's own accept) must say each dropped one does not fit.
     import importlib
     import random
 
@@ -267,7 +265,7 @@ def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_n
 
     from solver.layout import evaluate_many, feasible_rows
 
-    mod = importlib.import_module("planner.plan")
+    mod = importlib.import_module("planner.search.plan")
     seen = {}
     real = mod.enumerate_bounded
 

@@ -1,4 +1,4 @@
-"""planner/space.py: the rule tables over a few variables agree with planner.rules on full layouts.
+"""planner/search/space.py: the rule tables over a few variables agree with planner.rules on full layouts.
 
 Oracle: ``planner.rules.violations`` evaluated on the whole ParallelConfig with the world size
 tp*cp*pp*dp. Property: for random assignments of every variable, "every rule table allows its
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from planner import rules
 from planner.config import Training
-from planner.space import (RULE_VARS, VARIABLES, build_space, config_of, gbs_candidates, gpd_candidates,
+from planner.search.space import (RULE_VARS, VARIABLES, build_space, config_of, gbs_candidates, gpd_candidates,
                            rule_tables, split_layers, structural_ok)
 
 

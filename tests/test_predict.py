@@ -7,7 +7,7 @@ import pytest
 import planner
 import topologies
 from planner.cli import main
-from planner.flops import flops_per_token
+from planner.model.flops import flops_per_token
 
 
 def test_api_returns_consistent_figures():
@@ -103,7 +103,7 @@ def test_dispatcher_none_is_the_stack_default_and_bad_names_are_refused():
     cluster = topologies.load_cluster("dgx-b300", gpus=8)
     training = planner.Training(seq_len=4096, global_batch=512, precision="mxfp8", stack="megatron-26.08")
     p = planner.predict(model, cluster, cfg, training)
-    from planner.profiles import load_profile
+    from planner.cost.profiles import load_profile
 
     assert p.config.dispatcher == load_profile("megatron-26.08").dispatcher == "flex-hybridep"
     explicit = planner.predict(model, cluster, cfg.model_copy(update={"dispatcher": "flex-hybridep"}), training)

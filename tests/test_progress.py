@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from planner import progress as pg
+from planner.cli import progress as pg
 
 
 class _TTY(io.StringIO):
@@ -53,7 +53,7 @@ def test_track_yields_every_item_silently(capsys):
 
 _SCRIPT = textwrap.dedent("""
     import sys, time
-    from planner.progress import track
+    from planner.cli.progress import track
     json_flag = "--json" in sys.argv
     total = 0
     for i in track(range(4), "work", json_output=json_flag):

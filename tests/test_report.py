@@ -17,10 +17,10 @@ import pytest
 from matplotlib.image import imread
 from rich.console import Console
 
-from planner import explain
+from planner.output import explain
 from planner.errors import InputError
-from planner.report import write_report
-from planner.report import figures as fg
+from planner.output.report import write_report
+from planner.output.report import figures as fg
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -238,7 +238,7 @@ def test_scale_report_files(tmp_path):
 
 
 def test_scale_rows_accept_nested_plans_and_compute_retention():
-    from planner.report.data import scale_points
+    from planner.output.report.data import scale_points
 
     doc = {"sizes": [{"gpus": 1024, "plan": plan_doc() | {"plans": [{"config": {"tp": 1},
                       "prediction": {"tflops_per_gpu": 900, "tokens_per_s_per_gpu": 90.0}}]}},
@@ -345,7 +345,7 @@ def test_domain_sizes_from_a_real_cluster_dump():
 
 
 def test_expert_series_accepts_a_flat_per_layer_metrics_list():
-    from planner.report.data import expert_series
+    from planner.output.report.data import expert_series
 
     doc = {"physical_to_logical": [[0, 1, 2, 0], [2, 1, 0, 1]], "slots_per_gpu": 2, "rank_domain": [0, 1],
            "metrics": [{"balance": 1.1, "remote_domains_per_token": 0.5}, {"balance": 1.3, "remote_domains_per_token": 0.7}],

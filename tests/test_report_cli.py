@@ -38,7 +38,7 @@ def test_plan_report(tmp_path, capsys):
     page, refs = _figures(tmp_path / "rep")
     assert {"breakdown.png", "memory.png", "placement.png"} <= refs
     assert json.loads((tmp_path / "rep" / "data.json").read_text())["plans"] == doc["plans"]
-    from planner.explain import plan_labels
+    from planner.output.explain import plan_labels
 
     assert plan_labels(doc["plans"])[0] in page
 

@@ -1,4 +1,4 @@
-"""solver/groups.py against planner.placement.group_shapes (the per-group walk over the cluster):
+"""solver/groups.py against planner.cost.placement.group_shapes (the per-group walk over the cluster):
 the worst group shape of every axis, for layouts on presets with a partial last domain, with fewer
 GPUs per domain than the domain holds, and on HGX nodes; the periodicity shortcut must not change
 the answer."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from planner.config import ParallelConfig
-from planner.placement import domain_slots, group_shapes, make_placement
+from planner.cost.placement import domain_slots, group_shapes, make_placement
 from solver.groups import RankMap, worst_shape
 from topologies.loader import load_cluster
 

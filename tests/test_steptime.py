@@ -6,14 +6,14 @@ from hypothesis import given, settings, strategies as st
 
 import planner
 from planner.config import ParallelConfig, Training
-from planner.costs import compute as C
-from planner.costs import data_parallel as DP
-from planner.costs import exposed
-from planner.costs import pipeline as PPL
-from planner.placement import group_shapes, make_placement
-from planner.predict import predict
-from planner.profiles import load_profile
-from planner.steptime import TERMS, step_time
+from planner.cost.terms import compute as C
+from planner.cost.terms import data_parallel as DP
+from planner.cost.terms import exposed
+from planner.cost.terms import pipeline as PPL
+from planner.cost.placement import group_shapes, make_placement
+from planner.cost.predict import predict
+from planner.cost.profiles import load_profile
+from planner.cost.steptime import TERMS, step_time
 from topologies.collectives import fabric_for
 from topologies.loader import load_cluster
 
@@ -75,7 +75,7 @@ def test_breakdown_adds_up_and_bubble_is_hand_formula():
 def test_dp_reduce_scatter_and_all_gather_priced_by_the_fabric():
     # Llama3-70B, PP1, 16 DP ranks on two HGX nodes: one micro-batch per rank, so the gradient
     # reduce-scatter hides only behind that micro-batch's backward, the all-gather behind its forward.
-    from planner.flops import layer_costs
+    from planner.model.flops import layer_costs
 
     cl = load_cluster("dgx-h100", gpus=16)
     tr = Training(seq_len=4096, global_batch=16, precision="bf16")
@@ -85,7 +85,7 @@ def test_dp_reduce_scatter_and_all_gather_priced_by_the_fabric():
     params = sum(c.dense_params for c in layer_costs(LLAMA, 4096)) + 2 * LLAMA.hidden_size * LLAMA.padded_vocab(1)
     fab = fabric_for(cl)
     # BF16 gradients: Megatron-Bridge's perf recipes set ddp.grad_reduce_in_fp32=False (2 bytes),
-    # the same 2 bytes planner.memory counts for the gradient buffer
+    # the same 2 bytes planner.cost.memory counts for the gradient buffer
     assert PROF.param("dp.grad_bytes", "hopper") == 2.0 == DP.GRAD_BYTES
     rs = fab.reduce_scatter(sh["dp"], params * 2.0)
     ag = fab.all_gather(sh["dp"], params * DP.PARAM_BYTES)
@@ -137,7 +137,7 @@ CONFIGS = st.sampled_from([
 @settings(max_examples=20, deadline=None)
 @given(case=CONFIGS, k=st.floats(1.0, 8.0))
 def test_more_bandwidth_is_never_slower(case, k):
-    import planner.steptime as S
+    import planner.cost.steptime as S
 
     model, preset, gpus, kw, gbs, prec = case
     cl = load_cluster(preset, gpus=gpus)

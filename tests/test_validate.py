@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.validate import read_rows, validate_rows
+from planner.cost.validate import read_rows, validate_rows
 
 # The shared reference folder sits next to the repository root: <repo>/../shared/reference.
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
@@ -97,7 +97,7 @@ def test_unknown_gpu_names_the_column(tmp_path, capsys):
 
 def test_megatron_release_names_resolve_to_the_shipped_profiles():
     from planner.errors import InputError
-    from planner.profiles import load_profile, resolve_name
+    from planner.cost.profiles import load_profile, resolve_name
 
     assert resolve_name("megatron-26.06") == "megatron-26.08"      # the 26.06 rows are in the 26.08 fit
     assert resolve_name("megatron-26.04.01") == "megatron-26.04"
@@ -115,7 +115,7 @@ def test_torchtitan_profile_on_its_published_rows():
 
 
 def test_optional_columns_dispatcher_and_etp_fallback():
-    from planner.validate import row_case
+    from planner.cost.validate import row_case
 
     mb234 = next(r for r in read_rows(CSV) if r["id"] == "mb234")
     assert row_case(mb234).config.dispatcher == "flex-hybridep"          # the stack's dispatcher

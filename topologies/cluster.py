@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.gpus import GPUSpec, get_gpu
 from topologies.hostlist import HostlistError, compress, expand
 

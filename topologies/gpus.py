@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import InputError
+from topologies.errors import InputError
 
 __all__ = ["GPUSpec", "GPUS", "ALIASES", "get_gpu", "PRECISION_PEAK"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster, cluster_from_dict
 from topologies.presets import PRESETS, build_preset
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster, Tier
 from topologies.gpus import get_gpu
 

@@ -1,11 +1,11 @@
-"""Plan documents for the emitter tests, built the way ``planner.plan`` builds them: a model from the
+"""Plan documents for the emitter tests, built the way ``planner.search.plan`` builds them: a model from the
 catalog, a cluster, a ParallelConfig, a Training, and ``make_placement`` for the rank -> GPU map."""
 
 from __future__ import annotations
 
 from planner.config import ParallelConfig, Training
-from planner.model import load_model
-from planner.placement import default_gpus_per_domain, make_placement
+from planner.model.spec import load_model
+from planner.cost.placement import default_gpus_per_domain, make_placement
 from topologies.cluster import Cluster
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster, cluster_from_dict
 from topologies.gpus import GPUSpec, get_gpu
 from topologies.presets import HOP_US

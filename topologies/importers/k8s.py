@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster
 from topologies.gpus import get_gpu
 from topologies.importers.common import build_cluster

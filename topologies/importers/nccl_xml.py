@@ -16,7 +16,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster
 from topologies.gpus import GPUS, get_gpu
 from topologies.hostlist import HostlistError, expand

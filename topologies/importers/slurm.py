@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.errors import InputError
+from topologies.errors import InputError
 from topologies.cluster import Cluster
 from topologies.hostlist import HostlistError, expand
 from topologies.importers.common import build_cluster, resolve_gpu

@@ -1,0 +1,109 @@
+"""The ``topoplan`` command line: one typer app; each command group lives in a module of ``planner/cli``.
+
+Failures leave through one exit path: ``TopoplanError`` (and pydantic / click usage errors) become
+one line on stderr with exit code 2 (bad input) or 3 (infeasible); ``--debug`` re-raises with the
+traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover - older typer on real click
+    from click import exceptions as _cx
+
+from planner.errors import TopoplanError
+
+app = typer.Typer(
+    name="topoplan",
+    help="Topology-aware parallelism planner for large-model training.\n\n"
+    "Example: topoplan plan --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8 --gbs 4096",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_STATE = {"debug": False}
+
+
+def debug_enabled() -> bool:
+    return _STATE["debug"]
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="show tracebacks instead of one-line errors")):
+    """Topology-aware parallelism planner for large-model training."""
+    _STATE["debug"] = debug
+
+
+def _register() -> None:
+    # Each module adds its commands to ``app``; the import order is the order in --help.
+    # Once per process: main() may run many times in-process (tests), commands must not pile up.
+    if _STATE.get("registered"):
+        return
+    from planner.cli import emit, experts, models, plan, predict, topology
+
+    for mod in (topology, models, predict, plan, emit, experts):
+        mod.register(app)
+    _STATE["registered"] = True
+
+
+def _echo_err(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point. Returns the process exit code (``run`` exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _STATE["debug"] = "--debug" in argv
+    _register()
+    try:
+        app(args=argv, prog_name="topoplan", standalone_mode=False)
+        return 0
+    except TopoplanError as exc:
+        if _STATE["debug"]:
+            raise
+        _echo_err(f"error: {exc}")
+        return exc.exit_code
+    except (typer.Exit,) as exc:
+        return exc.exit_code
+    except typer.Abort:
+        _echo_err("error: aborted")
+        return 1
+    except _cx.NoArgsIsHelpError as exc:  # help was printed
+        return 0 if not argv else 2
+    except _cx.UsageError as exc:
+        if _STATE["debug"]:
+            raise
+        path = exc.ctx.command_path if getattr(exc, "ctx", None) else "topoplan"
+        _echo_err(f"error: {exc.format_message()} (see '{path} --help')")
+        return 2
+    except _cx.ClickException as exc:
+        if _STATE["debug"]:
+            raise
+        _echo_err(f"error: {exc.format_message()}")
+        return exc.exit_code or 2
+    except Exception as exc:  # noqa: BLE001 - last resort: one line, never a traceback without --debug
+        from pydantic import ValidationError
+
+        if _STATE["debug"]:
+            raise
+        if isinstance(exc, ValidationError):
+            from planner.errors import pydantic_message
+
+            _echo_err(f"error: {pydantic_message(exc)}")
+            return 2
+        _echo_err(f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+        return 1
+
+
+def run() -> None:  # pragma: no cover - thin wrapper
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

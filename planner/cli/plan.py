@@ -1,0 +1,192 @@
+"""CLI commands ``topoplan plan`` (the best layouts and their placement) and ``topoplan scale``
+(the best layout at each of several GPU counts, with per-GPU retention)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from planner.errors import InputError
+
+_OBJECTIVES = ("throughput", "tflops-per-gpu")
+
+
+def _gbs_range(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        lo, hi = (int(p) for p in text.split(":"))
+    except ValueError:
+        raise InputError(f"--gbs-range {text!r}: use A:B with integers, e.g. 2048:8192") from None
+    if not 1 <= lo <= hi:
+        raise InputError(f"--gbs-range {text!r}: need 1 <= A <= B")
+    return lo, hi
+
+
+def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True):
+    from pydantic import ValidationError
+
+    from planner.config import Training
+    from planner.errors import pydantic_message
+
+    try:
+        return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
+                        trainer=trainer or "megatron", cuda_graphs=cuda_graphs)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, "training options")) from None
+
+
+def _objective(value: str) -> str:
+    if value not in _OBJECTIVES:
+        raise InputError(f"--objective {value!r}: use one of {', '.join(_OBJECTIVES)}")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plan`` and ``scale`` to the root app."""
+
+    @app.command("plan")
+    def plan_cmd(
+        model: str = typer.Option(..., "--model", help="catalog name (topoplan models list) or config.json path"),
+        cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
+        gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs offered (the plan may use fewer)"),
+        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1, help="NVL72 presets: GPUs used per rack"),
+        stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
+        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
+        seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
+        gbs: int = typer.Option(..., "--gbs", min=1, help="global batch in sequences"),
+        gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
+        trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
+        top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
+        time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
+        objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu"),
+        as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
+        save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
+        emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
+        out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
+        report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
+        method: str = typer.Option("enumerate", "--method",
+                                   help="search engine, all exact: enumerate (default: bounded block search) | "
+                                        "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
+    ):
+        """Choose the parallel layout and its placement that maximise predicted throughput.
+
+        Example: topoplan plan --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8 --gbs 4096
+        """
+        from planner.io import atomic_write_text
+        from planner.model.spec import load_model
+        from planner.search.plan import plan
+        from topologies.loader import load_cluster
+
+        obj = _objective(objective)
+        rng = _gbs_range(gbs_range)
+        if emit and out is None:
+            raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
+        training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs)
+        m = load_model(model)
+        c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
+        result = plan(m, c, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
+                      trainer=trainer, method=method)
+        doc = result.to_dict()
+        text = json.dumps(doc, indent=2)
+        # the outputs most likely to refuse go first; each is written atomically
+        if emit:
+            from planner.output.emit import emit_plan
+
+            trainers = [t.strip() for t in emit.split(",") if t.strip()]
+            emit_plan(doc, trainers, out)
+        if report is not None:
+            from planner.output.report import write_report
+
+            write_report("plan", doc, report)
+        if save_plan is not None:
+            atomic_write_text(save_plan, text + "\n")
+        if as_json:
+            sys.stdout.write(text + "\n")
+            return
+        _render(doc, c, result)
+
+    @app.command("scale")
+    def scale_cmd(
+        model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
+        cluster: str = typer.Option(..., "--cluster", help="cluster preset or YAML path"),
+        gpus: str = typer.Option(..., "--gpus", help="comma-separated GPU counts, e.g. 256,512,1024"),
+        stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
+        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
+        seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
+        gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default: 16 sequences per GPU of the smallest size)"),
+        gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
+        trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext"),
+        time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
+        objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON"),
+        report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
+        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
+    ):
+        """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention.
+
+        Example: topoplan scale --model deepseek-v3 --cluster gb300-nvl72 --gpus 256,512,1024 --precision mxfp8
+        """
+        from planner.model.spec import load_model
+        from planner.search.plan import scale
+        from planner.cli.progress import progress
+        from topologies.loader import load_cluster
+
+        try:
+            sizes = [int(s) for s in gpus.split(",") if s.strip()]
+        except ValueError:
+            raise InputError(f"--gpus {gpus!r}: use comma-separated integers, e.g. 256,512,1024") from None
+        if not sizes or any(s < 1 for s in sizes):
+            raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
+        obj = _objective(objective)
+        rng = _gbs_range(gbs_range)
+        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs)
+        m = load_model(model)
+        with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
+            rows = scale(m, lambda n: load_cluster(cluster, gpus=n), sizes, training, time_limit=time_limit,
+                         objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance())
+        doc = {"model": m.name, "cluster": cluster, "rows": rows}
+        if report is not None:
+            from planner.output.report import write_report
+
+            write_report("scale", doc, report)
+        if as_json:
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            return
+        _render_scale(rows)
+
+
+def _render(doc, cluster, result) -> None:
+    from rich.console import Console
+
+    from planner.output.explain import render_plan
+
+    console = Console()
+    render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
+    s = doc["solver"]
+    console.print(f"objective {s['objective_name']}: best {s['objective']:.6g}, proven bound {s['bound']:.6g} "
+                  f"({s['status']}, {s['wall_s']:.2f} s, {s['layouts_in_space']:.3g} layouts in the space)")
+    for entry in doc["plans"]:
+        dom = entry["placement"].get("domains", {})
+        spans = ", ".join(f"{k} {v}" for k, v in dom.items())
+        console.print(f"  {entry['label']}: domains spanned per group: {spans}")
+
+
+def _render_scale(rows) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="scaling")
+    for col in ("GPUs", "used", "layout", "tokens/s", "TFLOP/s per GPU", "retention", "solver"):
+        t.add_column(col, justify="right" if col not in ("layout",) else "left")
+    for r in rows:
+        t.add_row(str(r["gpus"]), str(r["world"]), r["layout"], f"{r['tokens_per_s']:,.0f}",
+                  f"{r['tflops_per_gpu']:.0f}", f"{100 * r['retention']:.1f}%",
+                  f"{r['status']} {r['wall_s']:.1f}s")
+    Console().print(t)

@@ -1,0 +1,210 @@
+"""CLI commands: ``predict`` (one layout), ``validate`` (predicted against measured rows) and
+``calibrate`` (fit a stack profile to measured rows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher):
+    from pydantic import ValidationError
+
+    from planner.config import ParallelConfig
+    from planner.errors import InputError, pydantic_message
+
+    try:
+        return ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, fsdp=fsdp,
+                              recompute=recompute, dispatcher=dispatcher)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, "options")) from None
+
+
+def predict_cmd(
+    model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
+    cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
+    gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs to build the preset with"),
+    stack: str = typer.Option("megatron-26.08", "--stack", help="stack profile name or profile YAML path"),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
+    seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length"),
+    gbs: int = typer.Option(..., "--gbs", min=1, help="global batch size (sequences)"),
+    mbs: int = typer.Option(1, "--mbs", min=1, help="micro-batch size"),
+    tp: int = typer.Option(1, "--tp", min=1), pp: int = typer.Option(1, "--pp", min=1),
+    vpp: int = typer.Option(1, "--vpp", min=1), cp: int = typer.Option(1, "--cp", min=1),
+    ep: int = typer.Option(1, "--ep", min=1),
+    etp: int = typer.Option(None, "--etp", min=1, help="expert tensor parallel (default: TP)"),
+    dp: int = typer.Option(None, "--dp", min=1, help="data parallel (default: all GPUs)"),
+    fsdp: bool = typer.Option(False, "--fsdp", help="fully sharded data parallel"),
+    recompute: str = typer.Option("none", "--recompute", help="none | full | selective | modules joined by +"),
+    dispatcher: str = typer.Option(None, "--dispatcher", help="alltoall | allgather | flex-deepep | flex-hybridep (default: the stack's)"),
+    gpus_per_domain: int = typer.Option(None, "--gpus-per-domain", min=1, help="GPUs used per NVLink domain (default: keep EP/TP groups whole)"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="the recipe captures CUDA graphs and fuses elementwise ops (default) or runs eagerly"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Predict throughput, step-time breakdown and memory of one parallel layout.
+
+    Example: topoplan predict --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8
+    --gbs 4096 --pp 2 --vpp 8 --ep 32
+    """
+    from pydantic import ValidationError
+
+    from planner.config import Training
+    from planner.errors import InputError, pydantic_message
+    from planner.model.spec import load_model
+    from planner.cost.placement import make_placement
+    from planner.cost.predict import predict
+    from planner.cost.profiles import load_profile
+    from planner.rules import check
+    from topologies.loader import load_cluster
+
+    prof = load_profile(stack)
+    cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
+    try:
+        training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
+                            trainer=prof.trainer, cuda_graphs=cuda_graphs)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, "options")) from None
+    m = load_model(model)
+    from topologies.presets import preset_names
+
+    if gpus and cluster.lower() in preset_names():
+        from planner.cost.validate import preset_cluster
+
+        check(m, cfg, training, cfg.world(gpus))  # a broken rule is named before the racks are sized
+
+        cl = preset_cluster(cluster.lower(), gpus, cfg)
+    else:
+        cl = load_cluster(cluster, gpus=gpus)
+    world = cfg.world(cl.num_gpus)
+    check(m, cfg, training, world)
+    placement = make_placement(cl, cfg, world, gpus_per_domain) if gpus_per_domain else None
+    p = predict(m, cl, cfg, training, placement=placement, profile=prof)
+    if json_out:
+        d = p.to_dict()
+        d.pop("placement", None)
+        print(json.dumps(d, indent=2))
+        return
+    _render(p, m, cl, training)
+
+
+def _render(p, model, cluster, training) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner.output.explain import breakdown_bar, memory_bar
+
+    con = Console()
+    con.print(f"[bold]{model.name}[/] on {cluster.name} ({p.world} x {cluster.gpu_spec.name.upper()}), "
+              f"{training.precision}, seq {training.seq_len}, gbs {training.global_batch}, stack {p.stack}")
+    con.print(f"layout  {p.config.short()}")
+    t = Table(show_header=False, box=None)
+    t.add_row("model TFLOP/s per GPU", f"[bold]{p.tflops_per_gpu:,.0f}[/]")
+    t.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:,.0f}")
+    t.add_row("tokens/s", f"{p.tokens_per_s:,.0f}")
+    t.add_row("step time", f"{p.step_time_s:.3f} s")
+    t.add_row("memory per GPU", f"{p.memory_gib_per_gpu:.1f} GiB of {p.hbm_gib:.0f} GiB"
+              + ("" if p.fits else "  [bold red]does not fit[/]"))
+    con.print(t)
+    bd = Table(title="step-time breakdown (exposed seconds)", box=None)
+    bd.add_column("term")
+    bd.add_column("seconds", justify="right")
+    bd.add_column("share", justify="right")
+    for k, v in p.breakdown.items():
+        bd.add_row(k, f"{v:.4f}", f"{100 * v / p.step_time_s:5.1f}%")
+    con.print(bd)
+    con.print(breakdown_bar(dict(p.breakdown), p.step_time_s))
+    if p.memory:
+        mt = Table(title="memory per GPU (GiB, worst stage)", box=None)
+        mt.add_column("component")
+        mt.add_column("GiB", justify="right")
+        for k, v in p.memory.items():
+            mt.add_row(k, f"{v:.1f}")
+        con.print(mt)
+    con.print(memory_bar(p.memory_gib_per_gpu, p.hbm_gib))
+    if not p.fits:
+        con.print(f"[bold red]does not fit:[/] {p.memory_gib_per_gpu:.1f} GiB > {p.hbm_gib:.0f} GiB; "
+                  "try recompute, more PP/EP or a smaller micro-batch")
+
+
+def validate_cmd(
+    csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv; optional columns "
+                                    "cuda_graphs (true/false) and dispatcher"),
+    stack: str = typer.Option(None, "--stack", help="predict every row with this profile (default: the row's stack column)"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Predict every row of a CSV and compare with the measured model TFLOP/s per GPU.
+
+    Example: topoplan validate ../shared/reference/calibration.csv
+    """
+    from planner.cli.progress import progress
+    from planner.cost.validate import read_rows, validate_rows
+
+    rows = read_rows(csv_path)
+    with progress("validating rows", total=len(rows), json_output=json_out) as bar:
+        res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar)
+    if json_out:
+        keep = ("id", "predicted_tflops_per_gpu", "predicted_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
+                "error_pct", "fits")
+        print(json.dumps({"rows": [{k: r[k] for k in keep} for r in res["rows"]], "mape_pct": res["mape_pct"]},
+                         indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"predicted vs measured: {csv_path}")
+    for col in ("id", "stack", "model", "GPUs", "prec", "layout", "pred TFLOP/s", "meas", "error", "fits"):
+        t.add_column(col, justify="right" if col in ("GPUs", "pred TFLOP/s", "meas", "error") else "left")
+    for r in res["rows"]:
+        err = "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        t.add_row(r["id"], r["stack"], r["model"], f"{r['num_gpus']} {r['gpu']}", r["precision"], r["config"],
+                  f"{r['predicted_tflops_per_gpu']:,.0f}",
+                  "" if r["measured_tflops_per_gpu"] is None else f"{r['measured_tflops_per_gpu']:,.0f}", err,
+                  "yes" if r["fits"] else "[red]no[/]")
+    con = Console()
+    con.print(t)
+    if res["mape_pct"] is not None:
+        con.print(f"MAPE {res['mape_pct']:.2f}%  (worst row {res['max_abs_error_pct']:.1f}%)")
+
+
+def calibrate_cmd(
+    csv_path: Path = typer.Argument(..., help="CSV of measured rows in the schema of calibration.csv; optional "
+                                    "columns cuda_graphs (true/false) and dispatcher"),
+    stack: str = typer.Option(..., "--stack", help="profile name to fit (rows of this stack are used)"),
+    out: Path = typer.Option(..., "-o", "--out", help="profile YAML to write"),
+    json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
+) -> None:
+    """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
+
+    Example: topoplan calibrate ../shared/reference/calibration.csv --stack megatron-26.08 -o my.yaml
+    """
+    from planner.cost.calibrate import calibrate_rows
+    from planner.io import atomic_write_text
+    from planner.cost.profiles import dump_profile
+    from planner.cli.progress import progress
+    from planner.cost.validate import read_rows, validate_rows
+
+    rows = read_rows(csv_path)
+    with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
+        prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar)
+    atomic_write_text(out, dump_profile(prof))
+    mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
+    res = validate_rows(mine, stack=stack, profile=prof, source=str(csv_path))
+    doc = {"profile": str(out), "rows": info["rows"], "mape_pct": res["mape_pct"],
+           "max_abs_error_pct": res["max_abs_error_pct"],
+           "params": {k: p.value for k, p in prof.params.items() if p.fit}}
+    if json_out:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"wrote {out}: {info['rows']} rows, MAPE {res['mape_pct']:.2f}% (worst {res['max_abs_error_pct']:.1f}%)")
+        for k, v in doc["params"].items():
+            print(f"  {k:28s} {v:.4g}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``predict``, ``validate`` and ``calibrate`` to the root app."""
+    app.command("predict")(predict_cmd)
+    app.command("validate")(validate_cmd)
+    app.command("calibrate")(calibrate_cmd)

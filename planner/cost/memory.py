@@ -1,0 +1,538 @@
+"""Memory per GPU: model state, activations of the micro-batches a pipeline rank holds in flight,
+and a framework reserve, per pipeline rank; the worst rank sets the peak.
+
+All sizes are bytes until the result, which is in GiB. Symbols: ``s`` sequence length, ``b``
+micro-batch size, ``T = b*s`` tokens per micro-batch, ``h`` hidden size, ``tp cp ep etp`` the
+parallel degrees, ``d = dp*cp`` the dense data-parallel group (Megatron's distributed optimizer
+shards over data and context parallel ranks), ``e = edp`` the expert data-parallel group
+(``world / (etp*ep*pp)``). Tensor parallelism always comes with sequence parallelism (NVIDIA's
+recipes; Megatron forces SP off only at TP=1).
+
+**Model state** (per parameter held on the GPU; ``P_dense`` and ``P_exp`` are the parameters of
+the rank's stages after TP / EP / ETP splitting)::
+
+    Megatron, distributed optimizer:
+        weights  2 B (bf16)                 grads  g B (main_grad buffer: 4 fp32, 2 with
+        optimizer (4 + 2*m) / d for dense,   grad_reduce_in_fp32=False as NVIDIA's perf recipes set)
+                  (4 + 2*m) / e for experts  (fp32 master + two Adam moments of m bytes)
+    Megatron FSDP (optim_grads_params): weights, grads and optimizer all / d (experts / e), plus
+        the unsharded bf16 weights and grads of the two layers in flight (current + prefetch).
+    TorchTitan / MaxText FSDP: fp32 weights and grads sharded (4 + 4 + 8) / d, plus the working set.
+
+    Quantised weight copies (linear layers of the decoder and MTP layers; TE keeps a row-wise and a
+    column-wise copy for the step): fp8 2 B, fp8-block 2 B + 2 fp32 scales per 128x128 block,
+    mxfp8 2 * (1 + 1/32) B (one E8M0 scale per 32 values), nvfp4 2 * (0.5 + 1/16) B (one E4M3 scale
+    per 16 values).
+
+Splitting: attention, dense MLP, shared experts and the MTP projection / tp; MLA's down
+projections and latent norms are duplicated over TP; norms and the router are replicated; routed
+experts: (n_experts / ep) experts / etp. The input embedding and the output head are
+``V_pad * h / tp`` (V_pad: Megatron's padded vocabulary); the last stage holds the output head
+(a copy of the embedding when tied and pp > 1) and, with MTP and pp > 1, a copy of the embedding.
+
+**Activations per micro-batch** (Korthikanti et al. 2022, written per saved tensor for a modern
+fused stack: flash attention keeps no s x s matrix, no dropout masks). Per token and layer, with
+``q`` the bytes of a saved GEMM input (bf16 2, fp8 1, fp8-block 1 + 4/128, mxfp8 1 + 1/32,
+nvfp4 0.5 + 1/16)::
+
+    norms        2 * h * 2                           (inputs of the two RMSNorms)
+    attn input   h * q                               (QKV GEMM input; MLA: q/kv down-proj input)
+    GQA q,k,v    (n_h*d + 2*n_kv*d) * 2              (saved by flash attention)
+    MLA latents  q_r*(2+q) + (kv_r+d_r)*2 + kv_r*q   (not split by TP)
+    MLA q,k,v    n_h * (2*(d_n+d_r) + d_v) * 2       (up-projected; mla_up_proj drops them)
+    attn out     n_h*d_v*q + n_h*4                   (o-proj input, softmax statistics)
+    dense MLP    h*q + (2F or F)*2 + F*q             (fc1 input, fc1 output, fc2 input)
+    MoE          h*2 + n_experts*4 + top_k*12        (router input, fp32 scores, probs + indices)
+                 + shared: h*q + 2F_sh*2 + F_sh*q
+    routed       per token copy: h*q + (2F_moe*2 + F_moe*q)/etp + 4,
+                 copies per GPU = T/(tp*cp) * top_k * etp (balanced routing)
+
+Everything except the routed copies and MLA latents is divided by tp (SP) and by cp. Recompute
+drops what it recomputes: ``core_attn`` the softmax statistics (fused attention keeps nothing
+else), ``mla_up_proj`` the MLA q,k,v, ``mlp`` the dense fc1 output and fc2 input, ``moe`` the whole
+MoE block (router, routed, shared), ``moe_act`` the routed fc2 inputs, ``shared_experts`` the shared
+expert's fc1 output and fc2 input, ``layernorm`` the GEMM inputs the norms feed; ``full`` keeps
+each layer's input (h*2/(tp*cp) per token) and adds one layer's full activations as the
+recompute working set. MTP layers add their norms and the eh_proj input (5h*2). The loss stage
+adds the final-norm and head inputs and, per head (1 + MTP layers), the bf16 logits and the fp32
+softmax kept by vocab-parallel cross entropy: V_pad/tp * 6 B per token, for one micro-batch.
+
+**Micro-batches in flight** on pipeline rank r (M micro-batches per step): no PP 1; 1F1B
+min(pp - r, M); interleaved: Megatron's warm-up ``(pp - r - 1)*2 + (vpp - 1)*pp`` plus one,
+capped at M*vpp; which chunks those virtual micro-batches belong to changes during the step, so
+``inflight_compositions`` simulates the schedule and the heaviest live set sets the peak.
+
+**Reserve**: 3 GiB (CUDA context ~0.6, NCCL communicators and buffers ~1.5, cuBLAS/TE
+workspaces and MoE dispatcher buffers ~0.9) plus 5 % of the activations for allocator
+fragmentation.
+
+Not modelled: activation offloading to CPU (Megatron-Bridge's paged stash, TE CPU offload),
+CUDA-graph static buffers, partial full-recompute (``--recompute-num-layers`` below the stage's
+layer count), expert load imbalance (routing is taken as balanced, so an overloaded expert rank
+needs more), the combined-1F1B schedule of overlapped expert communication (one more
+micro-batch in flight), fp8 parameter gather (weights stored in fp8 instead of bf16), non-flash
+attention, variable-length packing, dataloader and checkpointing buffers, and the transient peak
+of the optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError
+from planner.model.flops import LayerCost, layer_costs
+from planner.model.spec import ModelSpec
+from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
+
+GIB = float(1 << 30)
+
+# Bytes of one saved GEMM input, and of the quantised weight copies per weight, by precision.
+ACT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8-block": 1.0 + 4.0 / 128, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+WEIGHT_COPY_BYTES = {
+    "bf16": 0.0,
+    "fp8": 2.0,
+    "fp8-block": 2.0 + 2 * 4.0 / (128 * 128),
+    "mxfp8": 2.0 * (1.0 + 1.0 / 32),
+    "nvfp4": 2.0 * (0.5 + 1.0 / 16),
+}
+
+RESERVE_GIB = 3.0
+FRAGMENTATION = 0.05
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Trainer conventions the estimate depends on (bytes per value)."""
+
+    grad_bytes: float = 2.0       # Megatron main_grad buffer: 4 (fp32, Megatron-LM default) or 2
+    moment_bytes: float = 4.0     # each Adam moment (precision-aware optimizer: 2)
+    master_bytes: float = 4.0     # fp32 master weights
+    reserve_gib: float = RESERVE_GIB
+    fragmentation: float = FRAGMENTATION
+
+
+def options_for(training: Training) -> MemoryOptions:
+    """Defaults per trainer. Megatron: NVIDIA's Megatron-Bridge performance recipes (the runs in
+    calibration.csv) set ``grad_reduce_in_fp32=False``, so gradients are bf16; Adam moments fp32.
+    TorchTitan / MaxText keep fp32 weights and gradients (sharded); see ``memory_per_gpu``."""
+    if training.trainer == "megatron":
+        return MemoryOptions(grad_bytes=2.0)
+    return MemoryOptions(grad_bytes=4.0)
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One pipeline rank (all its virtual stages), in GiB."""
+
+    rank: int
+    layers: int
+    weights: float
+    weight_copies: float
+    grads: float
+    optimizer: float
+    fsdp_buffers: float
+    activations: float
+    logits: float
+    reserve: float
+    inflight: tuple[int, ...]   # micro-batches in flight per chunk
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.weight_copies + self.grads + self.optimizer + self.fsdp_buffers
+                + self.activations + self.logits + self.reserve)
+
+    def components(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "weight_copies": self.weight_copies,
+            "grads": self.grads,
+            "optimizer": self.optimizer,
+            "fsdp_buffers": self.fsdp_buffers,
+            "activations": self.activations,
+            "logits": self.logits,
+            "reserve": self.reserve,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """``per_stage``: one entry per pipeline rank; ``components``: the worst rank's terms (GiB)."""
+
+    per_stage: tuple[RankMemory, ...]
+    worst_rank: int
+    components: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def peak_gib(self) -> float:
+        return self.per_stage[self.worst_rank].total
+
+    def fits(self, hbm_gib: float) -> bool:
+        return self.peak_gib <= hbm_gib
+
+    def stage_components(self) -> list[dict[str, float]]:
+        """Every pipeline rank's components (GiB), rank order."""
+        return [r.components() for r in self.per_stage]
+
+    def to_dict(self) -> dict:
+        return {
+            "peak_gib": round(self.peak_gib, 3),
+            "worst_rank": self.worst_rank,
+            "components": {k: round(v, 3) for k, v in self.components.items()},
+            "per_stage": [round(r.total, 3) for r in self.per_stage],
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Micro-batches in flight
+
+
+def _warmup(pp: int, vpp: int, rank: int, m: int) -> int:
+    """Megatron's warm-up forward count for the interleaved schedule (all of them when M == pp)."""
+    total = m * vpp
+    if m == pp:
+        return total
+    return min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+
+
+def inflight_per_chunk(pp: int, vpp: int, rank: int, num_microbatches: int) -> list[int]:
+    """Micro-batches in flight per model chunk at the first steady-state step (warm-up + 1):
+    1F1B ``min(pp - rank, M)``; interleaved, virtual micro-batch k runs chunk ``(k // pp) % vpp``."""
+    m = max(1, int(num_microbatches))
+    if pp <= 1:
+        return [1] * vpp
+    if vpp <= 1:
+        return [min(pp - rank, m)]
+    total = m * vpp
+    n = min(_warmup(pp, vpp, rank, m) + 1, total)
+    if n == total:  # the whole step is warm-up: every micro-batch through every chunk
+        return [m] * vpp
+    group = min(pp, m)  # Megatron's microbatch_group_size_per_vp_stage (pp by default)
+    counts = [0] * vpp
+    for k in range(n):
+        counts[(k // group) % vpp] += 1
+    return counts
+
+
+@lru_cache(maxsize=8192)
+def inflight_compositions(pp: int, vpp: int, rank: int, num_microbatches: int) -> tuple[tuple[int, ...], ...]:
+    """Every per-chunk count of live micro-batches that can be a memory peak on ``rank``.
+
+    Simulates Megatron's interleaved schedule: W warm-up forwards, then one forward and one
+    backward per step, then the cool-down backwards. Forward k runs chunk ``(k // g) % vpp`` and
+    backward k chunk ``vpp - 1 - (k // g) % vpp`` of micro-batch ``(k // (g*vpp))*g + k % g``
+    (``g = min(pp, M)``). Activations peak right after a forward; the compositions seen there
+    repeat with period ``g*vpp``, so the simulation stops after one period of steady state.
+    Returns the Pareto-maximal count vectors (1F1B and no-PP: one vector)."""
+    m = max(1, int(num_microbatches))
+    if pp <= 1 or vpp <= 1:
+        return (tuple(inflight_per_chunk(pp, vpp, rank, m)),)
+    g = min(pp, m)
+    m_sim = -(-m // g) * g
+    total = m_sim * vpp
+    w = _warmup(pp, vpp, rank, m_sim)
+    horizon = min(total, w + 2 * g * vpp)
+
+    def mb(k: int) -> int:
+        return (k // (g * vpp)) * g + k % g
+
+    live: dict[tuple[int, int], None] = {}
+    counts = [0] * vpp
+    seen: set[tuple[int, ...]] = set()
+    f = b = 0
+    while f < horizon:
+        c = (f // g) % vpp
+        live[(mb(f), c)] = None
+        counts[c] += 1
+        f += 1
+        seen.add(tuple(counts))
+        if f > w and b < total:  # steady state: one backward after each forward
+            cb = vpp - 1 - (b // g) % vpp
+            del live[(mb(b), cb)]
+            counts[cb] -= 1
+            b += 1
+    peaks = [v for v in seen if not any(o != v and all(x >= y for x, y in zip(o, v)) for o in seen)]
+    return tuple(sorted(peaks, reverse=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-layer activation bytes per token (before dividing by the micro-batch token count)
+
+
+def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: float) -> dict[str, float]:
+    """Saved activation bytes per token of the micro-batch, per GPU, by term."""
+    h, tp, cp = model.hidden_size, cfg.tp, cfg.cp
+    etp = cfg.etp_eff
+    sp = tp  # sequence parallel with TP
+    t: dict[str, float] = {}
+    t["norms"] = 2 * h * 2 / sp
+    n_h = model.num_attention_heads
+    if model.attention == "mla":
+        d_n, d_r, d_v = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+        q_r, kv_r = model.q_lora_rank or 0, model.kv_lora_rank
+        t["attn_input"] = h * q  # gathered input of the duplicated down projections
+        t["mla_latents"] = q_r * (2 + q) + (kv_r + d_r) * 2 + kv_r * q
+        t["qkv"] = n_h * (2 * (d_n + d_r) + d_v) * 2 / tp
+        t["attn_out"] = (n_h * d_v * q) / tp
+        t["softmax_stats"] = n_h * 4 / tp
+    else:
+        d, n_kv = model.head_dim, model.num_kv_heads
+        t["attn_input"] = h * q / sp
+        t["qkv"] = (n_h * d + 2 * n_kv * d) * 2 / tp
+        t["attn_out"] = n_h * d * q / tp
+        t["softmax_stats"] = n_h * 4 / tp
+    glu = 2 if model.gated_mlp else 1
+    if c.is_moe:
+        t["router"] = (h * 2 + model.num_experts * 4 + model.top_k * 12) / sp
+        if model.shared_ffn_hidden_size:
+            fs = model.shared_ffn_hidden_size
+            t["shared_input"] = h * q / sp
+            t["shared"] = (glu * fs * 2 + fs * q) / tp
+        f = model.moe_ffn_hidden_size
+        copies = model.top_k * etp / (tp)  # per token of the micro-batch, per GPU (cp applied below)
+        t["routed_input"] = copies * (h * q + 4)
+        t["routed_fc1"] = copies * glu * f * 2 / etp
+        t["routed_act"] = copies * f * q / etp
+    else:
+        f = model.ffn_hidden_size
+        t["mlp_input"] = h * q / sp
+        t["mlp"] = (glu * f * 2 + f * q) / tp
+    if c.kind == "mtp":
+        t["mtp"] = 5 * h * 2 / sp
+    return {k: v / cp for k, v in t.items()}
+
+
+_DROPS = {
+    "core_attn": ("softmax_stats",),
+    "mla_up_proj": ("qkv",),  # only for MLA (checked below)
+    "mlp": ("mlp",),
+    "moe": ("router", "shared_input", "shared", "routed_input", "routed_fc1", "routed_act"),
+    "moe_act": ("routed_act",),
+    "shared_experts": ("shared",),
+    "layernorm": ("attn_input", "mlp_input", "shared_input"),
+}
+
+
+def layer_activation_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, training: Training) -> tuple[float, float]:
+    """(saved bytes per micro-batch under cfg.recompute, full bytes per micro-batch without
+    recompute) for one layer on one GPU."""
+    q = ACT_BYTES[training.precision]
+    terms = _layer_act_terms(model, c, cfg, q)
+    tokens = cfg.mbs * training.seq_len
+    full = sum(terms.values()) * tokens
+    if cfg.recompute == "none":
+        return full, full
+    if cfg.recompute == "full":
+        return model.hidden_size * 2 / (cfg.tp * cfg.cp) * tokens, full
+    drop: set[str] = set()
+    for mod in cfg.recompute_modules:
+        if mod == "mla_up_proj" and model.attention != "mla":
+            continue
+        drop.update(_DROPS[mod])
+    return sum(v for k, v in terms.items() if k not in drop) * tokens, full
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters per GPU
+
+
+def _dup_attn_params(model: ModelSpec) -> int:
+    """MLA parameters duplicated over TP: the down projections and latent norms."""
+    if model.attention != "mla":
+        return 0
+    h = model.hidden_size
+    q_r = model.q_lora_rank or 0
+    return h * q_r + q_r + h * (model.kv_lora_rank + model.qk_rope_head_dim) + model.kv_lora_rank
+
+
+_SP_CACHE: dict = {}
+
+
+def _stage_params(model: ModelSpec, stage: StageSpec, seq_len: int, tp: int, ep: int, etp: int):
+    """(dense params, expert params, linear params that get quantised copies, largest layer's
+    dense+expert params) on one GPU for one stage. A pure function of its arguments, cached by the
+    model's identity (hashing a pydantic model costs more than the sum), as the planner asks for
+    the same stage under many layouts."""
+    key = (id(model), stage, seq_len, tp, ep, etp)
+    hit = _SP_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_SP_CACHE) > 200_000:
+        _SP_CACHE.clear()
+    out = _stage_params_of(model, stage, seq_len, tp, ep, etp)
+    _SP_CACHE[key] = (model, out)
+    return out
+
+
+def _stage_params_of(model: ModelSpec, stage: StageSpec, seq_len: int, tp: int, ep: int, etp: int):
+    costs = layer_costs(model, seq_len)
+    costs_by_layer = [c for c in costs if c.kind == "decoder"]
+    mtp_costs = [c for c in costs if c.kind == "mtp"]
+    dup = _dup_attn_params(model)
+    dense = expert = linear = 0.0
+    biggest = 0.0
+    layers = [costs_by_layer[i] for i in stage.layers] + list(mtp_costs[: stage.mtp])
+    for c in layers:
+        attn = dup + (c.attn_params - dup) / tp
+        d = attn + c.mlp_dense_params / tp + c.shared_params / tp + c.norm_params + c.router_params + c.mtp_proj_params / tp
+        e = math.ceil(c.n_experts / ep) * c.expert_params / etp if c.n_experts else 0.0
+        dense += d
+        expert += e
+        linear += attn + c.mlp_dense_params / tp + c.shared_params / tp + e
+        biggest = max(biggest, d + e)
+    v = model.padded_vocab(tp) * model.hidden_size / tp
+    if stage.embedding:
+        dense += v
+    if stage.loss:
+        dense += model.hidden_size  # final norm
+        if not (model.tied_embeddings and stage.embedding):
+            dense += v  # output head (or the tied copy on the last stage)
+        if stage.mtp and not stage.embedding:
+            dense += v  # MTP needs the embedding on the last stage
+    return dense, expert, linear, biggest
+
+
+_CK_CACHE: dict = {}
+
+
+def _chunk_kinds(chunk: StageSpec, dec, mtp) -> dict:
+    """{(kind, is_moe, swa): (count, a layer of that kind)} of a chunk's layers, first seen first:
+    layers of one kind have identical activations."""
+    out: dict = {}
+    for c in [dec[i] for i in chunk.layers] + mtp[: chunk.mtp]:
+        k = (c.kind, c.is_moe, c.swa)
+        n, first = out.get(k, (0, c))
+        out[k] = (n + 1, first)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    config: ParallelConfig,
+    training: Training,
+    world: int,
+    gpu_spec=None,
+    layout: PipelineLayout | None = None,
+    options: MemoryOptions | None = None,
+) -> MemoryEstimate:
+    """Peak memory per GPU of ``config`` (see the module docstring for every formula).
+
+    ``world`` sets the data-parallel degrees (dp = world / (tp*cp*pp), edp = world /
+    (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec`` is
+    accepted for the caller's ``fits(gpu_spec.hbm_gib)``; the estimate itself does not depend on it.
+    """
+    opt = options or options_for(training)
+    pp, vpp, tp, cp = config.pp, config.vpp, config.tp, config.cp
+    if layout is None:
+        layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
+    elif (layout.pp, layout.vpp) != (pp, vpp):
+        raise InputError(f"pipeline layout has pp={layout.pp} vpp={layout.vpp} but the config has pp={pp} vpp={vpp}")
+    dp = max(1, config.dp if config.dp is not None else world // (tp * cp * pp))
+    edp = max(1, world // (config.etp_eff * config.ep * pp))
+    d_dense = dp * cp
+    micro = max(1, math.ceil(training.global_batch / (config.mbs * dp)))
+
+    costs = layer_costs(model, training.seq_len)
+    dec = [c for c in costs if c.kind == "decoder"]
+    mtp = [c for c in costs if c.kind == "mtp"]
+    q = WEIGHT_COPY_BYTES[training.precision]
+    megatron = training.trainer == "megatron"
+    fsdp = config.fsdp
+
+    # per-layer activation bytes per micro-batch
+    act_cache: dict[tuple, tuple[float, float]] = {}
+
+    def act(c: LayerCost) -> tuple[float, float]:
+        key = (c.kind, c.is_moe, c.swa)  # layers of one kind have identical activations
+        if key not in act_cache:
+            act_cache[key] = layer_activation_bytes(model, c, config, training)
+        return act_cache[key]
+
+    v_local = model.padded_vocab(tp) / tp
+    tokens = config.mbs * training.seq_len
+    # per head: bf16 logits + fp32 softmax over the local vocabulary for the gathered sequence;
+    # plus the final-norm input (sequence-parallel) and the gathered head input
+    logits_per_mb = (tokens / cp * v_local * 6.0 * (1 + model.mtp_layers)
+                     + tokens / (tp * cp) * model.hidden_size * 2 + tokens / cp * model.hidden_size * 2)
+
+    ranks: list[RankMemory] = []
+    for r in range(pp):
+        chunks = layout.for_rank(r)
+        dense = expert = linear = 0.0
+        biggest = 0.0
+        work = 0.0
+        nlayers = 0
+        chunk_act: list[float] = []
+        chunk_logits: list[float] = []
+        for chunk in chunks:
+            d, e, lin, big = _stage_params(model, chunk, training.seq_len, tp, config.ep, config.etp_eff)
+            dense += d
+            expert += e
+            linear += lin
+            biggest = max(biggest, big)
+            nlayers += len(chunk.layers)
+            a = 0.0
+            ck = (id(model), training.seq_len, chunk)
+            kinds = _CK_CACHE.get(ck)
+            if kinds is None or kinds[0] is not model:
+                if len(_CK_CACHE) > 200_000:
+                    _CK_CACHE.clear()
+                kinds = _CK_CACHE[ck] = (model, tuple(_chunk_kinds(chunk, dec, mtp).values()))
+            for n_k, c in kinds[1]:
+                saved, full = act(c)
+                a += n_k * saved
+                work = max(work, full)
+            chunk_act.append(a)
+            chunk_logits.append(logits_per_mb if chunk.loss else 0.0)
+        # the heaviest set of live micro-batches the schedule produces on this rank
+        comps = inflight_compositions(pp, vpp, r, micro)
+        per_mb = [a + lg for a, lg in zip(chunk_act, chunk_logits)]
+        inflight = max(comps, key=lambda v: sum(n * x for n, x in zip(v, per_mb)))
+        acts = sum(n * a for n, a in zip(inflight, chunk_act))
+        logits = sum(n * lg for n, lg in zip(inflight, chunk_logits))
+        if config.recompute == "full":
+            acts += work  # one layer recomputed at a time during backward
+
+        if megatron and not fsdp:
+            weights = 2.0 * (dense + expert)
+            grads = opt.grad_bytes * (dense + expert)
+            optim = (opt.master_bytes + 2 * opt.moment_bytes) * (dense / d_dense + expert / edp)
+            copies = q * linear
+            fsdp_buf = 0.0
+        elif megatron:
+            weights = 2.0 * (dense / d_dense + expert / edp)
+            grads = opt.grad_bytes * (dense / d_dense + expert / edp)
+            optim = (opt.master_bytes + 2 * opt.moment_bytes) * (dense / d_dense + expert / edp)
+            copies = q * linear / d_dense
+            fsdp_buf = 2 * biggest * (2.0 + opt.grad_bytes + q)
+        else:  # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
+            shard_d = d_dense if config.fsdp else 1
+            shard_e = edp if config.fsdp else 1
+            weights = 4.0 * (dense / shard_d + expert / shard_e)
+            grads = 4.0 * (dense / shard_d + expert / shard_e)
+            optim = 2 * opt.moment_bytes * (dense / shard_d + expert / shard_e)
+            copies = q * linear / shard_d
+            fsdp_buf = 2 * biggest * (2.0 + 4.0 + q) if config.fsdp else 0.0
+        reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + logits)
+        ranks.append(
+            RankMemory(
+                rank=r,
+                layers=nlayers,
+                weights=weights / GIB,
+                weight_copies=copies / GIB,
+                grads=grads / GIB,
+                optimizer=optim / GIB,
+                fsdp_buffers=fsdp_buf / GIB,
+                activations=acts / GIB,
+                logits=logits / GIB,
+                reserve=reserve / GIB,
+                inflight=tuple(inflight),
+            )
+        )
+    worst = max(range(pp), key=lambda i: ranks[i].total)
+    return MemoryEstimate(per_stage=tuple(ranks), worst_rank=worst, components=ranks[worst].components())

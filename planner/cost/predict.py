@@ -1,0 +1,143 @@
+"""Predict one layout: throughput, step time with its breakdown, memory per GPU and the rule check.
+
+``predict(model, cluster, config, training)`` places the ranks (``planner.cost.placement``), prices the
+step (``planner.cost.steptime`` with the stack profile ``training.stack``), estimates memory
+(``planner.cost.memory``) and reports model TFLOP/s per GPU in the Megatron-Bridge convention
+(``planner.model.flops.flops_per_token`` with the profile's formula)::
+
+    tokens_per_s          = gbs * seq_len / step_time
+    tflops_per_gpu        = tokens_per_s / world * flops_per_token / 1e12
+
+Broken trainer rules do not raise: they are listed in ``violations`` (the CLI exits 2 on them).
+Per-(model, cluster, training) pieces are memoised, so a call takes about a millisecond.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError
+from planner.cost.placement import Placement, default_gpus_per_domain, group_shapes, make_placement
+from planner.cost.profiles import load_profile
+from planner.rules import violations as rule_violations
+from planner.cost.steptime import TERMS, step_time
+
+
+@dataclass
+class Prediction:
+    tflops_per_gpu: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s: float
+    step_time_s: float
+    memory_gib_per_gpu: float
+    hbm_gib: float
+    fits: bool
+    breakdown: "OrderedDict[str, float]"
+    memory: dict
+    config: ParallelConfig
+    world: int
+    placement: Placement | None
+    violations: list = field(default_factory=list)
+    stack: str = ""
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tokens_per_s": self.tokens_per_s,
+            "step_time_s": self.step_time_s if self.step_time_s != float("inf") else None,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "hbm_gib": self.hbm_gib,
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+            "memory": dict(self.memory),
+            "config": self.config.model_dump(),
+            "dispatcher": self.config.dispatcher,
+            "world": self.world,
+            "stack": self.stack,
+            "placement": None if self.placement is None else {
+                "order": self.placement.order, "gpus_per_domain": self.placement.gpus_per_domain,
+                "rank_to_gpu": list(self.placement.rank_to_gpu)},
+            "violations": [{"rule": v.rule, "message": v.message} for v in self.violations],
+        }
+
+
+@lru_cache(maxsize=256)
+def _flops_per_token(model, seq_len: int, tp: int, formula: str) -> float:
+    from planner.model.flops import flops_per_token
+
+    return flops_per_token(model, seq_len, tp=tp, formula=formula)
+
+
+_MEM_CACHE: dict = {}
+
+
+def _memory(model, config, training, world, gpu_spec, layout):
+    from planner.cost.memory import memory_per_gpu
+
+    key = (model, config, training.seq_len, training.global_batch, training.precision, world, gpu_spec.name)
+    hit = _MEM_CACHE.get(key)
+    if hit is None:
+        hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout)
+        if len(_MEM_CACHE) > 4096:
+            _MEM_CACHE.clear()
+        _MEM_CACHE[key] = hit
+    return hit
+
+
+def predict(model, cluster, config: ParallelConfig, training: Training, *, placement: Placement | None = None,
+            profile=None, expert_balance=None) -> Prediction:
+    """Predicted throughput, step time, breakdown and memory of ``config`` on ``cluster``.
+
+    ``config.dispatcher = None`` takes the stack profile's dispatcher; ``Prediction.config`` (and
+    ``to_dict()["dispatcher"]``) report the dispatcher that was priced.
+    """
+    from planner.model.pipeline import pipeline_layout
+
+    prof = load_profile(profile if profile is not None else training.stack)
+    if config.dispatcher is None:  # None = the stack profile's default dispatcher
+        config = config.model_copy(update={"dispatcher": prof.dispatcher})
+    world = config.world(cluster.num_gpus)
+    if world > cluster.num_gpus:
+        raise InputError(f"config needs {world} GPUs (dp={config.dp}) but cluster {cluster.name!r} has "
+                         f"{cluster.num_gpus}; lower --dp or use --gpus {world}")
+    viol = rule_violations(model, config, training, world)
+    hard = [v for v in viol if v.rule in ("world_div_model_parallel", "dp_matches_world", "expert_grid_div_world",
+                                          "pipeline_stages", "experts_div_ep")]
+    gpu = cluster.gpu_spec
+    empty = OrderedDict((t, 0.0) for t in TERMS)
+    if hard:
+        return Prediction(0.0, 0.0, 0.0, float("inf"), 0.0, gpu.hbm_gib, False, empty, {}, config, world,
+                          placement, viol, prof.name)
+    if placement is None:
+        gpd = default_gpus_per_domain(cluster.domain_sizes(), config, world)
+        placement = make_placement(cluster, config, world, gpus_per_domain=gpd)
+    shapes = group_shapes(cluster, config, placement)
+    layout = pipeline_layout(model, config.pp, config.vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
+    st = step_time(model, cluster, config, training, world, placement, prof, shapes,
+                   expert_balance=expert_balance, layout=layout)
+    fpt = _flops_per_token(model, training.seq_len, config.tp, prof.flops_formula)
+    tokens_per_s = training.global_batch * training.seq_len / st.step_time_s
+    mem = _memory(model, config, training, world, gpu, layout)
+    peak = float(mem.peak_gib)
+    return Prediction(
+        tflops_per_gpu=tokens_per_s / world * fpt / 1e12,
+        tokens_per_s_per_gpu=tokens_per_s / world,
+        tokens_per_s=tokens_per_s,
+        step_time_s=st.step_time_s,
+        memory_gib_per_gpu=peak,
+        hbm_gib=gpu.hbm_gib,
+        fits=bool(mem.fits(gpu.hbm_gib)),
+        breakdown=st.breakdown,
+        memory=dict(mem.components),
+        config=config,
+        world=world,
+        placement=placement,
+        violations=viol,
+        stack=prof.name,
+        details=st.details,
+    )

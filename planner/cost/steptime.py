@@ -1,0 +1,317 @@
+"""The step-time model: adds the cost terms of ``planner.cost.terms`` and keeps the breakdown.
+
+One training step of a layout is the slowest pipeline rank's micro-batches plus what cannot hide::
+
+    t_mb[r]   = sum over rank r's layers of (compute + exposed TP + exposed EP + exposed CP + overhead)
+                [+ output head / MTP on the last stage] [+ busiest-GPU expert excess]
+    t_step    = m * max_r t_mb[r]                  (m = gbs / (mbs * dp) micro-batches per pipeline)
+              + bubble((pp-1)/vpp * max_r t_mb[r]) + exposed p2p + exposed DP + optimizer
+
+The breakdown splits the same sum into terms (seconds, exposed part only): ``compute`` (mean rank),
+``tp_comm``, ``ep_a2a``, ``cp_comm``, ``other`` (per-layer launch overhead), ``imbalance`` (slowest
+rank over the mean rank, and the busiest expert GPU over the mean), ``pp_bubble``, ``pp_p2p``,
+``dp_comm``, ``optimizer``. The terms add up to ``step_time_s``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from planner.config import ParallelConfig, Training
+from planner.cost.terms import compute as C
+from planner.cost.terms import context_parallel as CP
+from planner.cost.terms import data_parallel as DP
+from planner.cost.terms import expert_a2a as EA
+from planner.cost.terms import optimizer as OPT
+from planner.cost.terms import pipeline as PPL
+from planner.cost.terms import tensor_parallel as TP
+from planner.cost.terms import exposed
+
+TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
+         "imbalance", "other")
+LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
+
+
+def fabric_for(cluster):
+    from topologies.collectives import fabric_for as ff
+
+    return ff(cluster)
+
+
+def profile_fabric(cluster, profile):
+    """The cluster's fabric as a profile sees it: collectives that leave an NVLink domain scaled by the
+    profile's ``net.bw`` for this GPU generation. Every caller that prices communication for a profile
+    (``step_time``, the solver's tables) should use this, not ``fabric_for`` directly."""
+    fabric = fabric_for(cluster)
+    net = profile.param("net.bw", cluster.gpu_spec.arch)
+    return fabric if net == 1.0 else NetScaled(fabric, net)
+
+
+class NetScaled:
+    """The fabric with every collective that leaves an NVLink domain ``scale`` times faster (the
+    profile's ``net.bw``: achieved scale-out bandwidth of this stack and NIC generation relative to the
+    fabric model's 0.74 of line rate)."""
+
+    def __init__(self, fabric, scale: float):
+        self.fabric, self.scale = fabric, scale
+
+    def _by_shape(self, name, shape, *args, **kwargs):
+        t = getattr(self.fabric, name)(shape, *args, **kwargs)
+        return t / self.scale if shape.tier >= 0 else t
+
+    def all_reduce(self, shape, nbytes):
+        return self._by_shape("all_reduce", shape, nbytes)
+
+    def all_gather(self, shape, nbytes):
+        return self._by_shape("all_gather", shape, nbytes)
+
+    def reduce_scatter(self, shape, nbytes):
+        return self._by_shape("reduce_scatter", shape, nbytes)
+
+    def all_to_all(self, shape, nbytes, impl="nccl"):
+        return self._by_shape("all_to_all", shape, nbytes, impl=impl)
+
+    def p2p(self, nbytes, tier):
+        t = self.fabric.p2p(nbytes, tier)
+        return t / self.scale if tier >= 0 else t
+
+
+@dataclass
+class StepTime:
+    step_time_s: float
+    breakdown: "OrderedDict[str, float]"
+    microbatches: float
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Profile parameters resolved for one GPU and precision."""
+
+    peak_lp: float
+    peak_bf16: float
+    eff_lp: float
+    eff_bf16: float
+    dim_half: float
+    m_half: float
+    attn_eff: float
+    hbm_bps: float
+    elem_factor: float
+    quant_factor: float
+    quant_bytes: float
+
+    def layer_time(self, work, recompute):
+        return C.layer_time(work, peak_lp=self.peak_lp, peak_bf16=self.peak_bf16, eff_lp=self.eff_lp,
+                            eff_bf16=self.eff_bf16, dim_half=self.dim_half, m_half=self.m_half,
+                            attn_eff=self.attn_eff, hbm_bps=self.hbm_bps, elem_factor=self.elem_factor,
+                            quant_factor=self.quant_factor, quant_bytes=self.quant_bytes, recompute=recompute)
+
+
+def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Efficiencies:
+    """Kernel efficiencies of ``profile`` on ``gpu``; ``cuda_graphs=False`` (an eager recipe) prices
+    elementwise traffic with ``mem.elementwise_eager`` (unfused kernels and the launch gaps between
+    them) instead of ``mem.elementwise``, and never less than it."""
+    arch = gpu.arch
+    p = lambda n: profile.param(n, arch)  # noqa: E731
+    speed = p("gpu.speed")
+    eff_lp = min(0.98, C.mamf(gpu.name, precision) * p(C.stack_key(precision)) * speed)
+    eff_bf16 = min(0.98, C.mamf(gpu.name, "bf16") * p("gemm.bf16") * speed)
+    return Efficiencies(
+        peak_lp=gpu.peak_tflops(precision) * 1e12, peak_bf16=gpu.bf16_tflops * 1e12,
+        eff_lp=eff_lp, eff_bf16=eff_bf16, dim_half=p("gemm.dim_half"), m_half=p("gemm.grouped_m_half"),
+        attn_eff=min(0.98, p("attn.eff") * speed), hbm_bps=gpu.hbm_tbps * 1e12 * p("mem.hbm_eff"),
+        # an eager recipe moves at least the traffic of a fused one
+        elem_factor=p("mem.elementwise") if cuda_graphs else max(p("mem.elementwise"), p("mem.elementwise_eager")),
+        quant_factor=p("mem.quant"),
+        quant_bytes=C.quant_bytes_per_element(precision))
+
+
+@lru_cache(maxsize=256)
+def _layer_kinds(model) -> tuple:
+    kinds = []
+    for i in range(model.num_layers):
+        moe = bool(model.moe_layers[i]) if model.moe_layers else False
+        swa = bool(model.swa_layers[i]) if model.swa_layers else False
+        kinds.append(("moe" if moe else "dense", swa))
+    return tuple(kinds)
+
+
+@dataclass(frozen=True)
+class RankInventory:
+    """What one pipeline rank holds: layers by kind, MTP layers, head, and parameter counts."""
+
+    kinds: tuple            # ((kind, swa), count) pairs, MTP layers included
+    mtp: int
+    loss: bool
+    embedding: bool
+    dense_params: float     # before TP split (embedding / output head included)
+    expert_params: float    # every routed expert of the rank's MoE layers, before EP x ETP split
+
+
+@lru_cache(maxsize=1024)
+def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
+    """Per pipeline rank: its ``RankInventory`` (memoised per model and layout)."""
+    from planner.model.flops import layer_costs
+
+    costs = layer_costs(model, seq_len)
+    kinds = _layer_kinds(model)
+    mtp_kind = (kinds[-1][0], False)
+    vocab_params = model.hidden_size * model.padded_vocab(1)
+    out = []
+    for r in range(pp):
+        count: dict = {}
+        dense = expert = 0.0
+        mtp = 0
+        loss = emb = False
+        for st in layout.for_rank(r):
+            for i in st.layers:
+                count[kinds[i]] = count.get(kinds[i], 0) + 1
+                dense += costs[i].dense_params
+                expert += costs[i].expert_params * costs[i].n_experts
+            for j in range(int(st.mtp or 0)):
+                count[mtp_kind] = count.get(mtp_kind, 0) + 1
+                lc = costs[model.num_layers + j] if len(costs) > model.num_layers + j else costs[-1]
+                dense += lc.dense_params
+                expert += lc.expert_params * lc.n_experts
+                mtp += 1
+            if st.loss:
+                loss = True
+                if not model.tied_embeddings:
+                    dense += vocab_params
+            if st.embedding:
+                emb = True
+                dense += vocab_params
+        out.append(RankInventory(tuple(sorted(count.items())), mtp, loss, emb, dense, expert))
+    return tuple(out)
+
+
+def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
+              shapes: dict, expert_balance=None, layout=None) -> StepTime:
+    """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
+    from planner.model.pipeline import pipeline_layout
+
+    gpu = cluster.gpu_spec
+    prec = training.precision
+    s = training.seq_len
+    tp, cp, pp, vpp, ep, etp, mbs = config.tp, config.cp, config.pp, config.vpp, config.ep, config.etp_eff, config.mbs
+    arch = gpu.arch
+    par = lambda n: profile.param(n, arch)  # noqa: E731
+    eff = efficiencies(gpu, prec, profile, training.cuda_graphs)
+    fabric = profile_fabric(cluster, profile)
+    dp = world // (tp * cp * pp)
+    edp = world // (etp * ep * pp)
+    m = training.global_batch / (mbs * dp)
+    lp = prec in LOW_PRECISION
+    if layout is None:
+        layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=s)
+    recompute = config.recompute if config.recompute in ("none", "full") else config.recompute_modules
+    if recompute == "none":
+        recompute = ()
+
+    # --- per layer type: compute and communication of one micro-batch -------------------------
+    h = model.hidden_size
+    act = TP.activation_bytes(mbs, s, cp, h)
+    t_tp_layer = TP.tp_comm_time(fabric, shapes.get("tp"), act) if tp > 1 else 0.0
+    if recompute == "full" and tp > 1:
+        t_tp_layer *= 1.5  # the recomputed forward repeats its 2 AG + 2 RS
+    dispatcher = config.dispatcher if config.dispatcher is not None else profile.dispatcher
+    dedup = dispatcher.startswith("flex")
+    impl = "deepep" if dedup else "nccl"
+    tokens_rank = mbs * s / (cp * tp)
+    copies = EA.copies_per_token(model.top_k, ep, dedup) if model.is_moe else 0.0
+    disp_b = 1.0 if (lp and par("ep.dispatch_bytes_fp8") >= 0.5) else 2.0
+    d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, h, copies, disp_b)
+    cross_scale = 1.0
+    ep_shape = shapes.get("ep")
+    if expert_balance is not None and ep_shape is not None and ep_shape.domains > 1:
+        uniform = 1.0 - ep_shape.per_domain / ep_shape.size
+        if uniform > 0:
+            cross_scale = max(expert_balance.cross_domain_fraction, 1e-3) / uniform
+    t_a2a_layer = EA.a2a_time(fabric, ep_shape, d_bytes, c_bytes, impl, cross_scale) if ep > 1 else 0.0
+    if recompute != "full" and "moe" in (recompute or ()):
+        t_a2a_layer *= 1.5
+    t_cp_layer = CP.cp_time(fabric, shapes["cp"].tier if shapes.get("cp") else -1, cp, mbs, s,
+                            CP.kv_width(model), tp) if cp > 1 else 0.0
+    balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
+    launch = par("other.layer_us") * 1e-6
+
+    inventory = rank_inventory(model, layout, s, pp)
+    per_kind = {}
+    for kind in {k for inv in inventory for k, _ in inv.kinds}:
+        work = C.layer_work(model, kind[0], kind[1], s, mbs, tp, cp, ep, etp, lp)
+        lt = eff.layer_time(work, recompute)
+        tp_x = TP.tp_exposed(t_tp_layer, par("tp.overlap"), 3.0 * lt.gemm_fwd)
+        a2a_x = EA.a2a_exposed(t_a2a_layer, par("ep.overlap"), lt.total) if kind[0] == "moe" else 0.0
+        cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
+        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch)
+    head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())
+    mtp_extra = eff.layer_time(C.head_work(model, s, mbs, tp, cp, True), ()) if model.mtp_layers else None
+
+    # --- per pipeline rank ----------------------------------------------------------------------
+    keys = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
+    ranks = []
+    for inv in inventory:
+        vals = [0.0] * len(keys)
+        for kind, n in inv.kinds:
+            pk = per_kind[kind]
+            for i in range(len(keys)):
+                vals[i] += n * pk[i]
+        acc = dict(zip(keys, vals))
+        if inv.mtp:
+            acc["compute"] += inv.mtp * mtp_extra.total
+            acc["fwd"] += inv.mtp * mtp_extra.fwd
+            acc["bwd"] += inv.mtp * mtp_extra.bwd
+        if inv.loss:
+            acc["compute"] += head.total
+            acc["fwd"] += head.fwd
+            acc["bwd"] += head.bwd
+        acc["dense_params"] = inv.dense_params / tp
+        acc["expert_params"] = inv.expert_params / (ep * etp)
+        acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"]
+        ranks.append(acc)
+    n = len(ranks)
+    mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "t_mb")}
+    crit = max(ranks, key=lambda r: r["t_mb"] + r["expert_excess"])
+    t_mb_max = crit["t_mb"] + crit["expert_excess"]
+
+    # --- pipeline --------------------------------------------------------------------------------
+    bubble = PPL.bubble_time(pp, vpp, t_mb_max)
+    pp_shape = shapes.get("pp")
+    p2p_bytes = mbs * s / (cp * tp) * h * 2.0
+    p2p = PPL.p2p_time(fabric, p2p_bytes, pp_shape.tier if pp_shape else -1, pp, vpp, int(round(m)),
+                       par("pp.overlap")) if pp > 1 else 0.0
+
+    # --- data parallel and optimizer -------------------------------------------------------------
+    dense_p, expert_p = crit["dense_params"], crit["expert_params"]
+    dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
+    edp_shape = shapes.get("edp")
+    grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
+    rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=grad_b)
+    rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=grad_b)
+    ov = par("dp.overlap")
+    if config.fsdp:
+        dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))
+    else:
+        dp_x = DP.dp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["bwd"], crit["fwd"])
+    shard = dense_p / max(dp * cp, 1) + expert_p / max(edp, 1)
+    t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
+
+    bd = OrderedDict()
+    bd["compute"] = m * mean["compute"]
+    bd["tp_comm"] = m * mean["tp"]
+    bd["ep_a2a"] = m * mean["ep"]
+    bd["pp_bubble"] = bubble
+    bd["pp_p2p"] = p2p
+    bd["dp_comm"] = dp_x
+    bd["cp_comm"] = m * mean["cp"]
+    bd["optimizer"] = t_opt
+    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
+    bd["other"] = m * mean["other"]
+    total = sum(bd.values())
+    details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
+                   eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
+                   dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,
+                   t_fwd_mb=crit["fwd"], t_bwd_mb=crit["bwd"], rank_t_mb=[r["t_mb"] for r in ranks])
+    return StepTime(step_time_s=total, breakdown=bd, microbatches=m, details=details)

@@ -1,0 +1,47 @@
+"""Data-parallel gradient reduce-scatter and parameter all-gather (distributed optimizer or FSDP).
+
+Distributed optimizer (Megatron ``--use-distributed-optimizer`` with overlapped grad reduce and
+param gather): once per step, each rank reduce-scatters its gradients (``P_rank * b_g`` bytes, ``b_g = 2``: BF16) over the
+data-parallel group and all-gathers the updated parameters (``P_rank * b_p`` bytes). Dense parameters
+use the dense DP x CP group, expert parameters the expert-data-parallel group. Gradient accumulation
+defers the reduce-scatter to the last micro-batch, so only that micro-batch's backward (and the
+all-gather only the first micro-batch's forward) can hide it::
+
+    exposed = max((1-o) RS, RS - t_b) + max((1-o) AG, AG - t_f)
+
+FSDP (Megatron-FSDP / ZeRO-3): parameters are all-gathered before every micro-batch's forward and
+backward and gradients reduce-scattered after every backward; each micro-batch's transfers hide behind
+that micro-batch's compute::
+
+    exposed = m * max((1-o) (2 AG + RS), 2 AG + RS - (t_f + t_b))
+"""
+
+from __future__ import annotations
+
+from planner.cost.terms import exposed
+
+# Megatron-Bridge's performance recipes reduce gradients in BF16: they set
+# cfg.ddp.grad_reduce_in_fp32 = False (and mixed_precision.grad_reduce_in_fp32 = False) in the
+# DeepSeek-V3, Qwen3 and GPT-OSS perf configs (scripts/performance/configs/*), so the reduce-scatter
+# moves 2 bytes per gradient, as planner.cost.memory assumes for the gradient buffer; parameters are
+# gathered in BF16 (fp8_param_gather is off in these recipes).
+GRAD_BYTES = 2.0
+PARAM_BYTES = 2.0
+
+
+def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_bytes: float = 2.0) -> tuple[float, float]:
+    """(reduce-scatter, all-gather) seconds for ``param_count`` parameters over the group ``shape``."""
+    if shape is None or shape.size <= 1 or param_count <= 0:
+        return 0.0, 0.0
+    return (fabric.reduce_scatter(shape, param_count * grad_bytes),
+            fabric.all_gather(shape, param_count * param_bytes))
+
+
+def dp_exposed(t_rs: float, t_ag: float, overlap: float, t_bwd_mb: float, t_fwd_mb: float) -> float:
+    """Exposed DP time per step for the distributed optimizer."""
+    return exposed(t_rs, overlap, t_bwd_mb) + exposed(t_ag, overlap, t_fwd_mb)
+
+
+def fsdp_exposed(t_rs: float, t_ag: float, overlap: float, t_mb: float, microbatches: int) -> float:
+    """Exposed FSDP time per step: per micro-batch 2 all-gathers and a reduce-scatter."""
+    return microbatches * exposed(2.0 * t_ag + t_rs, overlap, t_mb)

@@ -1,0 +1,237 @@
+"""Predicted against measured: rows in the schema of calibration.csv.
+
+Columns: ``id, stack, model, gpu, num_gpus, precision, seq_len, gbs, mbs, tp, pp, vpp, cp, ep, etp,
+fsdp, recompute, tokens_per_s_per_gpu, model_tflops_per_gpu`` (``source`` and other columns are
+ignored). An empty ``etp`` is the trainer default (ETP = TP), or ETP = 1 when the expert grid
+cannot hold the default (the published run then set it, as Megatron-Bridge's MoE recipes do); ``fsdp`` is empty/0 (distributed
+optimizer) or 1 / the FSDP sharding degree (Megatron-Bridge's tables use both);
+an empty ``recompute`` means the cheapest recompute that fits in memory (none, then the selective
+sets, then full); text after the recompute value in brackets or after a space is a comment.
+An optional ``dispatcher`` column (alltoall, allgather, flex-deepep, flex-hybridep; empty = the
+stack's) gives the MoE token dispatcher the recipe used. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
+CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
+``mem.elementwise_eager`` (``Training.cuda_graphs``).
+
+Each row's cluster is the preset of its GPU (H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200,
+B300 -> dgx-b300, GB200 -> gb200-nvl72, GB300 -> gb300-nvl72) sized by ``num_gpus``; on NVL72 racks
+the GPUs used per rack are chosen so that the innermost parallel groups (tp*cp, etp*ep) stay whole
+inside a rack, as launchers do (e.g. 64 of 72 GPUs per rack for EP32/EP64).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError, pydantic_message
+
+GPU_PRESETS = {"H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200", "B300": "dgx-b300",
+               "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+REQUIRED = ("id", "model", "gpu", "num_gpus", "precision", "seq_len", "gbs", "mbs", "tp", "pp")
+# cheapest first: recompute candidates tried when a row leaves recompute empty
+RECOMPUTE_LADDER = ("none", "moe_act", "layernorm+moe_act", "mla_up_proj+moe_act", "core_attn", "mlp",
+                    "core_attn+mlp", "moe", "full")
+
+
+@dataclass
+class Case:
+    id: str
+    stack: str
+    model: object
+    cluster: object
+    config: ParallelConfig
+    training: Training
+    measured_tflops: float | None
+    measured_tokens: float | None
+    auto_recompute: bool
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file; give a CSV in the schema of calibration.csv")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in cols]
+        if missing:
+            raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
+        return [dict(r) for r in reader]
+
+
+def _int(row, key, default=None, path="CSV"):
+    v = (row.get(key) or "").strip()
+    if v == "":
+        if default is None:
+            raise InputError(f"{path}: row {row.get('id', '?')}: column {key!r} is empty; give an integer")
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        raise InputError(f"{path}: row {row.get('id', '?')}: column {key!r} = {v!r} is not an integer") from None
+
+
+def _float(row, key):
+    v = (row.get(key) or "").strip()
+    return float(v) if v else None
+
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _cuda_graphs(row, source) -> bool:
+    """The optional ``cuda_graphs`` column: empty or absent = the stack's usual regime (graphs on)."""
+    v = (row.get("cuda_graphs") or "").strip().lower()
+    if not v or v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InputError(f"{source}: row {row.get('id', '?')}: column 'cuda_graphs' = {v!r}; use true or false "
+                     "(or leave it empty for the stack's usual regime)")
+
+
+def _recompute(text: str) -> str:
+    """The recompute column without comments in brackets: ``none (recompute_modules=[])`` -> ``none``,
+    ``mla_up_proj moe_act`` stays a module list (separators: space, comma, +)."""
+    t = (text or "").split("(", 1)[0].split("[", 1)[0]
+    return t.strip().strip('"').strip()
+
+
+_CLUSTER_CACHE: dict = {}
+
+
+def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "CSV"):
+    """The preset cluster for a row's GPU, sized by ``num_gpus``, racks used so inner groups stay whole."""
+    key = "".join(ch for ch in gpu.upper() if ch.isalnum())
+    preset = next((GPU_PRESETS[k] for k in ("GB300", "GB200", "B300", "B200", "H200", "H100") if key.startswith(k)),
+                  None)
+    if preset is None:
+        raise InputError(f"{source}: gpu {gpu!r} has no preset; use one of {', '.join(GPU_PRESETS)}")
+    return preset_cluster(preset, num_gpus, config)
+
+
+def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig):
+    """A preset cluster of ``num_gpus`` GPUs; NVL72 racks run the most GPUs per rack that keeps the
+    inner parallel groups (tp*cp, etp*ep) whole and divides ``num_gpus`` (64 of 72 for EP32/EP64)."""
+    from planner.cost.placement import inner_block
+    from topologies.loader import load_cluster
+
+    usable = None
+    if preset.lower().endswith("nvl72") and num_gpus > 72:
+        block = inner_block(config)
+        for g in range(72, 3, -4):  # whole 4-GPU trays
+            if (g % block == 0 or block % g == 0) and num_gpus % g == 0:
+                usable = g
+                break
+    key = (preset, num_gpus, usable)
+    if key not in _CLUSTER_CACHE:
+        _CLUSTER_CACHE[key] = load_cluster(preset, gpus=num_gpus, usable_per_domain=usable)
+    return _CLUSTER_CACHE[key]
+
+
+def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=None) -> Case:
+    from planner.model.spec import load_model
+
+    rid = row.get("id") or "?"
+    fsdp_deg = _int(row, "fsdp", 0, source)
+    rc = _recompute(row.get("recompute", ""))
+    etp = (row.get("etp") or "").strip()
+    try:
+        config = ParallelConfig(
+            tp=_int(row, "tp", 1, source), pp=_int(row, "pp", 1, source), vpp=_int(row, "vpp", 1, source),
+            cp=_int(row, "cp", 1, source), ep=_int(row, "ep", 1, source), etp=int(etp) if etp else None,
+            mbs=_int(row, "mbs", 1, source), fsdp=fsdp_deg >= 1, recompute=rc or "none")
+        st = (stack or row.get("stack") or "megatron-26.08").strip()
+        from planner.cost.profiles import load_profile
+
+        prof = profile if profile is not None else load_profile(st)
+        disp = (row.get("dispatcher") or "").strip().lower()
+        config = ParallelConfig.model_validate(config.model_dump() | {"dispatcher": disp or prof.dispatcher})
+        training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
+                            precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
+                            trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source))
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, f"{source}: row {rid}")) from None
+    except ValueError as exc:
+        raise InputError(f"{source}: row {rid}: {str(exc).splitlines()[0]}") from None
+    model = load_model(row["model"].strip())
+    n = _int(row, "num_gpus", None, source)
+    if not etp and model.is_moe and config.tp > 1:
+        # Megatron's default ETP = TP; a published run whose expert grid cannot hold that default
+        # (etp*ep*pp does not divide the GPUs) set ETP = 1, as Megatron-Bridge's MoE recipes do
+        from planner.rules import violations
+
+        if any(v.rule == "expert_grid_div_world" for v in violations(model, config, training, n)):
+            config = config.model_copy(update={"etp": 1})
+    cluster = cluster_for(row["gpu"], n, config, source)
+    return Case(rid, st, model, cluster, config, training, _float(row, "model_tflops_per_gpu"),
+                _float(row, "tokens_per_s_per_gpu"), not rc)
+
+
+def predict_case(case: Case, profile=None):
+    """Predict a row; an empty recompute takes the cheapest candidate that fits."""
+    from planner.cost.predict import predict
+
+    if not case.auto_recompute:
+        return predict(case.model, case.cluster, case.config, case.training, profile=profile)
+    first = None
+    for rc in RECOMPUTE_LADDER:
+        mods = rc.split("+")
+        if rc not in ("none", "full"):
+            if "mla_up_proj" in mods and case.model.attention != "mla":
+                continue
+            if any(m_ in ("moe", "moe_act") for m_ in mods) and not case.model.is_moe:
+                continue
+            if "mlp" in mods and not any(not x for x in case.model.moe_layers or (False,)):
+                continue
+        cfg = case.config.model_copy(update={"recompute": rc})
+        p = predict(case.model, case.cluster, cfg, case.training, profile=profile)
+        if first is None:
+            first = p
+        if p.fits:
+            return p
+    return first
+
+
+def error_pct(pred: float, measured: float) -> float:
+    return 100.0 * (pred - measured) / measured
+
+
+def validate_rows(rows: list[dict], stack: str | None = None, profile=None, source: str = "CSV",
+                  progress=None) -> dict:
+    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document)."""
+    out = []
+    for row in rows:
+        case = row_case(row, stack, source, profile=profile)
+        p = predict_case(case, profile)
+        meas = case.measured_tflops
+        err = error_pct(p.tflops_per_gpu, meas) if meas else None
+        out.append({"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
+                    "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
+                    "config": p.config.short(),
+                    "predicted_tflops_per_gpu": round(p.tflops_per_gpu, 1),
+                    "predicted_tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
+                    "measured_tflops_per_gpu": meas,
+                    "measured_tokens_per_s_per_gpu": case.measured_tokens,
+                    "error_pct": None if err is None else round(err, 2), "fits": p.fits,
+                    "breakdown": {k: round(v, 4) for k, v in p.breakdown.items()},
+                    "step_time_s": p.step_time_s})
+        if progress is not None:
+            progress.advance()
+    errs = [abs(r["error_pct"]) for r in out if r["error_pct"] is not None]
+    return {"rows": out, "mape_pct": round(sum(errs) / len(errs), 2) if errs else None,
+            "max_abs_error_pct": round(max(errs), 2) if errs else None}
+
+
+def resolve_case(case: Case, profile=None) -> Case:
+    """The case with its recompute fixed (the cheapest that fits when the row left it empty)."""
+    if not case.auto_recompute:
+        return case
+    p = predict_case(case, profile)
+    import dataclasses
+
+    return dataclasses.replace(case, config=p.config, auto_recompute=False)

@@ -1,0 +1,204 @@
+"""Launch configs from a plan: the files a user runs with Megatron-LM, Megatron-Bridge, TorchTitan,
+MaxText and Slurm.
+
+``emit_plan(plan_doc, trainers, out, index)`` reads one entry of a ``plan.json`` document (see
+docs/architecture.md), builds an :class:`EmitContext` (model spec, layout, training setup, and for
+every global rank the host, local GPU and NVLink domain the plan chose) and asks each trainer's
+module for its files. Everything is staged and moved into ``out`` at once (``planner.io.atomic_dir``):
+on any error nothing in ``out`` changes. docs/emitters.md lists the files and flags.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError, pydantic_message
+from planner.io import atomic_dir
+
+EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
+
+
+@dataclass(frozen=True)
+class EmitContext:
+    """Everything an emitter needs, resolved once from the plan document."""
+
+    doc: dict
+    index: int
+    model: object            # planner.model.spec.ModelSpec
+    config: ParallelConfig
+    training: Training
+    world: int
+    gpu: str                 # GPU catalog key ("h100", "gb300", ...)
+    sm: int                  # compute capability x10 (90, 100, 103)
+    hosts: tuple[str, ...]   # hosts[r]: host of global rank r
+    local: tuple[int, ...]   # local[r]: GPU index on that host
+    domains: tuple[int, ...]  # domains[r]: NVLink domain of global rank r
+    order: str               # Megatron rank order the placement assumes
+    domain_size: int         # GPUs per NVLink domain in the cluster (largest domain)
+    gpus_per_node: int       # GPUs per host the job uses (largest)
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.config.model_parallel
+
+    @property
+    def edp(self) -> int:
+        return self.config.edp_for(self.world)
+
+    @property
+    def plan(self) -> dict:
+        return self.doc["plans"][self.index]
+
+    @property
+    def host_order(self) -> list[str]:
+        """Hosts in order of their first global rank."""
+        seen: dict[str, None] = {}
+        for h in self.hosts:
+            seen.setdefault(h, None)
+        return list(seen)
+
+
+PLAN_VERSION = 1  # the plan.json document version written by planner.search.plan (docs/architecture.md)
+
+
+def _field(doc: dict, *path):
+    cur = doc
+    for i, key in enumerate(path):
+        if not isinstance(cur, dict) and not (isinstance(cur, list) and isinstance(key, int)):
+            raise InputError(f"plan.json: field '{'.'.join(map(str, path[:i]))}' is not an object; "
+                             "write the plan again with 'topoplan plan --save-plan'")
+        try:
+            cur = cur[key]
+        except (KeyError, IndexError):
+            raise InputError(f"plan.json: field '{'.'.join(map(str, path[:i + 1]))}' is missing; "
+                             "write the plan again with 'topoplan plan --save-plan'") from None
+    return cur
+
+
+def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
+    """Resolve plan entry ``index`` of ``plan_doc`` into an :class:`EmitContext` (InputError on bad input)."""
+    from planner.model.spec import ModelSpec
+    from topologies.cluster import Cluster
+
+    if not isinstance(plan_doc, dict):
+        raise InputError("plan.json: the document must be a JSON object written by 'topoplan plan --save-plan'")
+    version = plan_doc.get("version", PLAN_VERSION)
+    if version != PLAN_VERSION:
+        raise InputError(f"plan.json: field 'version' is {version!r} but this topoplan reads version {PLAN_VERSION}; "
+                         "write the plan again with 'topoplan plan --save-plan'")
+    plans = _field(plan_doc, "plans")
+    if not isinstance(plans, list) or not plans:
+        raise InputError("plan.json: field 'plans' is empty; nothing to emit (the plan found no feasible layout)")
+    if not 0 <= index < len(plans):
+        raise InputError(f"--index {index}: plan.json holds plans 0..{len(plans) - 1}; pick one of those")
+    entry = plans[index]
+    try:
+        model = ModelSpec.model_validate(_field(plan_doc, "model", "spec"))
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, "plan.json model.spec")) from None
+    try:
+        cluster = Cluster.model_validate(_field(plan_doc, "cluster"))
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, "plan.json cluster")) from None
+    cfg_raw = dict(_field(entry, "config"))
+    known = set(ParallelConfig.model_fields)
+    try:
+        config = ParallelConfig.model_validate({k: v for k, v in cfg_raw.items() if k in known})
+        training = Training.model_validate(_field(plan_doc, "training"))
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config / training")) from None
+    if config.dispatcher is None:  # absent or null in plan.json: the stack profile's dispatcher
+        from planner.cost.profiles import load_profile
+
+        config = config.model_copy(update={"dispatcher": load_profile(training.stack).dispatcher})
+    gbs = cfg_raw.get("gbs")
+    if gbs is not None and gbs != training.global_batch:  # the solver chose the batch (--gbs-range)
+        if not isinstance(gbs, int) or gbs < 1:
+            raise InputError(f"plan.json plans[{index}].config.gbs: must be a positive integer, got {gbs!r}")
+        training = training.model_copy(update={"global_batch": gbs})
+    placement = _field(entry, "placement")
+    rank_to_gpu = list(_field(placement, "rank_to_gpu"))
+    world = len(rank_to_gpu)
+    gpus = cluster.gpus()
+    if len(set(rank_to_gpu)) != world or any(not (0 <= g < len(gpus)) for g in rank_to_gpu):
+        raise InputError(f"plan.json plans[{index}].placement.rank_to_gpu: must name {world} distinct healthy GPUs "
+                         f"out of {len(gpus)}")
+    if config.dp is not None and config.world() != world:
+        raise InputError(f"plan.json plans[{index}]: config {config.short()} needs {config.world()} GPUs but the "
+                         f"placement has {world} ranks")
+    if world % config.model_parallel:
+        raise InputError(f"plan.json plans[{index}]: {world} ranks are not divisible by tp*cp*pp "
+                         f"({config.model_parallel})")
+    hosts = tuple(gpus[g].node for g in rank_to_gpu)
+    local = tuple(gpus[g].local for g in rank_to_gpu)
+    domains = tuple(gpus[g].domain for g in rank_to_gpu)
+    for key, derived in (("hosts", hosts), ("local_ranks", local)):
+        given = placement.get(key)
+        if given is not None and tuple(given) != derived:
+            raise InputError(f"plan.json plans[{index}].placement.{key} disagrees with rank_to_gpu on the cluster; "
+                             "write the plan again with 'topoplan plan --save-plan'")
+    per_node: dict[str, int] = {}
+    for h in hosts:
+        per_node[h] = per_node.get(h, 0) + 1
+    sizes = cluster.domain_sizes()
+    spec = cluster.gpu_spec
+    return EmitContext(
+        doc=plan_doc, index=index, model=model, config=config, training=training, world=world,
+        gpu=spec.name, sm=int(spec.sm), hosts=hosts, local=local, domains=domains,
+        order=str(placement.get("order") or "tp-cp-ep-dp-pp"),
+        domain_size=max(sizes) if sizes else 1, gpus_per_node=max(per_node.values()),
+    )
+
+
+def parse_trainers(value: str | list[str]) -> list[str]:
+    """``"megatron,slurm"`` -> ``["megatron", "slurm"]``; ``all`` gives every emitter."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [s.strip().lower() for s in items if s and s.strip()]
+    if not names:
+        raise InputError("--trainer: name at least one of " + ", ".join(EMITTERS) + " (or all)")
+    out: list[str] = []
+    for n in names:
+        n = {"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge", "titan": "torchtitan"}.get(n, n)
+        if n == "all":
+            out.extend(e for e in EMITTERS if e not in out)
+        elif n in EMITTERS:
+            if n not in out:
+                out.append(n)
+        else:
+            raise InputError(f"--trainer {n!r}: unknown; use one or more of {', '.join(EMITTERS)} (comma-separated) or all")
+    return out
+
+
+def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
+    """The files each trainer needs, as ``{relative path: text}``."""
+    import importlib
+
+    files: dict[str, str] = {}
+    for name in trainers:
+        files.update(importlib.import_module(f"planner.output.emit.{name}").files(ctx))
+    return files
+
+
+def emit_plan(plan_doc: dict, trainers: list[str] | str, out: Path, index: int = 0) -> list[Path]:
+    """Write ``plan.json`` and each trainer's launch files for plan ``index`` into ``out`` (atomic).
+
+    Returns the written paths (under ``out``), sorted.
+    """
+    names = parse_trainers(trainers)
+    ctx = load_context(plan_doc, index)
+    files = {"plan.json": json.dumps(plan_doc, indent=1) + "\n"}
+    files.update(render_files(ctx, names))
+    out = Path(out)
+    with atomic_dir(out) as stage:
+        for rel, text in files.items():
+            path = stage / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            if rel.endswith(".sh"):
+                path.chmod(0o755)
+    return sorted(out / rel for rel in files)

@@ -1,0 +1,117 @@
+"""Megatron-Bridge (0.6.2) overrides: the recipe to start from and Hydra/OmegaConf dotted overrides.
+
+Bridge keeps parallelism on the model provider (a TransformerConfig subclass): ``model.*`` keys are
+TransformerConfig / ModelParallelConfig fields, ``ddp.*`` are DistributedDataParallelConfig fields,
+``train.*`` the batch, ``mixed_precision`` a registered recipe name. Every value equals what the
+Megatron-LM emitter passes on the command line, so both launch the same layout; the tests check
+each ``model.*`` override against the TransformerConfig megatron-core builds from
+megatron/args.txt. Keys: ../shared/reference/trainers.md section 4.
+"""
+
+from __future__ import annotations
+
+from planner.output.emit import EmitContext
+
+# catalog model -> Bridge recipe function (megatron.bridge.recipes)
+RECIPES = {
+    "deepseek-v3": "deepseek_v3_pretrain_config",
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+    "llama3-70b": "llama3_70b_pretrain_config",
+    "llama3-8b": "llama3_8b_pretrain_config",
+    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
+    "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
+}
+MIXED_PRECISION = {
+    "bf16": "bf16_mixed",
+    "fp8": "bf16_with_fp8_current_scaling_mixed",
+    "fp8-block": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
+
+
+def overrides(ctx: EmitContext) -> dict[str, object]:
+    """Dotted key -> value (Python values; None means "unset")."""
+    c, m = ctx.config, ctx.model
+    o: dict[str, object] = {
+        "model.tensor_model_parallel_size": c.tp,
+        "model.pipeline_model_parallel_size": c.pp,
+        "model.virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
+        "model.context_parallel_size": c.cp,
+        "model.sequence_parallel": c.tp > 1,
+        "model.seq_length": ctx.training.seq_len,
+    }
+    if m.num_experts:
+        o["model.expert_model_parallel_size"] = c.ep
+        o["model.expert_tensor_parallel_size"] = c.etp_eff
+        disp = c.dispatcher
+        o["model.moe_token_dispatcher_type"] = "flex" if disp.startswith("flex-") else disp
+        if disp.startswith("flex-"):
+            o["model.moe_flex_dispatcher_backend"] = disp.split("-", 1)[1]
+    if c.pp > 1:
+        from planner.model.pipeline import pipeline_layout
+
+        o["model.pipeline_model_parallel_layout"] = pipeline_layout(m, c.pp, c.vpp, c.pp_first,
+                                                                     c.pp_last).megatron_layout()
+    if c.recompute == "full":
+        o.update({"model.recompute_granularity": "full", "model.recompute_method": "uniform",
+                  "model.recompute_num_layers": 1})
+    elif c.recompute != "none":
+        o.update({"model.recompute_granularity": "selective", "model.recompute_modules": list(c.recompute_modules)})
+    else:
+        o["model.recompute_granularity"] = None
+    o.update({
+        "train.global_batch_size": ctx.training.global_batch,
+        "train.micro_batch_size": c.mbs,
+        "dataset.sequence_length": ctx.training.seq_len,
+        "ddp.use_distributed_optimizer": not c.fsdp,
+        "ddp.use_megatron_fsdp": c.fsdp,
+        "ddp.overlap_grad_reduce": True,
+        "ddp.overlap_param_gather": True,
+        "mixed_precision": MIXED_PRECISION[ctx.training.precision],
+    })
+    if c.fsdp:
+        o["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
+        o["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    return o
+
+
+def render_value(v) -> str:
+    """Hydra override syntax: null, true/false, numbers, bare strings, [a,b] lists."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(render_value(x) for x in v) + "]"
+    s = str(v)
+    if isinstance(v, str) and any(ch in s for ch in "|()*,[]{}= '\""):
+        return "'" + s.replace("'", "\\'") + "'"
+    return s
+
+
+def files(ctx: EmitContext) -> dict[str, str]:
+    recipe = RECIPES.get(ctx.model.name.lower())
+    lines = [f"# Megatron-Bridge overrides written by topoplan for plan {ctx.index}: {ctx.model.name}, "
+             f"{ctx.config.short()}, {ctx.world} x {ctx.gpu}.",
+             f"# recipe: {recipe}" if recipe else
+             f"# recipe: none known for {ctx.model.name}; start from its model provider (AutoBridge) and apply these",
+             "# Apply with process_config_with_overrides(cfg, cli_overrides=[...]) or on the recipe's command line."]
+    from planner.output.emit.megatron import megatron_env
+
+    env = megatron_env(ctx)
+    env.pop("WORLD_SIZE", None)
+    if env:
+        lines.append("# cfg.env_vars / launcher environment: " + " ".join(f"{k}={v}" for k, v in env.items()))
+    lines += [f"{k}={render_value(v)}" for k, v in overrides(ctx).items()]
+    return {"bridge/overrides.txt": "\n".join(lines) + "\n"}
+
+
+def parse_overrides(text: str) -> dict[str, str]:
+    """``key=value`` lines of overrides.txt (comments skipped), values as written."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k] = v
+    return out

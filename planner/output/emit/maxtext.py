@@ -1,0 +1,137 @@
+"""MaxText overrides: the ``ici_*`` / ``dcn_*`` mesh axes and the batch, as a YAML file of keys that
+``python -m maxtext.train base.yml KEY=VALUE ...`` (or ``pyconfig.initialize``) accepts.
+
+MaxText's GPU convention: a *slice* is a set of devices joined by ICI (here: one NVLink domain) and
+DCN joins the slices. The plan's layout becomes MaxText's mesh: tensor = TP, context = CP,
+expert = EP, fsdp (or data) = the rest of data parallelism (MaxText's expert axis also shards the
+batch, so fsdp = DP / EP) and stage = PP. Each axis is split into an ICI part inside a slice and a
+DCN part across slices, filling the slice innermost-first in Megatron's order (tensor, context,
+expert, fsdp, stage), which is where the plan keeps those groups. MaxText's rules (0.2.5,
+``max_utils.fill_unspecified_mesh_axes`` and ``MaxTextConfig``): the product of the ICI axes equals
+devices per slice, the product of the DCN axes equals the number of slices, at most one -1 per
+group (topoplan writes none), and DCN parallelism needs more than one slice.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from planner.output.emit import EmitContext
+from planner.errors import InputError
+
+# planner catalog name -> MaxText model_name (configs/models/<name>.yml)
+MODEL_NAMES = {
+    "deepseek-v3": "deepseek3-671b",
+    "kimi-k2": "kimi-k2-1t",
+    "llama3-8b": "llama3-8b",
+    "llama3-70b": "llama3-70b",
+    "llama3.1-405b": "llama3.1-405b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "gpt-oss-120b": "gpt-oss-120b",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "mixtral-8x22b": "mixtral-8x22b",
+}
+# MaxText's Transformer Engine recipes (QuantizationType); it has no per-block FP8 recipe, so
+# fp8-block uses current (per-tensor) scaling.
+QUANTIZATION = {"bf16": None, "fp8": "te_fp8_currentscaling", "fp8-block": "te_fp8_currentscaling",
+                "mxfp8": "te_mxfp8", "nvfp4": "te_nvfp4"}
+# MaxText axis per planner axis, innermost (smallest stride) first
+AXES = ("tensor", "context", "expert", "fsdp", "pipeline")
+
+
+def slices(ctx: EmitContext) -> tuple[int, int]:
+    """(num_slices, devices per slice): one slice per NVLink domain the job uses (all equal)."""
+    per: dict[int, int] = {}
+    for d in ctx.domains:
+        per[d] = per.get(d, 0) + 1
+    counts = set(per.values())
+    if len(counts) != 1:
+        raise InputError(f"--trainer maxtext: the plan uses {sorted(counts)} GPUs in different NVLink domains; "
+                         "MaxText needs the same number of devices in every slice (plan with gpus_per_domain)")
+    return len(per), counts.pop()
+
+
+def degrees(ctx: EmitContext) -> dict[str, int]:
+    c = ctx.config
+    ep = c.ep if ctx.model.num_experts else 1
+    if ctx.dp % ep:
+        raise InputError(f"--trainer maxtext: EP ({ep}) must divide data parallelism ({ctx.dp}); MaxText's expert "
+                         "axis is a mesh axis of its own beside fsdp")
+    return {"tensor": c.tp, "context": c.cp, "expert": ep, "fsdp": ctx.dp // ep, "pipeline": c.pp}
+
+
+def split_mesh(deg: dict[str, int], per_slice: int) -> tuple[dict[str, int], dict[str, int]]:
+    """ICI and DCN degree per axis: fill a slice innermost-first (AXES order)."""
+    ici, dcn, room = {}, {}, per_slice
+    for axis in AXES:
+        d = deg[axis]
+        inside = gcd(d, room)
+        ici[axis], dcn[axis] = inside, d // inside
+        room //= inside
+    return ici, dcn
+
+
+def overrides(ctx: EmitContext) -> dict[str, object]:
+    name = MODEL_NAMES.get(ctx.model.name.lower())
+    n_slices, per_slice = slices(ctx)
+    deg = degrees(ctx)
+    ici, dcn = split_mesh(deg, per_slice)
+    if _prod(ici.values()) != per_slice or _prod(dcn.values()) != n_slices:
+        raise InputError(f"--trainer maxtext: layout {ctx.config.short()} does not factor into {n_slices} slices of "
+                         f"{per_slice} devices (ICI {ici}, DCN {dcn}); choose degrees that divide the slice size")
+    c, gbs = ctx.config, ctx.training.global_batch
+    out: dict[str, object] = {}
+    if name:
+        out["model_name"] = name
+    out.update({"hardware": "gpu", "num_slices": n_slices, "max_target_length": ctx.training.seq_len})
+    micro = c.mbs * ctx.dp                       # sequences per micro-step over the whole job
+    if c.pp > 1:
+        out["per_device_batch_size"] = _num(gbs / ctx.world)
+        out["num_pipeline_microbatches"] = gbs // micro
+    else:
+        out["per_device_batch_size"] = _num(micro / ctx.world)
+        out["gradient_accumulation_steps"] = gbs // micro
+    for axis in AXES:
+        out[f"ici_{axis}_parallelism"] = ici[axis]
+    for axis in AXES:
+        out[f"dcn_{axis}_parallelism"] = dcn[axis]
+    out["ici_data_parallelism"] = 1
+    out["dcn_data_parallelism"] = 1
+    if c.recompute == "full":
+        out["remat_policy"] = "full"
+    elif c.recompute == "none":
+        out["remat_policy"] = "minimal"
+    else:
+        out["remat_policy"] = "save_qkv_proj"
+    q = QUANTIZATION[ctx.training.precision]
+    if q:
+        out["quantization"] = q
+    return out
+
+
+def render(data: dict[str, object], ctx: EmitContext) -> str:
+    lines = [f"# MaxText overrides written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, "
+             f"{ctx.world} x {ctx.gpu}.",
+             "# One slice = one NVLink domain (ICI); slices talk over DCN. Pass as KEY=VALUE after base.yml."]
+    if "model_name" not in data:
+        lines.append(f"# {ctx.model.name} has no MaxText model config: set model_name or the model keys yourself.")
+    for k, v in data.items():
+        lines.append(f"{k}: {v}")
+    return "\n".join(lines) + "\n"
+
+
+def files(ctx: EmitContext) -> dict[str, str]:
+    return {"maxtext/overrides.yml": render(overrides(ctx), ctx)}
+
+
+def _prod(xs) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else round(float(x), 6)

@@ -1,0 +1,267 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments (megatron-core 0.19.2 flag names) and their environment.
+
+``megatron_args(ctx)`` returns the argument list: the model architecture from the ModelSpec, the
+parallel layout, the batch, recompute, optimizer sharding, overlap flags, MoE dispatcher and the
+precision recipe. ``megatron_env(ctx)`` returns the environment the launcher must export
+(``CUDA_DEVICE_MAX_CONNECTIONS=1`` where ``validate_args`` asserts it: TP>1 or CP>1 on sm<100 without
+FSDP). Flag names and rules: ../shared/reference/trainers.md section 1; the tests run megatron-core's
+own ``parse_args`` / ``validate_args`` / ``TransformerConfig`` / ``initialize_model_parallel`` on them.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.output.emit import EmitContext
+
+# Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).
+PRECISION_FLAGS = {
+    "bf16": [],
+    "fp8": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+    "fp8-block": ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
+    "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+}
+
+DISPATCHER_FLAGS = {
+    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+    "allgather": ["--moe-token-dispatcher-type", "allgather"],
+    "flex-deepep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"],
+    "flex-hybridep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"],
+}
+
+
+def hf_extras(model) -> dict:
+    """HF fields the ModelSpec does not carry (rope base, norm epsilon, router scoring), from the
+    packaged catalog (planner/data/models.json) when the model is a catalog entry, else {}."""
+    try:
+        from planner.model.spec import catalog_entry
+
+        return catalog_entry(model.name)
+    except Exception:  # noqa: BLE001 - a user's config.json model: family defaults apply
+        return {}
+
+
+def moe_layer_freq(moe_layers) -> str:
+    """Megatron's ``--moe-layer-freq`` for a per-layer MoE pattern: ``1`` when every layer is MoE,
+    else a run-length Python list expression such as ``([0]*3+[1]*58)``."""
+    flags = [1 if x else 0 for x in moe_layers]
+    if all(flags):
+        return "1"
+    runs: list[list[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+
+
+def window_skip_freq(swa_layers) -> int | None:
+    """``--window-attn-skip-freq``: Megatron runs full attention on every n-th layer (layer i+1
+    divisible by n); returns n when the pattern is exactly that, None when every layer is windowed."""
+    n_layers = len(swa_layers)
+    if all(swa_layers):
+        return None
+    for n in range(2, n_layers + 1):
+        if all((not swa_layers[i]) == ((i + 1) % n == 0) for i in range(n_layers)):
+            return n
+    return None
+
+
+def model_args(ctx: EmitContext) -> list[str]:
+    m = ctx.model
+    hf = hf_extras(m)
+    a: list[str] = [
+        "--num-layers", str(m.num_layers),
+        "--hidden-size", str(m.hidden_size),
+        "--ffn-hidden-size", str(m.ffn_hidden_size if m.ffn_hidden_size else m.moe_ffn_hidden_size),
+        "--num-attention-heads", str(m.num_attention_heads),
+        "--kv-channels", str(m.head_dim),
+        "--seq-length", str(ctx.training.seq_len),
+        "--max-position-embeddings", str(ctx.training.seq_len),
+        "--position-embedding-type", "rope",
+        "--rotary-base", _num(hf.get("rope_theta", 10000)),
+        "--normalization", "RMSNorm",
+        "--norm-epsilon", _num(hf.get("rms_norm_eps", 1e-5)),
+        "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
+    ]
+    if m.gated_mlp and m.activation == "silu":
+        a.append("--swiglu")
+    elif m.gated_mlp and m.activation == "quick_gelu":  # GPT-OSS: clamped, offset gated quick-GELU
+        a.extend(["--quick-geglu", "--glu-linear-offset", "1.0"])
+        if hf.get("swiglu_limit"):
+            a.extend(["--activation-func-clamp-value", _num(hf["swiglu_limit"])])
+    if m.attention_sinks:
+        a.extend(["--softmax-type", "learnable"])
+    if not m.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not m.attention_bias and not m.mlp_bias:
+        a.append("--disable-bias-linear")
+    elif m.attention_bias and not m.mlp_bias:
+        a.extend(["--disable-bias-linear", "--add-qkv-bias"])
+    if m.qk_norm:
+        a.append("--qk-layernorm")
+    if m.attention == "mla":
+        a.append("--multi-latent-attention")
+        if m.q_lora_rank:
+            a.extend(["--q-lora-rank", str(m.q_lora_rank)])
+        a.extend(["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
+                  "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)])
+        rs = hf.get("rope_scaling") or {}
+        if rs.get("factor"):
+            a.extend(["--rotary-scaling-factor", _num(rs["factor"]),
+                      "--mscale", _num(rs.get("mscale", 1.0)), "--mscale-all-dim", _num(rs.get("mscale_all_dim", 1.0))])
+    else:
+        if m.num_kv_heads != m.num_attention_heads:
+            a.extend(["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)])
+        rs = hf.get("rope_scaling") or {}
+        if rs.get("rope_type") == "llama3":
+            a.extend(["--use-rope-scaling", "--rope-scaling-factor", _num(rs.get("factor", 8.0))])
+    if m.sliding_window and any(m.swa_layers):
+        a.extend(["--window-size", f"{m.sliding_window - 1},0"])
+        n = window_skip_freq(m.swa_layers)
+        if n:
+            a.extend(["--window-attn-skip-freq", str(n)])
+    if m.num_experts:
+        a.extend([
+            "--num-experts", str(m.num_experts),
+            "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size),
+            "--moe-router-topk", str(m.top_k),
+            "--moe-layer-freq", moe_layer_freq(m.moe_layers),
+            "--moe-grouped-gemm",
+            "--moe-router-dtype", "fp32",
+        ])
+        if m.shared_ffn_hidden_size:
+            a.extend(["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)])
+        if hf.get("scoring_func") == "sigmoid":
+            a.extend(["--moe-router-score-function", "sigmoid", "--moe-router-load-balancing-type", "seq_aux_loss",
+                      "--moe-aux-loss-coeff", "1e-4"])
+        else:
+            a.extend(["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-3"])
+        if m.router_bias and hf.get("scoring_func") == "sigmoid":
+            a.extend(["--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "1e-3"])
+        if hf.get("routed_scaling_factor"):
+            a.extend(["--moe-router-topk-scaling-factor", _num(hf["routed_scaling_factor"])])
+        if m.n_group > 1:
+            a.extend(["--moe-router-num-groups", str(m.n_group), "--moe-router-group-topk", str(m.topk_group)])
+    if m.mtp_layers:
+        a.extend(["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor", "0.1"])
+    return a
+
+
+def pipeline_args(ctx: EmitContext) -> list[str]:
+    """The pipeline split: Megatron's ``--pipeline-model-parallel-layout`` from planner.model.pipeline (it
+    carries VPP, uneven first/last stages, embedding, loss and MTP placement)."""
+    c = ctx.config
+    if c.pp == 1:
+        return []
+    from planner.model.pipeline import pipeline_layout
+
+    layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last).megatron_layout()
+    return ["--pipeline-model-parallel-layout", layout]
+
+
+def parallel_args(ctx: EmitContext) -> list[str]:
+    c, m = ctx.config, ctx.model
+    a = [
+        "--tensor-model-parallel-size", str(c.tp),
+        "--pipeline-model-parallel-size", str(c.pp),
+        "--context-parallel-size", str(c.cp),
+    ]
+    if m.num_experts:
+        a.extend(["--expert-model-parallel-size", str(c.ep), "--expert-tensor-parallel-size", str(c.etp_eff)])
+    if c.tp > 1:
+        a.append("--sequence-parallel")
+    a.extend(pipeline_args(ctx))
+    if ctx.order == "tp-cp-ep-pp-dp":
+        a.append("--use-tp-pp-dp-mapping")
+    a.extend(["--micro-batch-size", str(c.mbs), "--global-batch-size", str(ctx.training.global_batch)])
+    if c.recompute == "full":
+        a.extend(["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"])
+    elif c.recompute != "none":
+        a.extend(["--recompute-granularity", "selective", "--recompute-modules", *c.recompute_modules])
+    if c.fsdp:
+        a.extend(["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                  "--ckpt-format", "fsdp_dtensor", "--overlap-grad-reduce", "--overlap-param-gather"])
+    else:
+        a.extend(["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"])
+    if m.num_experts:
+        a.extend(DISPATCHER_FLAGS[c.dispatcher])
+    a.append("--bf16")
+    a.extend(PRECISION_FLAGS[ctx.training.precision])
+    if ctx.training.precision in ("fp8", "fp8-block", "mxfp8", "nvfp4") and m.num_experts:
+        a.append("--moe-router-padding-for-quantization")
+    return a
+
+
+def run_args(ctx: EmitContext) -> list[str]:
+    """Data, tokenizer and schedule for a throughput run on mock data (edit for real training)."""
+    return [
+        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(ctx.model.vocab_size),
+        "--train-iters", "100", "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine",
+        "--lr-warmup-iters", "10", "--weight-decay", "0.1", "--clip-grad", "1.0",
+        "--log-interval", "1", "--eval-iters", "0",
+    ]
+
+
+def megatron_args(ctx: EmitContext) -> list[str]:
+    """The full ``pretrain_gpt.py`` argument list (model, parallel layout, run)."""
+    return model_args(ctx) + parallel_args(ctx) + run_args(ctx)
+
+
+def needs_max_connections(ctx: EmitContext) -> bool:
+    """validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP>1 or CP>1 before Blackwell, unless
+    FSDP (which asserts the opposite) is used."""
+    c = ctx.config
+    return (c.tp > 1 or c.cp > 1) and ctx.sm < 100 and not c.fsdp
+
+
+def megatron_env(ctx: EmitContext) -> dict[str, str]:
+    env = {"WORLD_SIZE": str(ctx.world)}
+    if needs_max_connections(ctx):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if ctx.config.dispatcher == "flex-hybridep" and ctx.model.num_experts:
+        env["NVLINK_DOMAIN_SIZE"] = str(ctx.domain_size)
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(ctx.config.ep, ctx.domain_size))
+        if ctx.domain_size > 8:
+            env["USE_MNNVL"] = "1"
+    return env
+
+
+def render_args(args: list[str]) -> str:
+    """Shell syntax: one flag (with its values) per line, joined by backslash continuations."""
+    lines: list[list[str]] = []
+    for tok in args:
+        if tok.startswith("--") or not lines:
+            lines.append([tok])
+        else:
+            lines[-1].append(tok)
+    return " \\\n".join(" ".join(shlex.quote(t) for t in line) for line in lines) + "\n"
+
+
+def parse_args_file(text: str) -> list[str]:
+    """Inverse of :func:`render_args` (shell word splitting after joining continuations)."""
+    return shlex.split(text.replace("\\\n", " "))
+
+
+def files(ctx: EmitContext) -> dict[str, str]:
+    env = megatron_env(ctx)
+    env_lines = [
+        "# Environment for megatron/args.txt (source it before pretrain_gpt.py).",
+        f"# Plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, {ctx.world} x {ctx.gpu}.",
+    ]
+    if not needs_max_connections(ctx):
+        env_lines.append("# CUDA_DEVICE_MAX_CONNECTIONS is left unset: " + (
+            "Megatron FSDP asserts it is not 1." if ctx.config.fsdp else
+            "no TP/CP, or Blackwell (sm>=100) where Megatron no longer asserts it."))
+    env_lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    return {
+        "megatron/args.txt": render_args(megatron_args(ctx)),
+        "megatron/env.sh": "\n".join(env_lines) + "\n",
+    }
+
+
+def _num(x) -> str:
+    f = float(x)
+    return str(int(f)) if f.is_integer() and abs(f) >= 1 else repr(f)

@@ -1,0 +1,212 @@
+"""Normalise the JSON documents of ``plan``, ``scale`` and ``place-experts`` for the report.
+
+The report takes exactly what those commands print with ``--json`` (docs/report.md lists the keys
+it reads). These functions pull the figures' inputs out of a document and refuse, with an
+``InputError`` naming the missing key, a document that lacks what a figure needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from planner.errors import InputError
+
+
+def _num(x) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_plan_doc(doc: Mapping, what: str = "plan document") -> list[Mapping]:
+    """The ``plans`` list of a plan.json document, each with a ``prediction``; InputError if not."""
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{what}: expected a JSON object with 'plans', got {type(doc).__name__}")
+    plans = doc.get("plans")
+    if not isinstance(plans, list) or not plans:
+        raise InputError(f"{what}: key 'plans' is missing or empty; pass the output of 'topoplan plan --json'")
+    for i, entry in enumerate(plans):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("prediction"), Mapping):
+            raise InputError(f"{what}: plans[{i}] has no 'prediction' object")
+        if not isinstance(entry.get("config"), Mapping):
+            raise InputError(f"{what}: plans[{i}] has no 'config' object")
+    return plans
+
+
+def stage_memory(prediction: Mapping) -> list[dict[str, float]]:
+    """Memory per pipeline stage as a list of {component: GiB} (one dict per stage).
+
+    Reads ``prediction["memory_per_stage"]`` or ``prediction["memory"]["per_stage"]`` (a list of
+    numbers or of component dicts); otherwise one stage from ``prediction["memory"]`` components or
+    from ``memory_gib_per_gpu`` (the worst stage)."""
+    mem = prediction.get("memory")
+    per_stage = prediction.get("memory_per_stage")
+    if per_stage is None and isinstance(mem, Mapping):
+        per_stage = mem.get("per_stage")
+    out: list[dict[str, float]] = []
+    if isinstance(per_stage, list) and per_stage:
+        for st in per_stage:
+            if isinstance(st, Mapping):
+                comps = st.get("components") if isinstance(st.get("components"), Mapping) else st
+                out.append({k: float(v) for k, v in comps.items()
+                            if _num(v) is not None and k not in ("stage", "total", "peak_gib", "peak")})
+            elif _num(st) is not None:
+                out.append({"total": float(st)})
+        if out:
+            return out
+    if isinstance(mem, Mapping):
+        comps = mem.get("components") if isinstance(mem.get("components"), Mapping) else mem
+        d = {k: float(v) for k, v in comps.items()
+             if _num(v) is not None and k not in ("total", "peak_gib", "peak", "hbm_gib", "per_stage")}
+        if d:
+            return [d]
+    total = _num(prediction.get("memory_gib_per_gpu"))
+    return [{"total": total}] if total is not None else []
+
+
+def scale_points(doc) -> list[dict]:
+    """Rows of a ``scale --json`` document, sorted by GPU count: gpus, tokens_per_s,
+    tokens_per_s_per_gpu, tflops_per_gpu, retention (per-GPU tokens/s against the smallest size),
+    label.
+
+    Accepted shapes: a list of rows, or an object whose ``points`` / ``sizes`` / ``rows`` /
+    ``results`` / ``scale`` is that list. A row has ``gpus`` (or ``num_gpus`` / ``world``) and its
+    figures either flat, under ``prediction``, or under ``plans[0].prediction`` / ``plan.plans[0]``."""
+    rows = doc
+    if isinstance(doc, Mapping):
+        for key in ("points", "sizes", "rows", "results", "scale"):
+            if isinstance(doc.get(key), list):
+                rows = doc[key]
+                break
+        else:
+            raise InputError("scale document: no 'points' (or 'sizes', 'rows', 'results') list; "
+                             "pass the output of 'topoplan scale --json'")
+    if not isinstance(rows, list) or not rows:
+        raise InputError("scale document: the list of sizes is empty")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise InputError(f"scale document: row {i} is not an object")
+        gpus = _num(row.get("gpus", row.get("num_gpus", row.get("world"))))
+        if gpus is None or gpus <= 0:
+            raise InputError(f"scale document: row {i} has no positive 'gpus'")
+        src: Mapping = row
+        plan = row.get("plan") if isinstance(row.get("plan"), Mapping) else row
+        if isinstance(row.get("prediction"), Mapping):
+            src = {**row["prediction"], **{k: v for k, v in row.items() if k != "prediction"}}
+        elif isinstance(plan.get("plans"), list) and plan["plans"]:
+            best = plan["plans"][0]
+            src = {**(best.get("prediction") or {}), **{k: v for k, v in row.items() if k not in ("plan", "plans")}}
+            src.setdefault("config", best.get("config"))
+        tps_gpu = _num(src.get("tokens_per_s_per_gpu"))
+        tps = _num(src.get("tokens_per_s"))
+        if tps is None and tps_gpu is not None:
+            tps = tps_gpu * gpus
+        if tps_gpu is None and tps is not None:
+            tps_gpu = tps / gpus
+        tflops = _num(src.get("tflops_per_gpu"))
+        if tps is None or tflops is None:
+            raise InputError(f"scale document: row {i} ({int(gpus)} GPUs) needs 'tokens_per_s' or "
+                             "'tokens_per_s_per_gpu', and 'tflops_per_gpu'")
+        cfg = src.get("config")
+        label = src.get("label") or src.get("layout")
+        if not label and isinstance(cfg, Mapping):
+            from planner.output.explain import config_label
+
+            label = config_label(cfg)
+        out.append({"gpus": int(gpus), "tokens_per_s": tps, "tokens_per_s_per_gpu": tps_gpu,
+                    "tflops_per_gpu": tflops, "retention": _num(src.get("retention")), "label": label or ""})
+    out.sort(key=lambda r: r["gpus"])
+    base = out[0]["tokens_per_s_per_gpu"]
+    for r in out:
+        if r["retention"] is None:
+            r["retention"] = r["tokens_per_s_per_gpu"] / base if base else None
+        elif r["retention"] > 1.5:  # given in percent
+            r["retention"] = r["retention"] / 100.0
+    return out
+
+
+def _layer_metric(layers: Sequence, names: Sequence[str]) -> list[float] | None:
+    vals = []
+    for layer in layers:
+        if not isinstance(layer, Mapping):
+            return None
+        src = layer.get("metrics") if isinstance(layer.get("metrics"), Mapping) else layer
+        v = next((_num(src.get(n)) for n in names if _num(src.get(n)) is not None), None)
+        if v is None:
+            return None
+        vals.append(v)
+    return vals
+
+
+_BALANCE = ("balance", "max_mean", "gpu_max_mean")
+_REMOTE = ("remote_domains_per_token", "domains_per_token", "expected_remote_domains")
+
+
+def _metric_series(doc: Mapping, names: Sequence[str]) -> list[float] | None:
+    """A per-layer series from ``layers[i](.metrics).<name>`` or ``metrics.<name>`` (a list) or
+    ``metrics.per_layer.<name>`` or ``<name>_per_layer``."""
+    per_layer_lists = [doc.get("layers"), doc.get("metrics"), doc.get("per_layer")]
+    if isinstance(doc.get("metrics"), Mapping):
+        per_layer_lists.append(doc["metrics"].get("per_layer"))
+    for lst in per_layer_lists:  # a list of per-layer objects
+        if isinstance(lst, list) and lst and isinstance(lst[0], Mapping):
+            got = _layer_metric(lst, names)
+            if got is not None:
+                return got
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
+    for src in (metrics, metrics.get("per_layer") if isinstance(metrics.get("per_layer"), Mapping) else {}, doc):
+        for n in names:
+            for key in (n, f"{n}_per_layer"):
+                v = src.get(key)
+                if isinstance(v, list) and v and all(_num(x) is not None for x in v):
+                    return [float(x) for x in v]
+    return None
+
+
+def expert_series(doc: Mapping) -> dict:
+    """Per-layer balance and remote domains per token for topoplan's placement and, where the
+    document carries them (``eplb`` / ``baseline``, one policy or a dict of policies), for EPLB.
+
+    Returns {"balance": [...], "remote": [...] or None, "baselines": {name: {"balance", "remote"}},
+    "lower_bound": [...] or None (the best balance any placement could reach, when given),
+    "ep_rank_domain": [...] or None, "slots": [[logical expert per slot] per layer] or None}."""
+    if not isinstance(doc, Mapping):
+        raise InputError("place-experts document: expected a JSON object")
+    balance = _metric_series(doc, _BALANCE)
+    if balance is None:
+        raise InputError("place-experts document: no per-layer 'balance' (layers[i].metrics.balance or "
+                         "metrics.balance); pass the output of 'topoplan place-experts --json'")
+    remote = _metric_series(doc, _REMOTE)
+    baselines: dict[str, dict] = {}
+    for key in ("eplb", "baseline", "baselines"):
+        b = doc.get(key)
+        if not isinstance(b, Mapping):
+            continue
+        if _metric_series(b, _BALANCE) is not None:
+            baselines[key if key != "baselines" else "baseline"] = {
+                "balance": _metric_series(b, _BALANCE), "remote": _metric_series(b, _REMOTE)}
+        else:
+            for name, sub in b.items():
+                if isinstance(sub, Mapping) and _metric_series(sub, _BALANCE) is not None:
+                    baselines[f"EPLB {name}" if key == "eplb" else name] = {
+                        "balance": _metric_series(sub, _BALANCE), "remote": _metric_series(sub, _REMOTE)}
+    dom = doc.get("ep_rank_domain")
+    slots = None
+    layers = doc.get("layers") if isinstance(doc.get("layers"), list) else None
+    if layers and isinstance(layers[0], Mapping):
+        if dom is None:
+            dom = layers[0].get("ep_rank_domain")
+        if all(isinstance(layer.get("physical_to_logical"), list) for layer in layers):
+            slots = [layer["physical_to_logical"] for layer in layers]
+    elif isinstance(doc.get("physical_to_logical"), list) and doc["physical_to_logical"] \
+            and isinstance(doc["physical_to_logical"][0], list):
+        slots = doc["physical_to_logical"]
+    if dom is None:
+        dom = doc.get("rank_domain")
+    lower = _metric_series(doc, ("lower_bound", "balance_lower_bound"))
+    return {"balance": balance, "remote": remote, "baselines": baselines, "lower_bound": lower,
+            "ep_rank_domain": dom if isinstance(dom, list) else None, "slots": slots}

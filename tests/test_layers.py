@@ -1,0 +1,131 @@
+"""The layer contract of docs/architecture.md, read from the source (every import, at module level or
+inside a function): data flows topologies -> planner.model -> planner.cost -> planner.search ->
+planner.output -> planner.cli, and ``solver`` takes plain arrays from anyone and imports none of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each layer, in the order data flows, and what it may import of the project's own packages. The
+# planner's shared vocabulary (config values, trainer rules, errors, atomic writes) sits under model.
+BASE = ("planner.config", "planner.rules", "planner.errors", "planner.io")
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("solver", ("solver",)),
+    ("topologies", ("topologies",)),
+    ("planner.base", ("topologies",) + BASE),
+    ("planner.model", ("topologies", "planner.model") + BASE),
+    ("planner.cost", ("topologies", "planner.model", "planner.cost") + BASE),
+    ("planner.search", ("topologies", "solver", "planner.model", "planner.cost", "planner.search") + BASE),
+    ("planner.output", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
+                        "planner.output") + BASE),
+    ("planner.cli", ("topologies", "solver", "planner")),
+]
+OWN = ("planner", "solver", "topologies")
+
+
+def layer_of(module: str) -> str | None:
+    if module in BASE:
+        return "planner.base"
+    if module == "planner":
+        return "planner.cli"  # the package root binds the public API (plan, predict): the top layer
+    for name, _ in LAYERS:
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """Every project module ``source`` imports (absolute or relative), with its line."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".") if is_package else module.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([base] if base else []))
+            if base in OWN:  # ``from planner import x``: x is a submodule or the package's API
+                out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, base))
+    return [(line, m) for line, m in out if m.split(".")[0] in OWN]
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    layer = layer_of(module)
+    allowed = dict(LAYERS)[layer]
+    bad = []
+    for line, imported in imports_of(source, module, is_package):
+        if imported in OWN and layer == "planner.cli":
+            continue
+        ok = any(imported == a or imported.startswith(a + ".") for a in allowed)
+        if imported in ("planner",) and layer != "planner.cli":
+            ok = False
+        if not ok:
+            bad.append(f"{module}:{line} imports {imported} ({layer} may import {', '.join(allowed)})")
+    return bad
+
+
+def project_modules():
+    for pkg in OWN:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            yield path
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [module_name(p) for p in project_modules() if layer_of(module_name(p)) is None] == []
+
+
+def test_no_import_runs_against_the_data_flow():
+    bad = []
+    for path in project_modules():
+        bad += violations(path.read_text(), module_name(path), path.name == "__init__.py")
+    assert bad == []
+
+
+@pytest.mark.parametrize("module, source", [
+    ("solver.layout", "from planner.cost.predict import predict"),
+    ("solver.experts", "def f():\n    import planner.search.experts\n"),
+    ("topologies.cluster", "from planner.errors import InputError"),
+    ("planner.model.spec", "from planner.cost import memory"),
+    ("planner.cost.predict", "from planner.search.plan import plan"),
+    ("planner.cost.predict", "from planner import search"),
+    ("planner.search.plan", "from planner.output.explain import render_plan"),
+    ("planner.output.explain", "from planner.cli import progress"),
+    ("planner.cost.memory", "import planner"),
+    ("planner.config", "from planner.model.spec import ModelSpec"),
+    ("planner.cost.steptime", "from ..search import plan"),
+])
+def test_the_checker_catches_a_wrong_way_import(module, source):
+    """Mutants: one import against the flow in each layer, the checker names it."""
+    assert violations(source, module)
+
+
+def test_the_checker_accepts_the_flow():
+    assert violations("from planner.cost.predict import predict\nimport numpy", "planner.search.plan") == []
+    assert violations("from topologies.errors import InputError", "planner.model.spec") == []
+
+
+def test_importing_the_hardware_layer_loads_no_solver():
+    code = ("import sys, topologies.cluster, topologies.loader, topologies.collectives\n"
+            "bad = [m for m in ('ortools', 'planner', 'solver') if m in sys.modules]\n"
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

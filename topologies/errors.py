@@ -1,0 +1,40 @@
+"""The two ways topoplan refuses a request, and the exit codes the CLI maps them to.
+
+Every user-facing failure is one of these, raised with a one-line message that names the file,
+field or option at fault and says what would fix it. The CLI prints ``error: <message>`` and exits
+with ``exit_code``; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+
+class TopoplanError(Exception):
+    """Base class: a refusal with a one-line message and an exit code."""
+
+    exit_code = 2
+
+
+class InputError(TopoplanError):
+    """Bad input: an option value, a file, a field. Exit code 2."""
+
+    exit_code = 2
+
+
+class InfeasibleError(TopoplanError):
+    """A well-formed request that nothing can satisfy (nothing fits in memory, no layout obeys the
+    rules). Exit code 3. The message says the smallest shortfall and what would make it fit."""
+
+    exit_code = 3
+
+
+def pydantic_message(exc, source: str | None = None) -> str:
+    """One line from a pydantic ``ValidationError``: the first failing field path and its message."""
+    errors = exc.errors()
+    if not errors:
+        return f"{source or 'input'}: {exc}"
+    first = errors[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "<root>"
+    msg = first.get("msg", "invalid value")
+    prefix = f"{source}: " if source else ""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{prefix}field '{loc}': {msg}{more}"
