@@ -352,17 +352,16 @@ _SP_CACHE: dict = {}
 
 def _stage_params(model: ModelSpec, stage: StageSpec, seq_len: int, tp: int, ep: int, etp: int):
     """(dense params, expert params, linear params that get quantised copies, largest layer's
-    dense+expert params) on one GPU for one stage. A pure function of its arguments, cached by the
-    model's identity (hashing a pydantic model costs more than the sum), as the planner asks for
-    the same stage under many layouts."""
-    key = (id(model), stage, seq_len, tp, ep, etp)
+    dense+expert params) on one GPU for one stage. A pure function of its arguments, cached by them
+    (the frozen model hashes in under a microsecond), as the planner asks for the same stage under
+    many layouts."""
+    key = (model, stage, seq_len, tp, ep, etp)
     hit = _SP_CACHE.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
+    if hit is not None:
+        return hit
     if len(_SP_CACHE) > 200_000:
         _SP_CACHE.clear()
-    out = _stage_params_of(model, stage, seq_len, tp, ep, etp)
-    _SP_CACHE[key] = (model, out)
+    out = _SP_CACHE[key] = _stage_params_of(model, stage, seq_len, tp, ep, etp)
     return out
 
 
@@ -477,13 +476,13 @@ def memory_per_gpu(
             biggest = max(biggest, big)
             nlayers += len(chunk.layers)
             a = 0.0
-            ck = (id(model), training.seq_len, chunk)
+            ck = (model, training.seq_len, chunk)
             kinds = _CK_CACHE.get(ck)
-            if kinds is None or kinds[0] is not model:
+            if kinds is None:
                 if len(_CK_CACHE) > 200_000:
                     _CK_CACHE.clear()
-                kinds = _CK_CACHE[ck] = (model, tuple(_chunk_kinds(chunk, dec, mtp).values()))
-            for n_k, c in kinds[1]:
+                kinds = _CK_CACHE[ck] = tuple(_chunk_kinds(chunk, dec, mtp).values())
+            for n_k, c in kinds:
                 saved, full = act(c)
                 a += n_k * saved
                 work = max(work, full)

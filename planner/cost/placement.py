@@ -19,6 +19,7 @@ EP64 group inside one NVLink domain.
 
 from __future__ import annotations
 
+import weakref
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
@@ -220,11 +221,12 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
     Groups are built from the axis stride (the same groups as ``rank_groups``) with numpy; only the
     groups that touch the most NVLink domains are priced with ``topologies.collectives.shape_of``.
     """
-    key = (id(cluster), getattr(cluster, "name", ""), config.tp, config.cp, config.ep, config.etp_eff,
-           config.pp, placement.world, placement.order, placement.rank_to_gpu)
-    hit = _SHAPES_CACHE.get(key)
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
+    memo = _memo_of(cluster)
+    key = ("shapes", config.tp, config.cp, config.ep, config.etp_eff, config.pp, placement.world,
+           placement.order, placement.rank_to_gpu)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
     import numpy as np
 
     from topologies.collectives import shape_of
@@ -260,21 +262,33 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
             if worst is None or _worse(shape, worst):
                 worst = shape
         out[axis] = worst
-    if len(_SHAPES_CACHE) > 2048:
-        _SHAPES_CACHE.clear()
-    _SHAPES_CACHE[key] = (cluster, out)
+    if len(memo) > 2048:
+        memo.clear()
+    memo[key] = out
     return out
 
 
 def _domains_of(cluster):
     import numpy as np
 
-    hit = _GPU_DOMAIN_CACHE.get(id(cluster))
-    if hit is None or hit[0] is not cluster:
-        hit = (cluster, np.array([g.domain for g in cluster.gpus()], dtype=np.int64))
-        _GPU_DOMAIN_CACHE[id(cluster)] = hit
-    return hit[1]
+    memo = _memo_of(cluster)
+    hit = memo.get("domains")
+    if hit is None:
+        hit = memo["domains"] = np.array([g.domain for g in cluster.gpus()], dtype=np.int64)
+    return hit
 
 
-_SHAPES_CACHE: dict = {}
-_GPU_DOMAIN_CACHE: dict = {}
+# Per-cluster memos. A Cluster is mutable, so not hashable; its Fabric (built once per cluster and
+# cached on it, hashed by identity) keys the memo weakly: the entries die with the cluster, keep
+# nothing alive, and no later object can find them.
+_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _memo_of(cluster) -> dict:
+    from topologies.collectives import fabric_for
+
+    fabric = fabric_for(cluster)
+    memo = _MEMOS.get(fabric)
+    if memo is None:
+        memo = _MEMOS[fabric] = {}
+    return memo

@@ -79,7 +79,8 @@ _MEM_CACHE: dict = {}
 def _memory(model, config, training, world, gpu_spec, layout):
     from planner.cost.memory import memory_per_gpu
 
-    key = (model, config, training.seq_len, training.global_batch, training.precision, world, gpu_spec.name)
+    # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
+    key = (model, config, training, world, gpu_spec.name)
     hit = _MEM_CACHE.get(key)
     if hit is None:
         hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout)

@@ -87,6 +87,9 @@ class LayerWork:
     elem_elements: float           # elementwise elements touched, forward
     elem_by_module: dict = field(default_factory=dict)  # module -> elements (forward), for recompute
     quant_elements: float = 0.0    # elements quantised (forward + backward inputs)
+    # (peaks, efficiencies, halves) -> (GEMM seconds by module, their sum): the memo lives and dies
+    # with the work (``_gemm_by_module``); not part of the value
+    gemm_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 def shape_eff(dim: float, dim_half: float) -> float:
@@ -111,27 +114,25 @@ def gemm_time(g: Gemm, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16
     return 2.0 * m * n * k / (peak * e)
 
 
-# (id(work), peaks, efficiencies, halves) -> (work, GEMM seconds by module, their sum). The work
-# object is held so that its id stays its own; LayerWork holds a dict and cannot be a key itself.
-_GEMM_MEMO: dict = {}
-_GEMM_MEMO_MAX = 65536
+_GEMM_MEMO_MAX = 4096
 
 
 def _gemm_by_module(work: LayerWork, peak_lp: float, peak_bf16: float, eff_lp: float, eff_bf16: float,
                     dim_half: float, m_half: float) -> tuple[dict, float]:
-    """Forward GEMM seconds of a layer per module, and their sum (memoised per work object)."""
-    key = (id(work), peak_lp, peak_bf16, eff_lp, eff_bf16, dim_half, m_half)
-    hit = _GEMM_MEMO.get(key)
-    if hit is not None and hit[0] is work:
-        return hit[1], hit[2]
+    """Forward GEMM seconds of a layer per module, and their sum (memoised on the work object)."""
+    key = (peak_lp, peak_bf16, eff_lp, eff_bf16, dim_half, m_half)
+    memo = work.gemm_memo
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
     by_mod: dict[str, float] = {}
     for g in work.gemms:
         by_mod[g.module] = by_mod.get(g.module, 0.0) + gemm_time(g, peak_lp, peak_bf16, eff_lp, eff_bf16,
                                                                 dim_half, m_half)
     total = sum(by_mod.values())
-    if len(_GEMM_MEMO) >= _GEMM_MEMO_MAX:
-        _GEMM_MEMO.clear()
-    _GEMM_MEMO[key] = (work, by_mod, total)
+    if len(memo) >= _GEMM_MEMO_MAX:  # a calibration fit tries many efficiencies on one work
+        memo.clear()
+    memo[key] = (by_mod, total)
     return by_mod, total
 
 
