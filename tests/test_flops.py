@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.model.flops import causal_context, flops_per_token, flops_terms, layer_costs, logits_flops, param_counts
-from planner.model.spec import catalog, load_model
+from planner.model.spec import catalog, catalog_entry, load_model
 
 # The reference folder is a sibling of the repository root: <root>/../shared/reference.
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
@@ -176,10 +176,9 @@ def test_sliding_window_context_is_the_exact_average(s, w):
 
 
 def test_vocab_padding_matches_models_json():
-    data = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "models.json").read_text())
     checked = 0
     for name in catalog():
-        for key, padded in data[name]["megatron_padded_vocab_size"].items():
+        for key, padded in catalog_entry(name)["megatron_padded_vocab_size"].items():
             assert load_model(name).padded_vocab(int(key[2:])) == padded, (name, key)
             checked += 1
     assert checked >= 25
@@ -234,7 +233,7 @@ def test_llama3_8b_params_by_hand():
 
 @pytest.mark.parametrize("name", catalog())
 def test_params_match_models_json(name):
-    data = json.loads((Path(__file__).resolve().parents[1] / "planner" / "data" / "models.json").read_text())[name]
+    data = catalog_entry(name)  # planner/data/models.json or models_extra.json
     pc = param_counts(load_model(name))
     assert pc.total == data["params_total_computed"]
     if "params_active_computed" in data:

@@ -38,7 +38,7 @@ def test_show_text_and_config_file(capsys, tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(catalog_entry("mixtral-8x7b")))
     rc, out, _ = run(capsys, "models", "show", str(p))
-    assert rc == 0 and "46.70B total" in out and "12.88B active" in out and "79.71" in out
+    assert rc == 0 and "46.70B total" in out and "12.88B with embeddings" in out and "79.71" in out
 
 
 def test_show_refuses_with_one_line(capsys, tmp_path):

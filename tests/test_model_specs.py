@@ -12,6 +12,8 @@ from planner.model.spec import ModelSpec, catalog, catalog_entry, load_model, sp
 EXPECTED = {
     "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
+    # planner/data/models_extra.json
+    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick",
 }
 
 
@@ -27,6 +29,65 @@ def test_lookup_is_case_insensitive_and_refuses_unknown():
     assert load_model("DeepSeek-V3") is load_model("deepseek-v3")
     with pytest.raises(InputError, match="unknown model 'gpt-5'"):
         load_model("gpt-5")
+
+
+def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_path):
+    with pytest.raises(InputError, match="did you mean 'deepseek-v3'"):
+        load_model("deepseek-v4")
+    with pytest.raises(InputError, match="did you mean 'qwen3-235b-a22b'"):
+        load_model("qwen3-235b-a22")
+    with pytest.raises(InputError, match="the directory has no config.json"):
+        load_model(tmp_path)
+    with pytest.raises(InputError, match="no such file"):
+        load_model(tmp_path / "nope" / "config.json")
+
+
+# Published totals (params_stated_* in planner/data/models_extra.json, and for the reference models
+# the figures their publishers state). Held to 2% with and without the MTP modules where the
+# publisher's own count is ambiguous about them (GLM-4.5 states 355B; 352.8B + 4.0B MTP).
+# Each publisher's active figure matches one convention (planner.model.flops.ParamCounts).
+@pytest.mark.parametrize("name, total, convention, active", [
+    ("glm-4.5", 355e9, "active_non_embedding", 32e9),        # zai-org: 355B total, 32B active
+    ("glm-4.5-air", 106e9, "active_non_embedding", 12e9),    # zai-org: 106B total, 12B active
+    ("llama4-scout", 109e9, "active", 17e9),                 # Meta: 109B total (with the vision encoder), 17B active
+    ("llama4-maverick", 400e9, "active", 17e9),              # Meta: 400B total, 17B active
+    ("gpt-oss-20b", 20.9e9, "active_without_embedding", 3.61e9),   # OpenAI card: 20.91B total, 3.61B active
+    ("gpt-oss-120b", 116.8e9, "active_without_embedding", 5.13e9),  # OpenAI card: 116.83B total, 5.13B active
+    ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
+])
+def test_parameter_counts_match_the_published_figures(name, total, convention, active):
+    from planner.model.flops import param_counts
+
+    pc = param_counts(load_model(name))
+    assert min(abs(pc.total / total - 1), abs(pc.total_with_mtp / total - 1)) < 0.02, pc.total
+    assert getattr(pc, convention) == pytest.approx(active, rel=0.02)
+    assert pc.active - pc.active_without_embedding == pc.embedding
+    assert pc.active_without_embedding - pc.active_non_embedding == pc.output
+
+
+def test_glm45_and_llama4_specs():
+    g = load_model("glm-4.5")
+    assert g.family == "glm4_moe" and g.attention == "gqa" and g.moe_layers == (False,) * 3 + (True,) * 89
+    assert (g.num_experts, g.top_k, g.moe_ffn_hidden_size, g.shared_ffn_hidden_size, g.mtp_layers) == (160, 8, 1536, 1536, 1)
+    assert g.qk_norm and g.attention_bias and g.ffn_hidden_size == 12288
+    a = load_model("glm-4.5-air")
+    assert not a.qk_norm and a.moe_layers == (False,) + (True,) * 45
+    s = load_model("llama4-scout")
+    assert s.family == "llama4" and all(s.moe_layers) and (s.num_experts, s.top_k) == (16, 1)
+    assert s.shared_ffn_hidden_size == s.moe_ffn_hidden_size == 8192
+    m = load_model("llama4-maverick")
+    # HF Llama4TextConfig: moe_layers = range(step - 1, L, step) with interleave_moe_layer_step 2
+    assert m.moe_layers == tuple(i % 2 == 1 for i in range(48)) and m.ffn_hidden_size == 16384
+    assert m.num_experts == 128 and not any(m.swa_layers)
+
+
+def test_llama4_reads_the_nested_text_config_and_its_explicit_moe_layers():
+    text = dict(catalog_entry("llama4-maverick")["text_config"], moe_layers=[3, 7])
+    cfg = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "text_config": text}
+    m = spec_from_config(cfg, name="x")
+    assert [i for i, f in enumerate(m.moe_layers) if f] == [3, 7]
+    with pytest.raises(InputError, match="moe_layers"):
+        spec_from_config({**cfg, "text_config": {**text, "moe_layers": [99]}})
 
 
 def test_deepseek_v3_spec():

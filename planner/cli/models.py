@@ -26,6 +26,8 @@ def _facts(name_or_path: str, seq_len: int) -> dict:
         "family": m.family,
         "params_total": pc.total,
         "params_active": pc.active,
+        "params_active_without_embedding": pc.active_without_embedding,
+        "params_active_non_embedding": pc.active_non_embedding,
         "params_mtp": pc.mtp,
         "seq_len": seq_len,
         "gflop_per_token": round(terms["total"], 4),
@@ -39,6 +41,10 @@ def _b(n: int) -> str:
     return f"{n / 1e9:,.2f}B"
 
 
+def _b1(n: int) -> str:
+    return f"{n / 1e9:,.1f}B"
+
+
 def list_models(json_out: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the built-in models with their size and GFLOP/token at seq 4096.
 
@@ -48,17 +54,20 @@ def list_models(json_out: bool = typer.Option(False, "--json", help="print JSON"
 
     rows = [_facts(n, 4096) for n in catalog()]
     if json_out:
-        print(json.dumps([{k: r[k] for k in ("name", "family", "params_total", "params_active", "gflop_per_token")} for r in rows], indent=2))
+        keys = ("name", "family", "params_total", "params_active", "params_active_without_embedding", "gflop_per_token")
+        print(json.dumps([{k: r[k] for k in keys} for r in rows], indent=2))
         return
-    head = f"{'name':16s} {'family':12s} {'layers':>6s} {'attn':4s} {'experts':>10s} {'total':>10s} {'active':>9s} {'GFLOP/tok':>9s}"
+    head = (f"{'name':16s} {'family':11s} {'layers':>6s} {'attn':4s} {'experts':>9s} {'total':>8s} {'active':>7s} "
+            f"{'GFLOP/tok':>9s}")
     print(head)
     for r in rows:
         s = r["spec"]
         exp = f"{s['num_experts']}/top{s['top_k']}" if s["num_experts"] else "dense"
         print(
-            f"{r['name']:16s} {r['family']:12s} {s['num_layers']:6d} {s['attention']:4s} {exp:>10s} "
-            f"{_b(r['params_total']):>10s} {_b(r['params_active']):>9s} {r['gflop_per_token']:9.2f}"
+            f"{r['name']:16s} {r['family']:11s} {s['num_layers']:6d} {s['attention']:4s} {exp:>9s} "
+            f"{_b1(r['params_total']):>8s} {_b1(r['params_active']):>7s} {r['gflop_per_token']:9.2f}"
         )
+    print("active: with embeddings (DeepSeek's and Meta's convention); models show gives the others.")
     print("GFLOP/token: Megatron-Bridge training FLOPs per token at seq 4096, TP1")
 
 
@@ -103,8 +112,10 @@ def show_model(
     lines += [
         f"  vocab             {s['vocab_size']} (padded {f['padded_vocab_tp1']} at TP1), "
         + ("tied" if s["tied_embeddings"] else "untied") + " embeddings",
-        f"  params            {_b(f['params_total'])} total, {_b(f['params_active'])} active"
-        + (f", MTP {_b(f['params_mtp'])}" if f["params_mtp"] else ""),
+        f"  params            {_b(f['params_total'])} total" + (f", MTP {_b(f['params_mtp'])} more" if f["params_mtp"] else ""),
+        f"  active per token  {_b(f['params_active'])} with embeddings, "
+        f"{_b(f['params_active_without_embedding'])} without the input embedding, "
+        f"{_b(f['params_active_non_embedding'])} without either",
         f"  GFLOP/token       {f['gflop_per_token']:.2f} at seq {seq_len}  ("
         + ", ".join(f"{k} {v:.2f}" for k, v in f["gflop_terms"].items())
         + ")",

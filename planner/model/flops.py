@@ -285,10 +285,14 @@ def logits_flops(model: ModelSpec, tp: int = 1) -> float:
 class ParamCounts:
     """Parameter counts (unpadded vocabulary, as the HF checkpoint holds them).
 
-    ``total`` and ``active`` follow the published convention: decoder layers, input embedding,
-    output head (when untied) and final norm, MTP layers excluded (DeepSeek-V3's "671B total,
-    37B activated"). ``mtp`` is the MTP modules' share (each with its own norm; the embedding and
-    head are shared with the main model); ``total_with_mtp`` adds it.
+    ``total`` and ``active`` count decoder layers, input embedding, output head (when untied) and
+    final norm, MTP layers excluded: DeepSeek's convention ("671B total, 37B activated"), Meta's
+    for Llama 4 (17B active) and Qwen's. ``active_without_embedding`` leaves out the input
+    embedding, a table lookup that does no arithmetic per token: OpenAI's convention for
+    gpt-oss (20b: 3.6B active). ``active_non_embedding`` leaves out the output head too (the
+    "non-embedding" count of scaling-law papers; Zhipu's GLM-4.5 "32B active" matches it).
+    Publishers differ, so all are shown (docs/models.md lists whose figure matches which). ``mtp`` is the MTP modules' share (each with its own norm; the
+    embedding and head are shared with the main model); ``total_with_mtp`` adds it.
     """
 
     total: int
@@ -304,6 +308,14 @@ class ParamCounts:
     @property
     def total_with_mtp(self) -> int:
         return self.total + self.mtp
+
+    @property
+    def active_without_embedding(self) -> int:
+        return self.active - self.embedding
+
+    @property
+    def active_non_embedding(self) -> int:
+        return self.active - self.embedding - self.output
 
 
 def param_counts(model: ModelSpec) -> ParamCounts:

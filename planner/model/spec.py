@@ -26,6 +26,16 @@ v2``, ``kimi_k2``             ``qk_rope_head_dim``, ``v_head_dim``), ``n_routed_
 ``gpt_oss``                   every layer MoE (``num_local_experts``, ``intermediate_size``),
                               biases, attention sinks, sliding window on even layers (or as
                               ``layer_types`` says); Megatron's activation is a clamped quick-GELU GLU
+``glm4_moe`` (GLM-4.5,        GQA with q/k/v biases and optional ``use_qk_norm``, partial RoPE
+GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter effect), dense layers
+                              ``i < first_k_dense_replace``, ``n_shared_experts`` x
+                              ``moe_intermediate_size``, MTP ``num_nextn_predict_layers``
+``llama4`` / ``llama4_text``  a ``text_config`` inside ``Llama4ForConditionalGeneration``: MoE
+(Llama 4 Scout, Maverick)     layers ``moe_layers`` (default every ``interleave_moe_layer_step``-th),
+                              one shared expert of ``intermediate_size`` beside the routed ones,
+                              dense layers of ``intermediate_size_mlp``; the chunked attention
+                              of RoPE layers is priced as full causal attention (exact up to seq
+                              8192 = ``attention_chunk_size``; megatron-core has no chunked attention)
 ============================  =====================================================================
 
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
@@ -37,6 +47,7 @@ field.
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import lru_cache
 from importlib import resources
@@ -53,12 +64,14 @@ _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe")
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss")
+_LLAMA4 = ("llama4", "llama4_text")
+KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
-    "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss",
+    "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
+    "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
 }
 
 
@@ -232,10 +245,14 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     if not isinstance(cfg, dict):
         raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type")),
+               "architectures": cfg.get("architectures") or cfg["text_config"].get("architectures"),
+               "source": cfg.get("source")}
     r = _Reader(cfg, source)
     family = str(cfg.get("model_type") or "").strip().lower()
     archs = cfg.get("architectures") or []
+    if family == "llama4_text":
+        family = "llama4"
     if family not in KNOWN_FAMILIES:
         # a renamed model_type of a known architecture (e.g. a fine-tune) is read as that family
         by_arch = [_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES]
@@ -295,11 +312,13 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
         top_k = r.int(kk, minimum=1)
         if top_k > n_exp:
             raise r.err(kk, f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
-        if family in ("mixtral", "gpt_oss"):
+        if family in ("mixtral", "gpt_oss", "llama4"):
             moe_ffn = r.int("intermediate_size", minimum=1)
         else:
             moe_ffn = r.int("moe_intermediate_size", minimum=1)
-        if r.has("n_shared_experts"):
+        if family == "llama4":
+            shared = moe_ffn  # Llama4TextMoe: one shared expert of the routed experts' width
+        elif r.has("n_shared_experts"):
             shared = r.int("n_shared_experts") * moe_ffn
         elif r.has("shared_expert_intermediate_size"):
             shared = r.int("shared_expert_intermediate_size")
@@ -313,6 +332,15 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     # which layers are MoE
     if n_exp == 0:
         moe = [False] * L
+    elif family == "llama4":
+        # HF Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer
+        step = r.int("interleave_moe_layer_step", 1, minimum=1)
+        listed = cfg.get("moe_layers")
+        if listed is None:
+            listed = list(range(step - 1, L, step))
+        if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < L for i in listed):
+            raise r.err("moe_layers", f"must be a list of layer indices in [0, {L}), got {listed!r}")
+        moe = [i in set(listed) for i in range(L)]
     elif family in _MLA_FAMILIES or r.has("first_k_dense_replace"):
         k = r.int("first_k_dense_replace", 0)
         freq = r.int("moe_layer_freq", 1, minimum=1)
@@ -329,10 +357,11 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
         moe = [True] * L
 
     # dense MLP width: needed only when some layer is dense
+    dense_key = "intermediate_size_mlp" if family == "llama4" else "intermediate_size"
     if all(moe):
-        ffn = r.int("intermediate_size", 0) if family not in ("mixtral", "gpt_oss") else 0
+        ffn = r.int(dense_key, 0) if family not in ("mixtral", "gpt_oss") else 0
     else:
-        ffn = r.int("intermediate_size", minimum=1)
+        ffn = r.int(dense_key, minimum=1)
 
     # --- sliding window ------------------------------------------------------------------------
     window = None
@@ -348,6 +377,11 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             swa = [i % 2 == 0 for i in range(L)]  # GPT-OSS: even layers slide, odd layers are full
         if any(swa) and window is None:
             raise r.err("sliding_window", "is missing but layer_types has sliding_attention layers")
+    elif family == "llama4":
+        # Chunked attention (attention_chunk_size, 8192) on the RoPE layers is priced as full causal
+        # attention: exact up to seq 8192, and what megatron-core 0.19 runs (it has no chunked
+        # attention), an over-estimate of those layers' attention core beyond (docs/models.md).
+        pass
     elif family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         if r.bool("use_sliding_window", False) and r.has("sliding_window"):
             window = r.int("sliding_window", minimum=1)
@@ -395,7 +429,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             mtp_layers=mtp,
             sliding_window=window,
             swa_layers=tuple(swa),
-            qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")),
+            qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
             attention_bias=r.bool("attention_bias", family == "gpt_oss"),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),
             # GPT-OSS routers have a trained bias; DeepSeek's e_score_correction_bias is a buffer
@@ -413,23 +447,37 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
 # Catalog
 
 
+# planner/data/models.json is a copy of the reference catalog (../shared/reference/models.json, a
+# test holds them equal); models_extra.json adds families beyond it in the same format.
+CATALOG_FILES = ("data/models.json", "data/models_extra.json")
+
+
 @lru_cache(maxsize=1)
 def _catalog_raw() -> dict[str, dict]:
-    text = resources.files("planner").joinpath("data/models.json").read_text()
-    data = json.loads(text)
-    return {k: v for k, v in data.items() if not k.startswith("_")}
+    out: dict[str, dict] = {}
+    for name in CATALOG_FILES:
+        data = json.loads(resources.files("planner").joinpath(name).read_text())
+        out.update({k: v for k, v in data.items() if not k.startswith("_")})
+    return out
 
 
 def catalog() -> list[str]:
-    """Names of the built-in models (planner/data/models.json, a copy of the reference catalog)."""
+    """Names of the built-in models (planner/data/models.json and models_extra.json)."""
     return list(_catalog_raw())
+
+
+def _unknown(name: str) -> str:
+    """The refusal of an unknown model name, with the closest catalog names when there are any."""
+    close = difflib.get_close_matches(_norm(name), [_norm(k) for k in catalog()], n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown model {name!r}: {hint}use a catalog name (topoplan models list) or a config.json path"
 
 
 def catalog_entry(name: str) -> dict:
     """The raw catalog record (HF fields plus sources and the computed parameter counts)."""
     key = _catalog_key(name)
     if key is None:
-        raise InputError(f"unknown model {name!r}; use one of {', '.join(catalog())} or a config.json path")
+        raise InputError(_unknown(name))
     return dict(_catalog_raw()[key])
 
 
@@ -461,9 +509,14 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         return _load_catalog(key)
     p = Path(s).expanduser()
     if p.is_dir():
+        if not (p / "config.json").exists():
+            raise InputError(f"--model {s}: the directory has no config.json; give the model's Hugging Face "
+                             "config.json (or the directory that holds it)")
         p = p / "config.json"
     if not p.exists():
-        raise InputError(f"unknown model {s!r}: not a catalog name ({', '.join(catalog())}) and no such file")
+        if "/" in s or s.endswith(".json"):
+            raise InputError(f"--model {s}: no such file; give a catalog name (topoplan models list) or a config.json path")
+        raise InputError(_unknown(s))
     try:
         cfg = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
