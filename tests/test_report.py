@@ -27,6 +27,16 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # ------------------------------------------------------------------------------------------ fixtures
 
+def _bd(**seconds) -> dict:
+    """A breakdown in the step-time model's own terms (``planner.cost.steptime.TERMS``; checked against
+    a real prediction by ``test_fixture_terms_are_the_step_time_models``): the given terms, zero for
+    the rest."""
+    from planner.cost.steptime import TERMS
+
+    assert set(seconds) <= set(TERMS), set(seconds) - set(TERMS)
+    return {t: float(seconds.get(t, 0.0)) for t in TERMS}
+
+
 def _entry(cfg, tflops, step, breakdown, mem, domains, rank_to_gpu, per_stage=None):
     pred = {"tflops_per_gpu": tflops, "tokens_per_s_per_gpu": tflops * 3.85, "step_time_s": step,
             "memory_gib_per_gpu": mem, "breakdown": breakdown}
@@ -44,14 +54,13 @@ def plan_doc() -> dict:
                 recompute="none", dispatcher="flex-deepep")
     stages = [{"weights": 41.0, "grads": 20.5, "optimizer": 31.0, "activations": 96.0},
               {"weights": 39.0, "grads": 19.5, "optimizer": 29.0, "activations": 60.0}]
-    p1 = _entry(base, 1650, 10.2, {"compute": 8.0, "exposed_tp": 0.0, "ep_a2a": 0.9, "pipeline_bubble": 0.6,
-                                   "dp_exposed": 0.3, "optimizer": 0.4}, 188.5, {"tp": 1, "ep": 1, "pp": 2}, r2g,
-                stages)
+    p1 = _entry(base, 1650, 10.2, _bd(compute=8.0, ep_a2a=0.9, pp_bubble=0.6, dp_comm=0.3, optimizer=0.4),
+                188.5, {"tp": 1, "ep": 1, "pp": 2}, r2g, stages)
     p2 = _entry({**base, "pp": 4, "vpp": 4, "dp": 64}, 1560, 10.8,
-                {"compute": 8.0, "ep_a2a": 0.9, "pipeline_bubble": 1.2, "dp_exposed": 0.3, "optimizer": 0.4},
+                _bd(compute=8.0, ep_a2a=0.9, pp_bubble=1.2, dp_comm=0.3, optimizer=0.4),
                 150.0, {"ep": 1, "pp": 4}, r2g)
     p3 = _entry({**base, "ep": 64}, 1500, 11.2,
-                {"compute": 8.0, "ep_a2a": 2.0, "pipeline_bubble": 0.6, "dp_exposed": 0.2, "optimizer": 0.4},
+                _bd(compute=8.0, ep_a2a=2.0, pp_bubble=0.6, dp_comm=0.2, optimizer=0.4),
                 170.0, {"ep": 2, "pp": 2}, r2g)
     return {"version": 1, "model": {"name": "deepseek-v3"},
             "cluster": {"name": "gb300-nvl72", "gpu": "gb300", "nvlink_domains": [72, 72, 72, 72],
@@ -67,7 +76,7 @@ def scale_doc() -> dict:
         pts.append({"gpus": gpus, "tokens_per_s_per_gpu": tfl * 3.85, "tflops_per_gpu": tfl,
                     "config": {"tp": 1, "pp": 2, "vpp": 8, "ep": 32, "mbs": 1},
                     "prediction": {"tflops_per_gpu": tfl, "tokens_per_s_per_gpu": tfl * 3.85, "step_time_s": 10.0,
-                                   "breakdown": {"compute": 8.0, "ep_a2a": 1.0, "pipeline_bubble": 0.6}}})
+                                   "breakdown": _bd(compute=8.0, ep_a2a=1.0, pp_bubble=0.6)}})
     return {"model": {"name": "deepseek-v3"}, "cluster": {"name": "gb300-nvl72"}, "points": pts}
 
 
@@ -90,42 +99,88 @@ def experts_doc(layers=6, ranks=16, k=2, experts=24) -> dict:
 
 # ------------------------------------------------------------------------------------------ explain
 
-def test_categorize_folds_terms_and_puts_the_remainder_into_other():
-    bd = {"compute": 5.0, "exposed_tp": 0.5, "ep_a2a": 1.0, "expert_all_to_all": 0.25, "pipeline_bubble": 0.75,
-          "dp_grad_reduce_scatter": 0.2, "optimizer": 0.3, "mlp_expert": 1.0}
-    cats = explain.categorize(bd, step_time_s=10.0)
-    assert cats["compute"] == pytest.approx(6.0)  # compute + mlp_expert (expert GEMMs are compute)
-    assert cats["tp"] == pytest.approx(0.5)
-    assert cats["ep"] == pytest.approx(1.25)
-    assert cats["bubble"] == pytest.approx(0.75)
-    assert cats["dp"] == pytest.approx(0.2)
-    # 10 - (6 + .5 + 1.25 + .75 + .2 + .3) = 1.0 unexplained, plus 0.3 optimizer
-    assert cats["other"] == pytest.approx(1.3)
+@pytest.fixture(scope="module")
+def real_breakdowns():
+    """Breakdowns of real predictions whose every term is non-zero between them: a pipelined MoE layout
+    with CP on two HGX nodes, and the same with FSDP."""
+    import planner
+    from planner import ParallelConfig, Training
+    from topologies.loader import load_cluster
+
+    model = planner.load_model("qwen3-30b-a3b")
+    cluster = load_cluster("dgx-h100", gpus=32)
+    training = Training(seq_len=8192, global_batch=64, precision="bf16")
+    out = []
+    for fsdp in (False, True):
+        cfg = ParallelConfig(tp=2, pp=2, vpp=2, cp=2, ep=8, etp=1, fsdp=fsdp)
+        p = planner.predict(model, cluster, cfg, training)
+        out.append((dict(p.breakdown), p.step_time_s))
+    return out
+
+
+def test_every_step_time_term_has_one_category():
+    """One mapping, complete: each term the step-time model emits is drawn in exactly one category."""
+    from planner.cost.steptime import TERMS
+
+    assert set(explain.TERM_CATEGORY) == set(TERMS)
+    assert set(explain.TERM_CATEGORY.values()) == set(explain.CATEGORIES)  # no category is unreachable
+    assert set(explain.CATEGORY_LABELS) == set(explain.CATEGORY_COLORS) == set(explain.CATEGORIES)
+
+
+def test_fixture_terms_are_the_step_time_models(real_breakdowns):
+    for bd, step in real_breakdowns:
+        assert set(bd) == set(plan_doc()["plans"][0]["prediction"]["breakdown"])
+        assert all(bd[t] >= 0 for t in bd)
+    assert all(any(bd[t] > 0 for bd, _ in real_breakdowns) for t in real_breakdowns[0][0])
+
+
+def test_categorize_a_real_breakdown_by_hand(real_breakdowns):
+    """Each category is the sum of its terms, summed by hand here; the categories add up to the step."""
+    for bd, step in real_breakdowns:
+        cats = explain.categorize(bd, step_time_s=step)
+        assert cats["compute"] == pytest.approx(bd["compute"])
+        assert cats["tp"] == pytest.approx(bd["tp_comm"])
+        assert cats["cp"] == pytest.approx(bd["cp_comm"])
+        assert cats["ep"] == pytest.approx(bd["ep_a2a"])
+        assert cats["imbalance"] == pytest.approx(bd["imbalance"])
+        assert cats["bubble"] == pytest.approx(bd["pp_bubble"] + bd["pp_p2p"])
+        assert cats["dp"] == pytest.approx(bd["dp_comm"])
+        assert cats["optimizer"] == pytest.approx(bd["optimizer"])
+        assert cats["other"] == pytest.approx(bd["other"])
+        assert sum(cats.values()) == pytest.approx(step)
+
+
+def test_categorize_puts_the_unexplained_remainder_into_other():
+    cats = explain.categorize(_bd(compute=5.0, tp_comm=0.5, imbalance=0.25, optimizer=0.3), step_time_s=10.0)
+    assert cats["compute"] == 5.0 and cats["tp"] == 0.5 and cats["imbalance"] == 0.25
+    assert cats["optimizer"] == 0.3 and cats["bubble"] == 0.0
+    assert cats["other"] == pytest.approx(10.0 - 6.05)
     assert sum(cats.values()) == pytest.approx(10.0)
 
 
-def test_categorize_nested_and_never_negative():
-    cats = explain.categorize({"comm": {"tp": 0.2, "ep": 0.3}, "overlap_credit_dp": -0.5, "total": 99})
-    assert cats["tp"] == pytest.approx(0.2) and cats["ep"] == pytest.approx(0.3)
-    assert cats["dp"] == 0.0  # a negative credit does not make a category negative
-    assert "total" not in cats and sum(cats.values()) == pytest.approx(0.5)
+def test_categorize_refuses_a_term_the_model_does_not_emit():
+    with pytest.raises(InputError, match="'pipeline_bubble'.*compute, tp_comm"):
+        explain.categorize({"compute": 1.0, "pipeline_bubble": 0.5})
 
 
 @pytest.mark.parametrize("width", [10, 40, 73])
 def test_breakdown_bar_cells_add_up_and_are_proportional(width):
-    text = explain.breakdown_bar({"compute": 6.0, "ep_a2a": 3.0, "pipeline_bubble": 1.0}, width=width)
+    text = explain.breakdown_bar(_bd(compute=6.0, ep_a2a=2.0, imbalance=1.0, pp_bubble=0.5, pp_p2p=0.5),
+                                 width=width)
     bar = text.plain
     cells = bar.split("\n")[0].split(" ")[0]
     assert cells == "█" * width
     # each category's run of cells is its share of the step, within one cell of rounding
     runs = {str(s.style): s.end - s.start for s in text.spans if s.end <= width}
     assert abs(runs[explain.CATEGORY_COLORS["compute"]] - 0.6 * width) < 1
-    assert abs(runs[explain.CATEGORY_COLORS["ep"]] - 0.3 * width) < 1
+    assert abs(runs[explain.CATEGORY_COLORS["ep"]] - 0.2 * width) < 1
+    assert abs(runs[explain.CATEGORY_COLORS["imbalance"]] - 0.1 * width) < 1
     assert abs(runs[explain.CATEGORY_COLORS["bubble"]] - 0.1 * width) < 1
     assert sum(runs.values()) == width
     legend = bar.split("\n")[1]
-    assert "compute 6.00 s (60%)" in legend and "exposed EP all-to-all 3.00 s (30%)" in legend
-    assert "pipeline bubble 1.00 s (10%)" in legend and "exposed TP" not in legend
+    assert "compute 6.00 s (60%)" in legend and "exposed EP all-to-all 2.00 s (20%)" in legend
+    assert "expert imbalance 1.00 s (10%)" in legend
+    assert "pipeline bubble and P2P 1.00 s (10%)" in legend and "exposed TP" not in legend
 
 
 def test_memory_bar_marks_overflow():
@@ -405,3 +460,20 @@ def test_why_not_names_recompute_when_compute_grew():
     alt["prediction"]["tokens_per_s_per_gpu"] *= 10.2 / 10.5
     line = explain.why_not(doc["plans"][0], alt, "racks")
     assert line == "TP1 PP2 VPP8 EP32 MBS1 RC:moe_act: 3% slower, recompute (moe_act) adds 300.0 ms of compute per step"
+
+
+@pytest.mark.parametrize("term, cfg, reason", [
+    ("imbalance", {}, "more expert imbalance"),
+    ("cp_comm", {"cp": 4}, "more exposed context-parallel exchange with CP4"),
+    ("optimizer", {}, "longer optimizer step"),
+])
+def test_why_not_names_the_terms_outside_the_old_six(term, cfg, reason):
+    """Expert imbalance, CP and the optimizer are causes of their own (they used to be read as a
+    pipeline bubble or as unexplained time)."""
+    doc = plan_doc()
+    alt = json.loads(json.dumps(doc["plans"][0]))
+    alt["config"].update(cfg)
+    alt["prediction"]["breakdown"][term] += 1.0
+    alt["prediction"]["step_time_s"] += 1.0
+    alt["prediction"]["tokens_per_s_per_gpu"] *= 10.2 / 11.2
+    assert reason in explain.why_not(doc["plans"][0], alt, "racks")

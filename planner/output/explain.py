@@ -8,10 +8,12 @@ The API, for ``topoplan plan`` and friends (all renderables are ``rich`` objects
 the text without colour):
 
 ``categorize(breakdown, step_time_s=None) -> dict[str, float]``
-    Folds a prediction's ``breakdown`` (term -> seconds, any term names) into the six categories
-    in ``CATEGORIES``: compute, exposed TP, exposed EP all-to-all, pipeline bubble, exposed DP,
-    other. With ``step_time_s`` the gap between the step time and the sum of the terms goes to
-    "other" (when positive), so the bar adds up to the step time.
+    Folds a prediction's ``breakdown`` (the step-time model's terms, ``planner.cost.steptime.TERMS``,
+    -> seconds) into the categories in ``CATEGORIES`` through ``TERM_CATEGORY``, the one mapping
+    from term to category: compute, exposed TP, exposed CP, exposed EP all-to-all, expert
+    imbalance, pipeline bubble and P2P, exposed DP, optimizer, other. A term the model does not
+    emit is refused (InputError). With ``step_time_s`` the gap between the step time and the sum
+    of the terms goes to "other" (when positive), so the bar adds up to the step time.
 ``breakdown_bar(breakdown, step_time_s=None, width=40) -> Text``
     One stacked bar of those categories plus a legend with milliseconds and percentages.
 ``memory_bar(used_gib, hbm_gib, width=30) -> Text``
@@ -40,87 +42,72 @@ Rank arithmetic follows Megatron's ``RankGenerator``: in the order string (defau
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-# The six categories of a step, in drawing order, with their label and colour (rich and matplotlib
-# both understand these names).
-CATEGORIES: tuple[str, ...] = ("compute", "tp", "ep", "bubble", "dp", "other")
+from planner.errors import InputError
+
+# Every term of the step-time model's breakdown (planner.cost.steptime.TERMS) and the category its
+# seconds are drawn in; tests/test_report.py checks that the keys are exactly the model's terms.
+TERM_CATEGORY: dict[str, str] = {
+    "compute": "compute",
+    "tp_comm": "tp",
+    "cp_comm": "cp",
+    "ep_a2a": "ep",
+    "imbalance": "imbalance",   # slowest pipeline rank over the mean, busiest expert GPU over the mean
+    "pp_bubble": "bubble",
+    "pp_p2p": "bubble",
+    "dp_comm": "dp",
+    "optimizer": "optimizer",
+    "other": "other",           # per-layer launch overhead (and, in the bar, any unexplained remainder)
+}
+# The categories of a step, in drawing order, with their label and colour (rich and matplotlib both
+# understand these names).
+CATEGORIES: tuple[str, ...] = ("compute", "tp", "cp", "ep", "imbalance", "bubble", "dp", "optimizer", "other")
 CATEGORY_LABELS: dict[str, str] = {
     "compute": "compute",
     "tp": "exposed TP",
+    "cp": "exposed CP",
     "ep": "exposed EP all-to-all",
-    "bubble": "pipeline bubble",
+    "imbalance": "expert imbalance",
+    "bubble": "pipeline bubble and P2P",
     "dp": "exposed DP",
+    "optimizer": "optimizer",
     "other": "other",
 }
 CATEGORY_COLORS: dict[str, str] = {
     "compute": "#4c78a8",
     "tp": "#f58518",
+    "cp": "#9d755d",
     "ep": "#e45756",
+    "imbalance": "#eeca3b",
     "bubble": "#72b7b2",
     "dp": "#54a24b",
+    "optimizer": "#b279a2",
     "other": "#b8b8b8",
 }
 
 _STAGE_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _STAGE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
-# Token -> category. A term name is split on anything that is not a letter or digit; the first rule
-# whose token set meets the name's tokens wins, so "ep_a2a" -> ep and "mlp_expert" -> compute.
-_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("bubble", frozenset({"bubble", "pipeline", "pp", "p2p", "imbalance"})),
-    ("ep", frozenset({"ep", "a2a", "alltoall", "all2all", "dispatch", "combine", "moe_comm", "expert_comm"})),
-    ("tp", frozenset({"tp", "tensor", "sp", "etp"})),
-    ("dp", frozenset({"dp", "data", "grad", "grads", "fsdp", "edp", "allreduce", "reduce_scatter"})),
-    ("compute", frozenset({"compute", "gemm", "gemms", "attn", "attention", "mlp", "expert", "experts",
-                           "elementwise", "recompute", "flops", "math", "router", "logits", "embedding"})),
-)
-
-
-def _tokens(name: str) -> set[str]:
-    parts = [p for p in re.split(r"[^a-z0-9]+", name.lower()) if p]
-    toks = set(parts)
-    toks.update(f"{a}_{b}" for a, b in zip(parts, parts[1:]))
-    return toks
-
-
 def category_of(term: str) -> str:
-    """The category (one of ``CATEGORIES``) that a breakdown term name belongs to."""
-    toks = _tokens(term)
-    if "all_to_all" in re.sub(r"[^a-z0-9]+", "_", term.lower()):
-        return "ep"
-    for cat, words in _RULES:
-        if toks & words:
-            return cat
-    return "other"
-
-
-def _flatten(breakdown: Mapping, prefix: str = "") -> Iterable[tuple[str, float]]:
-    for key, val in breakdown.items():
-        name = f"{prefix}{key}"
-        if isinstance(val, Mapping):
-            yield from _flatten(val, prefix=f"{name}.")
-        elif isinstance(val, (int, float)) and not isinstance(val, bool):
-            yield name, float(val)
+    """The category (one of ``CATEGORIES``) of a step-time term; InputError for any other name."""
+    try:
+        return TERM_CATEGORY[term]
+    except KeyError:
+        raise InputError(f"breakdown term {term!r} is not a term of the step-time model; the terms are "
+                         f"{', '.join(TERM_CATEGORY)} (write the plan again with 'topoplan plan --save-plan')") from None
 
 
 def categorize(breakdown: Mapping | None, step_time_s: float | None = None) -> dict[str, float]:
-    """Seconds per category (all six keys present). Negative terms (credits) count against their
-    category but a category never goes below zero. With ``step_time_s`` any positive remainder
-    goes to "other"."""
+    """Seconds per category (every key of ``CATEGORIES`` present), each the sum of its terms. With
+    ``step_time_s`` any positive remainder goes to "other"."""
     out = {c: 0.0 for c in CATEGORIES}
-    for name, secs in _flatten(breakdown or {}):
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in ("total", "step", "step_time", "step_time_s"):
-            continue
-        out[category_of(name)] += secs
-    for c in out:
-        out[c] = max(out[c], 0.0)
+    for name, secs in (breakdown or {}).items():
+        out[category_of(name)] += float(secs)
     if step_time_s is not None:
         gap = float(step_time_s) - sum(out.values())
         if gap > 1e-12:
@@ -135,7 +122,7 @@ def _fmt_s(secs: float) -> str:
 
 
 def breakdown_bar(breakdown: Mapping | None, step_time_s: float | None = None, width: int = 40) -> Text:
-    """A stacked bar of the six categories (``width`` cells) followed by a legend line."""
+    """A stacked bar of the categories (``width`` cells) followed by a legend line."""
     cats = categorize(breakdown, step_time_s)
     total = sum(cats.values())
     text = Text()
@@ -469,7 +456,16 @@ def _reason(cat: str, alt: Mapping, best: Mapping, word: str, fa: float, fb: flo
         if int(doms.get("dp") or 1) > 1:
             return f"exposed data-parallel traffic over the scale-out fabric{share}"
         return f"more exposed data-parallel traffic{share}"
-    return f"more time outside the modelled terms{share}"
+    if cat == "cp":
+        cp = int(cfg.get("cp") or 1)
+        if int(doms.get("cp") or 1) > 1:
+            return f"CP{cp} exchange crosses {word}{share}"
+        return f"more exposed context-parallel exchange with CP{cp}{share}"
+    if cat == "imbalance":
+        return f"more expert imbalance (the slowest rank or busiest expert GPU waits longer){share}"
+    if cat == "optimizer":
+        return f"longer optimizer step{share}"
+    return f"more launch overhead and time outside the modelled terms{share}"
 
 
 def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None = None,

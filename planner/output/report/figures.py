@@ -31,7 +31,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def breakdown_figure(plans: Sequence[Mapping], path: Path, labels: Sequence[str] | None = None,
                      title: str = "Step-time breakdown of the top plans") -> Path:
-    """Stacked horizontal bars: the step time of each plan split into the six categories."""
+    """Stacked horizontal bars: the step time of each plan split into the categories of ``CATEGORIES``."""
     labels = list(labels) if labels else [f"#{i + 1} {lab}" for i, lab in enumerate(plan_labels(plans))]
     cats = [categorize((p.get("prediction") or {}).get("breakdown"),
                        (p.get("prediction") or {}).get("step_time_s")) for p in plans]
@@ -53,7 +53,7 @@ def breakdown_figure(plans: Sequence[Mapping], path: Path, labels: Sequence[str]
     ax.set_xlabel("step time (s)")
     ax.set_xlim(0, max(left + [1e-9]) * 1.35)
     ax.set_title(title)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / len(plans)), fontsize=8, ncol=6,
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / len(plans)), fontsize=8, ncol=5,
               frameon=False)
     return _save(fig, path)
 

@@ -111,8 +111,9 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
                         "memory GiB / HBM"], _plan_rows(top, cap)))
     figs.append(fg.breakdown_figure(top, stage / "breakdown.png"))
     body.append(_figure("breakdown.png", "step-time breakdown",
-                        "Step time of each plan split into compute, exposed tensor-parallel, exposed "
-                        "expert all-to-all, pipeline bubble, exposed data-parallel and other time."))
+                        "Step time of each plan split into compute, exposed tensor-parallel, context-parallel "
+                        "and expert all-to-all communication, expert imbalance, pipeline bubble and P2P, "
+                        "exposed data-parallel traffic, the optimizer step and other time."))
     stages = rd.stage_memory(plans[0]["prediction"])
     if stages:
         figs.append(fg.memory_figure(stages, cap, stage / "memory.png",
