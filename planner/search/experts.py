@@ -219,7 +219,7 @@ def ep_rank_domains(cluster, ep: int, gpu_indices: Sequence[int] | None = None) 
 
 
 @dataclass
-class Placement:
+class ExpertPlacement:
     """A placement of every MoE layer plus its metrics (what ``place-experts`` prints and writes)."""
 
     physical_to_logical: np.ndarray           # [layers, slots]
@@ -295,7 +295,7 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
           topk_group: int = 1, top_k: int = 8, previous: np.ndarray | None = None,
           max_moves: int | None = None, time_limit: float = 0.1, seed: int = 0, dispatch: str = "home",
           routing: Sequence[np.ndarray] | None = None, tokens: int = 2048,
-          workers: int | None = None) -> Placement:
+          workers: int | None = None) -> ExpertPlacement:
     """Place every MoE layer (layers in parallel processes, ``workers`` default: the CPU count).
     ``loads[L, E]``; ``previous[L, slots]`` and ``max_moves`` (per layer) bound the migration."""
     loads = np.asarray(loads, dtype=float)
@@ -313,7 +313,7 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
             out = list(pool.map(_place_one, jobs))
     else:
         out = [_place_one(j) for j in jobs]
-    return Placement(physical_to_logical=np.stack([o[0] for o in out]), slots_per_gpu=slots_per_gpu,
+    return ExpertPlacement(physical_to_logical=np.stack([o[0] for o in out]), slots_per_gpu=slots_per_gpu,
                      rank_domain=rank_domain, metrics=[o[2] for o in out], policy="topoplan",
                      routing=_routing_label(routing is not None, n_group, topk_group, top_k, tokens, seed),
                      dispatch=dispatch, num_experts=E, fallback_domain=np.stack([o[1] for o in out]))
