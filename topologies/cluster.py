@@ -12,6 +12,7 @@ domains:                        # NVLink domains: which nodes share one NVLink f
 tiers:                          # scale-out fabric, lowest first
   - {name: leaf, gbps_per_gpu: 800, latency_us: 0.6, oversubscription: 1, unit_gpus: 576}
   - {name: spine, gbps_per_gpu: 800, latency_us: 1.8, oversubscription: 1}
+fabric: infiniband              # or roce; omitted = infiniband (the Slurm emitter's NCCL settings)
 health:                         # excluded from planning
   failed_nodes: ["gb300-r02-t07"]
   failed_gpus: ["gb300-r01-t03:2"]     # host:local-index
@@ -32,7 +33,7 @@ Canonical GPU order (``Cluster.gpus()``): domain by domain as listed, node by no
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -132,6 +133,9 @@ class Cluster(BaseModel):
     tiers: list[Tier] | None = Field(None, description="scale-out tiers, lowest first; omitted = one flat "
                                      "non-blocking tier at the GPU's NIC rate (always a list after validation)")
     health: Health = Field(default_factory=Health)
+    fabric: Literal["infiniband", "roce"] | None = Field(
+        None, description="scale-out network kind: infiniband or roce (RDMA over Converged Ethernet); omitted = "
+        "infiniband, as in the presets. The Slurm emitter picks the NCCL settings from it")
 
     _gpus: list[GPU] = PrivateAttr(default_factory=list)
     _domain_sizes: list[int] = PrivateAttr(default_factory=list)

@@ -24,13 +24,14 @@ Switch latency: 0.6 us per IB switch hop (HDR; NDR/XDR publish none) -> 1 hop th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from topologies.errors import InputError
 from topologies.cluster import Cluster, Tier
 from topologies.gpus import get_gpu
 
-__all__ = ["PRESETS", "Preset", "build_preset", "preset_names"]
+__all__ = ["PRESETS", "Preset", "build_preset", "preset_names", "is_preset_host"]
 
 HOP_US = 0.6  # IB switch hop (HDR figure, hardware.md s2.4; none published for NDR/XDR)
 
@@ -71,6 +72,15 @@ PRESETS: dict[str, Preset] = {
 
 def preset_names() -> list[str]:
     return list(PRESETS)
+
+
+# the host names build_preset makes up: "<gpu>-n0001" (HGX) and "<gpu>-r01-t01" (NVL72 rack, tray)
+_PRESET_HOST = re.compile(r"^(?:%s)-(?:n\d{4,}|r\d{2,}-t\d{2})$" % "|".join(sorted({p.gpu for p in PRESETS.values()})))
+
+
+def is_preset_host(name: str) -> bool:
+    """True for a host name of the form ``build_preset`` invents (not a real machine's name)."""
+    return bool(_PRESET_HOST.match(name))
 
 
 def _tiers(p: Preset, nic_gbps: float, oversubscription: float) -> list[Tier]:

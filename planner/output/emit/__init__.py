@@ -41,6 +41,8 @@ class EmitContext:
     order: str               # Megatron rank order the placement assumes
     domain_size: int         # GPUs per NVLink domain in the cluster (largest domain)
     gpus_per_node: int       # GPUs per host the job uses (largest)
+    cluster: object = None   # topologies.cluster.Cluster of the plan document
+    trainers: tuple[str, ...] = ()  # the emitters render_files runs, in order (the Slurm task launches one)
 
     @property
     def dp(self) -> int:
@@ -151,7 +153,7 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
         doc=plan_doc, index=index, model=model, config=config, training=training, world=world,
         gpu=spec.name, sm=int(spec.sm), hosts=hosts, local=local, domains=domains,
         order=str(placement.get("order") or "tp-cp-ep-dp-pp"),
-        domain_size=max(sizes) if sizes else 1, gpus_per_node=max(per_node.values()),
+        domain_size=max(sizes) if sizes else 1, gpus_per_node=max(per_node.values()), cluster=cluster,
     )
 
 
@@ -176,8 +178,10 @@ def parse_trainers(value: str | list[str]) -> list[str]:
 
 def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
     """The files each trainer needs, as ``{relative path: text}``."""
+    import dataclasses
     import importlib
 
+    ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:
         files.update(importlib.import_module(f"planner.output.emit.{name}").files(ctx))

@@ -1,4 +1,5 @@
-"""Slurm launch files that put global rank r on the GPU the plan chose for it.
+"""Slurm launch files that put global rank r on the GPU the plan chose for it, start the trainer that
+was emitted with them, and refuse to run until the user has filled in what only they know.
 
 Megatron builds its groups from global ranks (order tp-cp-ep-dp-pp: TP groups are consecutive
 ranks, then CP, then EP) and TorchTitan from its mesh ``[pp, dp_replicate, dp_shard, cp, tp]``, so the
@@ -8,20 +9,40 @@ distribution follows its sorted node order, not the plan's, so the files pin it:
 * ``slurm/hostfile``: line r is the host of global rank r; ``srun --distribution=arbitrary`` with
   ``SLURM_HOSTFILE`` starts task r (``SLURM_PROCID`` = r) on that host.
 * ``slurm/task.sh``: run once per task; exports ``RANK``, ``LOCAL_RANK`` (the plan's GPU index on
-  the host), ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and starts the trainer. With
-  ``TOPOPLAN_LAUNCHER=torchrun`` it is run once per node instead and starts torchrun with a fixed
-  ``--node-rank`` looked up from the host name (never rendezvous join order) and
-  ``CUDA_VISIBLE_DEVICES`` ordered so that torchrun's local rank i is the plan's GPU.
-* ``slurm/sbatch.sh``: the allocation (the plan's hosts) and the srun line.
+  the host), ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` and starts the emitted trainer
+  (Megatron-LM ``pretrain_gpt.py`` with megatron/args.txt, Megatron-Bridge ``run_recipe.py`` with
+  bridge/overrides.txt, ``torchtitan.train`` with torchtitan/command.txt, MaxText with
+  maxtext/overrides.yml). With the ``node`` launcher (``TOPOPLAN_LAUNCHER=node``, alias ``torchrun``;
+  MaxText's only one) it runs once per host: torchrun with a fixed ``--node-rank`` looked up from the
+  host name (never rendezvous join order), or one JAX process, with ``CUDA_VISIBLE_DEVICES``
+  ordered so that local rank i is the plan's GPU.
+* ``slurm/sbatch.sh``: the allocation (the plan's hosts, as a compressed hostlist), ``FILL_ME_*``
+  placeholders for partition, account, time, software environment, data and the network's HCA
+  names, the NCCL settings of the cluster's fabric (InfiniBand or RoCE, multi-node NVLink on NVL72)
+  and the srun line. Every FILL_ME left in makes the job exit 2 before anything starts.
+
+docs/emitters.md ("Slurm") lists every setting with its source.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from planner.errors import InputError
 from planner.output.emit import EmitContext
 
 MASTER_PORT = 29500
+FILL = "FILL_ME"
+# trainers slurm/task.sh can start, in the order the default is picked when several are emitted
+LAUNCHABLE = ("megatron", "bridge", "torchtitan", "maxtext")
+# the variable naming each trainer's installation (none for TorchTitan: a pip package)
+TRAINER_HOME = {
+    "megatron": ("MEGATRON_LM", "Megatron-LM checkout (the directory holding pretrain_gpt.py)"),
+    "bridge": ("MEGATRON_BRIDGE", "Megatron-Bridge checkout (the directory holding scripts/training/run_recipe.py)"),
+    "maxtext": ("MAXTEXT_TRAIN", "MaxText's train command up to its base config, e.g. "
+                "'python3 -m maxtext.trainers.pre_train.train /path/to/configs/base.yml'"),
+}
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
 
 
 def node_blocks(ctx: EmitContext) -> list[tuple[str, list[int]]] | None:
@@ -43,27 +64,155 @@ def node_blocks(ctx: EmitContext) -> list[tuple[str, list[int]]] | None:
     return blocks
 
 
+def trainers(ctx: EmitContext) -> list[str]:
+    """The emitted trainers task.sh can start, default first. Megatron-Bridge needs a recipe; MaxText
+    needs whole-host rank blocks (one JAX process per host). InputError when the only trainer
+    emitted cannot be launched."""
+    out = []
+    for t in LAUNCHABLE:
+        if t not in ctx.trainers:
+            continue
+        why = _unlaunchable(ctx, t)
+        if why and len([x for x in LAUNCHABLE if x in ctx.trainers]) == 1:
+            raise InputError(f"--trainer {t},slurm: {why}")
+        if not why:
+            out.append(t)
+    return out
+
+
+def _unlaunchable(ctx: EmitContext, trainer: str) -> str | None:
+    if trainer == "bridge":
+        from planner.output.emit.bridge import RECIPES
+
+        if ctx.model.name.lower() not in RECIPES:
+            return (f"Megatron-Bridge has no recipe for {ctx.model.name} (it has {', '.join(sorted(RECIPES))}); "
+                    "emit megatron,slurm instead")
+    if trainer == "maxtext" and node_blocks(ctx) is None:
+        return ("MaxText runs one JAX process per host and needs whole hosts of consecutive ranks, which this "
+                "placement does not have (a host with fewer GPUs); emit megatron or torchtitan instead")
+    return None
+
+
+def default_launcher(trainer: str) -> str:
+    return "node" if trainer == "maxtext" else "srun"
+
+
+def fabric(ctx: EmitContext) -> str:
+    """``infiniband`` or ``roce``: the cluster file's ``fabric`` (omitted = infiniband)."""
+    return getattr(ctx.cluster, "fabric", None) or "infiniband"
+
+
+def multi_node_nvlink(ctx: EmitContext) -> bool:
+    """True when an NVLink domain spans several hosts (GB200/GB300 NVL72 racks): NCCL needs MNNVL."""
+    per_domain: dict[int, set[str]] = {}
+    for h, d in zip(ctx.hosts, ctx.domains):
+        per_domain.setdefault(d, set()).add(h)
+    return any(len(s) > 1 for s in per_domain.values())
+
+
+def hosts_per_domain(ctx: EmitContext) -> int | None:
+    """Hosts the plan uses in each NVLink domain when that number is the same everywhere (Slurm's
+    ``--segment`` for topology/block), else None."""
+    per: dict[int, set[str]] = {}
+    for h, d in zip(ctx.hosts, ctx.domains):
+        per.setdefault(d, set()).add(h)
+    counts = {len(s) for s in per.values()}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def placeholder_hosts(ctx: EmitContext) -> bool:
+    """True when every host name is one a preset made up (``gb300-r01-t01``, ``h100-n0001``)."""
+    from topologies.presets import is_preset_host
+
+    return all(is_preset_host(h) for h in ctx.host_order)
+
+
+def hostlist(ctx: EmitContext) -> str:
+    """The plan's hosts in rank order as one Slurm hostlist expression."""
+    from topologies.hostlist import compress
+
+    return compress(ctx.host_order)
+
+
 def hostfile(ctx: EmitContext) -> str:
     return "".join(h + "\n" for h in ctx.hosts)
 
 
+def site_settings(ctx: EmitContext, names: list[str]) -> list[tuple[str, str]]:
+    """(variable, comment) of every value the user must fill in; each defaults to FILL_ME_<what>."""
+    s = [
+        ("TOPOPLAN_CONTAINER_IMAGE", "image for srun --container-image (pyxis/enroot), or none to run on the hosts"),
+        ("TOPOPLAN_CONTAINER_MOUNTS", "extra container mounts src:dst[,src:dst] for data and checkpoints, or none"),
+        ("TOPOPLAN_ENV_ACTIVATE", "a file every task sources first (a venv's bin/activate, module loads), or none"),
+        ("TOPOPLAN_DATA_ARGS", "mock (synthetic data, as emitted), or your trainer's data arguments as shell words, "
+                               "e.g. megatron: --data-path /lustre/tok/text_document --tokenizer-type "
+                               "HuggingFaceTokenizer --tokenizer-model /models/tok"),
+    ]
+    s += [TRAINER_HOME[t] for t in names if t in TRAINER_HOME]
+    s += [("NCCL_IB_HCA", "HCAs NCCL may use, e.g. =mlx5_0,mlx5_1,mlx5_4,mlx5_5 (ibv_devinfo lists them); "
+                          "auto lets NCCL choose"),
+          ("NCCL_SOCKET_IFNAME", "interface for NCCL's bootstrap (TCP) traffic, e.g. =eth0 or ib (prefix); auto")]
+    if fabric(ctx) == "roce":
+        s.append(("NCCL_IB_GID_INDEX", "RoCE v2 GID index of the HCAs (show_gids / ibv_devinfo -v; often 3); "
+                                       "auto lets NCCL (>= 2.21) pick it"))
+    return s
+
+
+def _placeholder(var: str) -> str:
+    return f"{FILL}_{var.lower().removeprefix('topoplan_')}"
+
+
+def fabric_exports(ctx: EmitContext) -> list[str]:
+    """Comment and export lines for what the plan itself fixes about the network."""
+    from topologies.gpus import get_gpu
+
+    out = []
+    if get_gpu(ctx.gpu).nvls_busbw_gbps:
+        out += ["# NVLink SHARP: NCCL's default (2 = use when the NVSwitches offer it). The plan's all-reduce times",
+                "# assume it (topologies/collectives.py); an image that sets NCCL_NVLS_ENABLE=0 would slow them.",
+                "export NCCL_NVLS_ENABLE=2"]
+    if multi_node_nvlink(ctx):
+        seg = hosts_per_domain(ctx)
+        out += [f"# Multi-node NVLink: {ctx.domain_size} GPUs per NVLink domain across {ctx.gpus_per_node}-GPU trays. "
+                "Ranks on different trays",
+                "# of a rack talk over NVLink through IMEX: every tray of a rack runs nvidia-imex in one IMEX domain and",
+                f"# the job needs an IMEX channel ({IMEX_CHANNELS}/channelN, made by the admin or per job",
+                "# by Slurm's switch/nvidia_imex plugin); slurm/task.sh refuses to start without one.",
+                "# 1 = fail at NCCL init when MNNVL is unusable instead of silently crossing racks' traffic over the",
+                "# network (NCCL's default 2 = auto), which would void the plan's prediction.",
+                "export NCCL_MNNVL_ENABLE=1"]
+        if seg:
+            out += ["# Slurm topology/block with one block per rack: if you drop --nodelist, ask for whole-rack "
+                    "segments instead:",
+                    f"##SBATCH --segment={seg}"]
+    return out
+
+
 def task_script(ctx: EmitContext) -> str:
+    from planner.output.emit.megatron import megatron_env
+
+    names = trainers(ctx)
     blocks = node_blocks(ctx)
     hosts = ctx.host_order
     local = " ".join(str(x) for x in ctx.local)
     node_rank_cases = ""
-    visible_cases = ""
     if blocks:
         node_rank_cases = "\n".join(f"    {shlex.quote(h)}) NODE_RANK={i}; GPUS={','.join(map(str, g))} ;;"
                                     for i, (h, g) in enumerate(blocks))
-    torchrun_ok = "1" if blocks else "0"
+    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+    recipe = ""
+    if "bridge" in names:
+        from planner.output.emit.bridge import RECIPES
+
+        recipe = RECIPES[ctx.model.name.lower()]
     return f"""#!/usr/bin/env bash
 # Per-task launcher written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},
 # {ctx.world} x {ctx.gpu}. Started by slurm/sbatch.sh; see docs/emitters.md.
-#   srun (default):  one task per GPU; task SLURM_PROCID=r runs global rank r on host line r of
-#                    slurm/hostfile and GPU LOCAL_GPU[r] of that host.
-#   torchrun:        TOPOPLAN_LAUNCHER=torchrun, one task per node; fixed --node-rank per host.
-# TOPOPLAN_TRAINER=megatron|torchtitan picks the command (megatron needs MEGATRON_LM=<checkout>).
+#   srun launcher (default): one task per GPU; task SLURM_PROCID=r runs global rank r on host line r
+#                    of slurm/hostfile and GPU LOCAL_GPU[r] of that host.
+#   node launcher:   TOPOPLAN_LAUNCHER=node (or torchrun), one task per host with a fixed node rank;
+#                    torchrun for the PyTorch trainers, one JAX process for MaxText (its only launcher).
+# Trainers emitted with this file: {' '.join(names) or 'none'} (TOPOPLAN_TRAINER picks one; default {names[0] if names else 'none'}).
 # TOPOPLAN_DRY_RUN=1 prints the rank environment instead of starting the trainer.
 set -euo pipefail
 ROOT="${{TOPOPLAN_DIR:?set TOPOPLAN_DIR to the topoplan output directory}}"
@@ -72,47 +221,126 @@ NPROC_PER_NODE={ctx.gpus_per_node}
 NNODES={len(hosts)}
 MASTER_HOST={shlex.quote(ctx.hosts[0])}
 LOCAL_GPU=({local})
-TORCHRUN_OK={torchrun_ok}
+TORCHRUN_OK={1 if blocks else 0}
+EMITTED="{' '.join(names)}"
+MNNVL={1 if multi_node_nvlink(ctx) else 0}
 
 topoplan_rank_env() {{  # sets RANK LOCAL_RANK for srun task $1 (SLURM_PROCID)
   RANK="$1"
   LOCAL_RANK="${{LOCAL_GPU[$RANK]}}"
 }}
 
-topoplan_node_env() {{  # sets NODE_RANK GPUS for host $1 (torchrun launcher)
+topoplan_node_env() {{  # sets NODE_RANK GPUS for host $1 (node launcher)
   case "$1" in
 {node_rank_cases}
     *) echo "topoplan: host $1 is not in this plan (or the plan is not made of whole-host rank blocks)" >&2; return 1 ;;
   esac
 }}
 
-trainer_cmd() {{
-  case "${{TOPOPLAN_TRAINER:-megatron}}" in
-    megatron) echo "$1 ${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}}/pretrain_gpt.py $(cat "$ROOT/megatron/args.txt")" ;;
-    torchtitan) echo "$1 -m torchtitan.train $(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")" ;;
-    *) echo "topoplan: unknown TOPOPLAN_TRAINER=$TOPOPLAN_TRAINER" >&2; return 1 ;;
+topoplan_refuse_placeholders() {{  # a value still reading FILL_ME... was never filled in
+  local v bad=0
+  for v in $(compgen -e); do
+    case "${{!v}}" in
+      *{FILL}*) echo "topoplan: $v=${{!v}} is a placeholder: fill it in (slurm/sbatch.sh, or export it)" >&2; bad=1 ;;
+    esac
+  done
+  return "$bad"
+}}
+
+topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
+  case "$1" in
+    megatron|bridge) export {mega_env} ;;
+    torchtitan) export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}" ;;
+  esac
+}}
+
+topoplan_data() {{  # prints extra trainer arguments for TOPOPLAN_DATA_ARGS (mock: the emitted synthetic data)
+  case "${{TOPOPLAN_DATA_ARGS:-mock}}" in
+    mock) if [ "$1" = maxtext ]; then echo "dataset_type=synthetic"; fi ;;
+    *) echo "$TOPOPLAN_DATA_ARGS" ;;
+  esac
+}}
+
+topoplan_quote_lines() {{  # each line of stdin as one shell-quoted word
+  local line
+  while IFS= read -r line; do printf ' %q' "$line"; done
+}}
+
+trainer_cmd() {{  # prints the command line (for eval) of trainer $1; $2 = "python" or the torchrun prefix
+  local data
+  data=$(topoplan_data "$1")
+  case "$1" in
+    megatron)
+      local args
+      if [ "${{TOPOPLAN_DATA_ARGS:-mock}}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
+      else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
+      printf '%s %q %s %s\\n' "$2" "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}}/pretrain_gpt.py" "$args" "$data" ;;
+    bridge)
+      printf '%s %q --recipe {recipe}%s %s\\n' "$2" \\
+        "${{MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}}/scripts/training/run_recipe.py" \\
+        "$(grep -v -e '^#' -e '^$' "$ROOT/bridge/overrides.txt" | topoplan_quote_lines)" "$data" ;;
+    torchtitan)
+      printf '%s -m torchtitan.train %s %s\\n' "$2" "$(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")" "$data" ;;
+    maxtext)
+      printf '%s%s run_name=topoplan-%q %s\\n' "${{MAXTEXT_TRAIN:?set MAXTEXT_TRAIN to the MaxText train command and its base.yml}}" \\
+        "$(sed -n 's/^\\([A-Za-z0-9_]*\\): \\(.*\\)$/\\1=\\2/p' "$ROOT/maxtext/overrides.yml" | topoplan_quote_lines)" \\
+        "${{SLURM_JOB_ID:-run}}" "$data" ;;
   esac
 }}
 
 main() {{
-  export WORLD_SIZE="$WORLD" MASTER_ADDR="${{MASTER_ADDR:-$MASTER_HOST}}" MASTER_PORT="${{MASTER_PORT:-{MASTER_PORT}}}"
-  if [ -f "$ROOT/megatron/env.sh" ] && [ "${{TOPOPLAN_TRAINER:-megatron}}" = megatron ]; then
-    # shellcheck disable=SC1091
-    . "$ROOT/megatron/env.sh"
+  topoplan_refuse_placeholders || exit 2
+  local trainer="${{TOPOPLAN_TRAINER:-{names[0] if names else ''}}}"
+  if [ -n "$trainer" ]; then
+    case " $EMITTED " in
+      *" $trainer "*) ;;
+      *) echo "topoplan: TOPOPLAN_TRAINER=$trainer was not emitted with this plan (emitted: ${{EMITTED:-none}}); emit again with --trainer $trainer,slurm" >&2; exit 2 ;;
+    esac
   fi
-  export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}"
-  if [ "${{TOPOPLAN_LAUNCHER:-srun}}" = torchrun ]; then
+  local launcher="${{TOPOPLAN_LAUNCHER:-srun}}"
+  if [ "$trainer" = maxtext ]; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
+  case "$launcher" in
+    srun) ;;
+    node|torchrun) launcher=node ;;
+    *) echo "topoplan: TOPOPLAN_LAUNCHER=$launcher: use srun (one task per GPU) or node (one per host)" >&2; exit 2 ;;
+  esac
+  if [ "$trainer" = maxtext ] && [ "$launcher" = srun ]; then
+    echo "topoplan: MaxText runs one JAX process per host; use TOPOPLAN_LAUNCHER=node" >&2; exit 2
+  fi
+  export WORLD_SIZE="$WORLD" MASTER_ADDR="${{MASTER_ADDR:-$MASTER_HOST}}" MASTER_PORT="${{MASTER_PORT:-{MASTER_PORT}}}"
+  local prefix=python
+  if [ "$launcher" = node ]; then
     [ "$TORCHRUN_OK" = 1 ] || {{ echo "topoplan: this plan's rank order is not whole-host blocks; use the srun launcher" >&2; exit 2; }}
     topoplan_node_env "${{SLURMD_NODENAME:-$(hostname -s)}}"
     export CUDA_VISIBLE_DEVICES="$GPUS"
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "NODE_RANK=$NODE_RANK CUDA_VISIBLE_DEVICES=$GPUS"; exit 0; fi
-    cmd=$(trainer_cmd "torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT")
+    prefix="torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT"
+    if [ "$trainer" = maxtext ]; then  # MaxText's GPU initialisation (max_utils.initialize_jax_for_gpu)
+      export JAX_COORDINATOR_IP="$MASTER_ADDR" JAX_COORDINATOR_PORT="$MASTER_PORT" NNODES NODE_RANK
+    fi
   else
     topoplan_rank_env "${{SLURM_PROCID:?run under srun}}"
     export RANK LOCAL_RANK
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "RANK=$RANK LOCAL_RANK=$LOCAL_RANK"; exit 0; fi
-    cmd=$(trainer_cmd python)
   fi
+  [ -n "$trainer" ] || {{ echo "topoplan: no trainer was emitted with slurm; emit again with --trainer megatron,slurm (or bridge, torchtitan, maxtext)" >&2; exit 2; }}
+  local v
+  for v in NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_IB_GID_INDEX; do
+    if [ "${{!v:-}}" = auto ]; then unset "$v"; fi
+  done
+  if [ -n "${{TOPOPLAN_ENV_ACTIVATE:-}}" ] && [ "$TOPOPLAN_ENV_ACTIVATE" != none ]; then
+    set +u
+    # shellcheck disable=SC1090
+    . "$TOPOPLAN_ENV_ACTIVATE"
+    set -u
+  fi
+  if [ "$MNNVL" = 1 ] && [ "${{NCCL_MNNVL_ENABLE:-2}}" = 1 ] && ! compgen -G "${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}/channel*" >/dev/null; then
+    echo "topoplan: no IMEX channel in ${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}} on $(hostname -s): multi-node NVLink needs one (see slurm/sbatch.sh)" >&2
+    exit 2
+  fi
+  topoplan_trainer_env "$trainer"
+  local cmd
+  if [ "$trainer" = maxtext ]; then cmd=$(trainer_cmd maxtext ""); else cmd=$(trainer_cmd "$trainer" "$prefix"); fi
   eval "exec $cmd"
 }}
 
@@ -123,29 +351,109 @@ fi
 
 
 def sbatch_script(ctx: EmitContext) -> str:
+    names = trainers(ctx)
     hosts = ctx.host_order
-    return f"""#!/usr/bin/env bash
-# Slurm job written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},
-# {ctx.world} x {ctx.gpu} on {len(hosts)} hosts. Submit from the output directory:
-#   cd OUT && sbatch slurm/sbatch.sh            (TOPOPLAN_TRAINER=torchtitan for TorchTitan)
-# Rank r runs on line r of slurm/hostfile (--distribution=arbitrary), so Megatron's and TorchTitan's
-# groups land on the NVLink domains the plan chose.
-#SBATCH --job-name=topoplan-{ctx.model.name}
-#SBATCH --nodes={len(hosts)}
-#SBATCH --ntasks={ctx.world}
-#SBATCH --gpus-per-node={ctx.gpus_per_node}
-#SBATCH --exclusive
-#SBATCH --nodelist={",".join(hosts)}
-set -euo pipefail
+    nodelist = hostlist(ctx)
+    fill = site_settings(ctx, names)
+    per_host = ctx.gpus_per_node if node_blocks(ctx) else None
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Slurm job written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},",
+        f"# {ctx.world} x {ctx.gpu} on {len(hosts)} hosts; fabric {fabric(ctx)}"
+        + (f", NVLink domains ({ctx.domain_size} GPUs) span hosts: multi-node NVLink." if multi_node_nvlink(ctx)
+           else "."),
+        f"# Fill in every {FILL}_* value below: the job exits 2 before starting anything while one remains",
+        "# (edit this file, or export the variables before sbatch: sbatch passes your environment on). Then:",
+        "#   cd OUT && sbatch slurm/sbatch.sh",
+        f"# Trainer: {names[0] if names else 'none emitted'}"
+        + (f" (emitted: {' '.join(names)}; TOPOPLAN_TRAINER=<name> picks another)." if len(names) > 1 else "."),
+        "# Rank r runs on line r of slurm/hostfile (--distribution=arbitrary), so the trainer's groups land on",
+        "# the NVLink domains the plan chose. Hosts in rank order"
+        + (f" ({per_host} consecutive ranks each):" if per_host else ":"),
+        f"#   {nodelist}",
+        f"#SBATCH --job-name=topoplan-{ctx.model.name}",
+        f"#SBATCH --partition={FILL}_partition",
+        f"#SBATCH --account={FILL}_account",
+        f"#SBATCH --time={FILL}_time",
+        f"#SBATCH --nodes={len(hosts)}",
+        f"#SBATCH --ntasks={ctx.world}",
+        f"#SBATCH --gpus-per-node={ctx.gpus_per_node}",
+        "#SBATCH --exclusive",
+    ]
+    if placeholder_hosts(ctx):
+        lines += [
+            f"# PLACEHOLDER HOST NAMES: {ctx.hosts[0]} ... are names a topoplan preset made up, not your nodes.",
+            "# Plan on your own cluster file instead (docs/cluster.md; 'topoplan topology import slurm",
+            "# topology.conf -o cluster.yaml' reads Slurm's), so --nodelist, slurm/hostfile and slurm/task.sh name",
+            "# real hosts; or rename them consistently in all three files. The job refuses an allocation whose",
+            "# hosts differ from slurm/hostfile.",
+        ]
+    lines += [f"#SBATCH --nodelist={nodelist}", "set -euo pipefail", "",
+              f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
+    for var, comment in fill:
+        lines.append(f"# {comment}")
+        lines.append(f': "${{{var}:={_placeholder(var)}}}"')
+    lines.append("export " + " ".join(v for v, _ in fill))
+    net = fabric_exports(ctx)
+    lines += ["", f"# ---- fixed by the plan's cluster {'-' * 80}"[:100]] + (net or ["# (nothing beyond NCCL's defaults)"])
+    home = "\n".join(f"    {t}) known=1; need={TRAINER_HOME[t][0]} ;;" if t in TRAINER_HOME else f"    {t}) known=1 ;;"
+                     for t in names)
+    unset_homes = "".join(  # the other emitted trainers' homes are not needed by this run
+        f'\nif [ "$need" != {h} ] && [ "${{{h}#{FILL}}}" != "${h}" ]; then unset {h}; fi'
+        for h in (TRAINER_HOME[t][0] for t in names if t in TRAINER_HOME)) if len(names) > 1 else ""
+    common = " ".join(v for v, _ in fill if v not in {h for h, _ in TRAINER_HOME.values()})
+    lines += ["", f"""# ---- checks and launch {'-' * 80}"""[:100], f"""export TOPOPLAN_TRAINER="${{TOPOPLAN_TRAINER:-{names[0] if names else ''}}}"
+need=""
+known=0
+case "$TOPOPLAN_TRAINER" in
+{home}
+    *) ;;
+esac
+if [ "$known" = 0 ]; then
+  echo "topoplan: TOPOPLAN_TRAINER=$TOPOPLAN_TRAINER: {'emitted here: ' + ' '.join(names) if names else 'no trainer was emitted'}; emit again with --trainer <name>,slurm" >&2
+  exit 2
+fi
+topoplan_check_filled() {{  # every #SBATCH line and named variable must be free of {FILL}
+  local line v bad=0
+  while IFS= read -r line; do
+    case "$line" in
+      "#SBATCH"*{FILL}*) echo "topoplan: $0: '$line': replace the {FILL} value (or delete the line to use your site's default; sbatch command-line options do not clear this check)" >&2; bad=1 ;;
+    esac
+  done < "$0"
+  for v in "$@"; do
+    case "${{!v}}" in
+      *{FILL}*) echo "topoplan: $v=${{!v}}: fill it in (edit slurm/sbatch.sh or export it before sbatch)" >&2; bad=1 ;;
+    esac
+  done
+  if [ "$bad" != 0 ]; then exit 2; fi
+}}
+# shellcheck disable=SC2086
+topoplan_check_filled {common} $need{unset_homes}
 export TOPOPLAN_DIR="${{TOPOPLAN_DIR:-${{SLURM_SUBMIT_DIR:-$PWD}}}}"
 export SLURM_HOSTFILE="$TOPOPLAN_DIR/slurm/hostfile"
-if [ "${{TOPOPLAN_LAUNCHER:-srun}}" = torchrun ]; then
-  srun --nodes={len(hosts)} --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$TOPOPLAN_DIR/slurm/task.sh"
-else
-  srun --ntasks={ctx.world} --distribution=arbitrary --kill-on-bad-exit=1 --cpu-bind=none \\
-    bash "$TOPOPLAN_DIR/slurm/task.sh"
+if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && command -v scontrol >/dev/null; then
+  got=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sort -u)
+  want=$(sort -u "$SLURM_HOSTFILE")
+  if [ "$got" != "$want" ]; then
+    echo "topoplan: the job got hosts $SLURM_JOB_NODELIST but slurm/hostfile names {nodelist}; the plan's rank order needs exactly those" >&2
+    exit 2
+  fi
 fi
-"""
+launcher="${{TOPOPLAN_LAUNCHER:-srun}}"
+if [ "$TOPOPLAN_TRAINER" = maxtext ]; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
+export TOPOPLAN_LAUNCHER="$launcher"
+srun_opts=(--kill-on-bad-exit=1)
+if [ "$TOPOPLAN_CONTAINER_IMAGE" != none ]; then
+  mounts="$TOPOPLAN_DIR:$TOPOPLAN_DIR"
+  if [ "$TOPOPLAN_CONTAINER_MOUNTS" != none ]; then mounts="$mounts,$TOPOPLAN_CONTAINER_MOUNTS"; fi
+  srun_opts+=(--container-image="$TOPOPLAN_CONTAINER_IMAGE" --container-mounts="$mounts")
+fi
+if [ "$launcher" = srun ]; then
+  srun "${{srun_opts[@]}}" --ntasks={ctx.world} --distribution=arbitrary --cpu-bind=none bash "$TOPOPLAN_DIR/slurm/task.sh"
+else
+  srun "${{srun_opts[@]}}" --nodes={len(hosts)} --ntasks-per-node=1 bash "$TOPOPLAN_DIR/slurm/task.sh"
+fi"""]
+    return "\n".join(lines) + "\n"
 
 
 def files(ctx: EmitContext) -> dict[str, str]:
