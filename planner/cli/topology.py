@@ -148,6 +148,9 @@ def import_cmd(
     domain_nodes: Optional[int] = typer.Option(None, "--domain-nodes", help="nccl-xml: hosts per NVLink domain"),
     domain_label: str = typer.Option("nvidia.com/gpu.clique", "--domain-label",
                                      help="k8s: node label that names the NVLink domain"),
+    failed: Optional[str] = typer.Option(None, "--failed", metavar="HOSTLIST",
+                                         help="drained or failed hosts (hostlist, e.g. 'dev[3,7]'): written "
+                                              "as health.failed_nodes, left out of planning"),
 ) -> None:
     """Import a topology description to a cluster YAML (written atomically; nothing on error).
 
@@ -160,19 +163,22 @@ def import_cmd(
         raise InputError(f"--gpus-per-node {gpus_per_node}: must be positive")
     key = fmt.strip().lower()
     if key == "slurm":
-        c = importers.import_slurm_conf(file, gpu, gpus_per_node, name)
+        c, assumed = importers.import_slurm_conf(file, gpu, gpus_per_node, name, failed=failed)
     elif key == "slurm-yaml":
-        c = importers.import_slurm_yaml(file, gpu, gpus_per_node, name, topology)
+        c, assumed = importers.import_slurm_yaml(file, gpu, gpus_per_node, name, topology, failed=failed)
     elif key == "nccl-xml":
-        c = importers.import_nccl_xml(file, gpu, gpus_per_node, hosts, domain_nodes, name)
+        c, assumed = importers.import_nccl_xml(file, gpu, gpus_per_node, hosts, domain_nodes, name, failed=failed)
     elif key == "k8s":
-        c = importers.import_k8s(file, gpu, gpus_per_node, domain_label, name)
+        c, assumed = importers.import_k8s(file, gpu, gpus_per_node, domain_label, name, failed=failed)
     else:
         raise InputError(f"import format {fmt!r}: use one of {', '.join(importers.FORMATS)}")
     atomic_write_text(out, c.to_yaml())
     sizes = c.domain_sizes()
-    print(f"wrote {out}: {c.num_gpus} {c.gpu_spec.name} GPUs on {len(c.nodes)} hosts, "
+    down = f", {len(c.health.failed_nodes)} hosts marked failed" if c.health.failed_nodes else ""
+    print(f"wrote {out}: {c.num_gpus} {c.gpu_spec.name} GPUs on {len(c.nodes)} hosts{down}, "
           f"{len(sizes)} NVLink domains (largest {max(sizes)}), {len(c.fabric_tiers)} tiers")
+    for line in assumed:
+        typer.echo(f"assumed: {line}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,9 +21,8 @@ from pathlib import Path
 import yaml
 
 from topologies.errors import InputError
-from topologies.cluster import Cluster
 from topologies.gpus import get_gpu
-from topologies.importers.common import build_cluster
+from topologies.importers.common import Imported, build_cluster
 
 __all__ = ["CLIQUE_LABEL", "import_k8s", "nodes_from_document"]
 
@@ -57,8 +56,12 @@ def _product_gpu(product: str) -> str | None:
 
 
 def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_label: str = CLIQUE_LABEL,
-               name: str | None = None) -> Cluster:
+               name: str | None = None, failed: str | None = None) -> Imported:
+    """A node list -> ``Imported(cluster, assumed)``; ``failed``: a hostlist marked failed."""
     source = str(path)
+    assumed: list[str] = []
+    from_flag: list[str] = []
+    skipped: list[str] = []
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -91,13 +94,15 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
                 break
         if count is None:
             count = labels.get("nvidia.com/gpu.count")
-        if count is None:
+        if count is None and gpus_per_node:
             count = gpus_per_node
+            from_flag.append(host)
         try:
             count = int(count) if count is not None else None
         except (TypeError, ValueError):
             raise InputError(f"{source}: items[{k}] ({host}): GPU count {count!r} is not an integer") from None
         if not count:
+            skipped.append(host)
             continue  # a CPU-only node: not part of the GPU cluster
         if labels.get("nvidia.com/gpu.product"):
             products.add(str(labels["nvidia.com/gpu.product"]))
@@ -123,11 +128,24 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
             raise InputError(f"{source}: cannot tell the GPU type from nvidia.com/gpu.product "
                              f"({', '.join(sorted(products)) or 'absent'}); pass --gpu")
         spec = get_gpu(guesses.pop())
+        assumed.append(f"GPU type {spec.name} (catalog figures) from nvidia.com/gpu.product "
+                       f"{', '.join(sorted(products))}: pass --gpu if that is another variant")
+    if from_flag:
+        assumed.append(f"{gpus_per_node} GPUs on {len(from_flag)} hosts without a GPU count ({from_flag[0]}, ...): "
+                       "from --gpus-per-node")
+    if skipped:
+        assumed.append(f"{len(skipped)} nodes without nvidia.com/gpu capacity ({', '.join(skipped[:3])}"
+                       f"{', ...' if len(skipped) > 3 else ''}) are not part of the GPU cluster")
     domains = []
+    lone = 0
     for key in dom_order:
         label = key[5:] if key.startswith("host:") else key
+        lone += key.startswith("host:")
         domains.append((label, dom_of[key]))
+    if lone:
+        assumed.append(f"{lone} hosts without the {domain_label} label are each their own NVLink domain")
     # AWS layers: the highest layer number is nearest the host -> tier 0
     levels = [list(layers[L].values()) for L in sorted(layers, reverse=True)]
-    return build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
-                         levels=levels, source=source)
+    c = build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
+                      levels=levels, failed=failed, assumed=assumed, source=source)
+    return Imported(c, assumed)

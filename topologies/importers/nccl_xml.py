@@ -17,10 +17,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from topologies.errors import InputError
-from topologies.cluster import Cluster
 from topologies.gpus import GPUS, get_gpu
 from topologies.hostlist import HostlistError, expand
-from topologies.importers.common import build_cluster
+from topologies.importers.common import Imported, build_cluster
 
 __all__ = ["NcclHost", "parse_nccl_xml", "import_nccl_xml"]
 
@@ -93,8 +92,11 @@ def parse_nccl_xml(text: str, source: str) -> NcclHost:
 
 
 def import_nccl_xml(path, gpu: str | None, gpus_per_node: int | None = None, hosts: str | None = None,
-                    domain_nodes: int | None = None, name: str | None = None) -> Cluster:
+                    domain_nodes: int | None = None, name: str | None = None,
+                    failed: str | None = None) -> Imported:
+    """One host's NCCL XML -> ``Imported(cluster, assumed)``; ``failed``: a hostlist marked failed."""
     source = str(path)
+    assumed: list[str] = []
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -112,17 +114,31 @@ def import_nccl_xml(path, gpu: str | None, gpus_per_node: int | None = None, hos
             raise InputError(f"{source}: cannot tell the GPU type from the XML; pass --gpu")
         # sm alone does not separate h100/h200/h800 or b200/gb200: take the HGX part and say so in docs
         spec = matches[0]
+        others = [s.name for s in matches[1:]]
+        assumed.append(f"GPU type {spec.name}: the XML says sm {sm}" +
+                       (f", which {', '.join(others)} share; pass --gpu for those" if others else ""))
     per = gpus_per_node or host.num_gpus
     speeds = [n["speed_mbps"] for n in host.nics if n["speed_mbps"]]
     nic_gbps = (sum(speeds) / 1000.0 / per) if speeds else None
+    if nic_gbps:
+        assumed.append(f"{nic_gbps:g} Gb/s per GPU into the fabric = the XML's {len(speeds)} <net speed> summed over "
+                       f"{per} GPUs")
     try:
         names = expand(hosts) if hosts else [Path(path).stem]
     except HostlistError as exc:
         raise InputError(f"--hosts: {exc}") from None
+    if hosts:
+        assumed.append(f"all {len(names)} hosts of --hosts have this XML's layout")
+    else:
+        assumed.append(f"one host, named {names[0]!r} after the file: pass --hosts for more")
     domains = None
     if domain_nodes and domain_nodes > 1:
         domains = []
         for i in range(0, len(names), domain_nodes):
             domains.append((f"nvl{i // domain_nodes + 1:02d}", names[i:i + domain_nodes]))
-    return build_cluster(name=name or Path(path).stem, spec=spec, nodes=[(h, per) for h in names],
-                         domains=domains, nic_gbps=nic_gbps, source=source)
+        assumed.append(f"{domain_nodes} consecutive hosts share one NVLink domain (--domain-nodes)")
+    else:
+        assumed.append("every host is its own NVLink domain: pass --domain-nodes for NVL72 trays")
+    c = build_cluster(name=name or Path(path).stem, spec=spec, nodes=[(h, per) for h in names],
+                      domains=domains, nic_gbps=nic_gbps, failed=failed, assumed=assumed, source=source)
+    return Imported(c, assumed)
