@@ -100,6 +100,7 @@ def test_launcher_api(tmp_path):
     assert (out / "megatron" / "args.txt").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_calibrate_own_runs(tmp_path):
     import re
 

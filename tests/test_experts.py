@@ -174,6 +174,7 @@ def _small_dsv3(tmp_path, layers=4, experts=64):
     return p
 
 
+@pytest.mark.slow
 def test_cli_json_and_out(tmp_path):
     model = str(_small_dsv3(tmp_path))
     loads = synthetic_loads("lognormal", 4, 64, seed=2)
@@ -306,6 +307,7 @@ def test_single_swaps_level_domains_without_changing_slots():
     assert (n2[np.arange(4), home2] == 1).all()
 
 
+@pytest.mark.slow
 def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
     """place-experts prints EPLB's placements of the same loads beside its own, measured on the same
     sampled tokens: the global baseline equals a direct evaluation of planner.search.eplb's placement."""

@@ -248,10 +248,12 @@ def test_bounded_cp_sat_engine_equals_enumeration_on_deepseek_v3_256_gb300():
 
 
 @pytest.mark.parametrize("model_name,preset,gpus,gbs,precision,trainer", [
-    ("deepseek-v3", "dgx-b200", 64, 512, "mxfp8", "megatron"),        # memory-tight: most layouts do not fit
-    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "fp8", "megatron"),
+    pytest.param("deepseek-v3", "dgx-b200", 64, 512, "mxfp8", "megatron",  # memory-tight: most layouts do not fit
+                 marks=pytest.mark.slow),
+    pytest.param("qwen3-235b-a22b", "dgx-h100", 64, 512, "fp8", "megatron", marks=pytest.mark.slow),
     ("llama3-70b", "dgx-h100", 16, 64, "bf16", "megatron"),
-    ("qwen3-235b-a22b", "dgx-h100", 64, 512, "bf16", "torchtitan"),   # FP32 state, sharded only by FSDP
+    pytest.param("qwen3-235b-a22b", "dgx-h100", 64, 512, "bf16", "torchtitan",  # FP32 state, sharded only by FSDP
+                 marks=pytest.mark.slow),
     ("llama3-70b", "dgx-h100", 16, 64, "bf16", "torchtitan"),
 ])
 def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_name, preset, gpus, gbs, precision,
@@ -291,6 +293,7 @@ def test_memory_lower_bound_never_prunes_a_layout_that_fits(monkeypatch, model_n
         assert accept(tuple(int(a) for a in rows[i])) is not None, rows[i]
 
 
+@pytest.mark.slow
 def test_nothing_fits_names_the_closest_layout_and_its_shortfall():
     # DeepSeek-V3's 671B parameters need about 10.7 TB of weights, gradients and Adam state, more than
     # 32 B300 hold (9.2 TB): the memory bound drops every layout, and the message still prices the

@@ -54,6 +54,7 @@ def test_scale_report(tmp_path, capsys):
     assert len(rows) == 2 and "100.0%" in page
 
 
+@pytest.mark.slow
 def test_place_experts_report(tmp_path, capsys):
     loads = [[100 + (7 * i + 3 * j) % 50 for j in range(128)] for i in range(48)]
     (tmp_path / "loads.json").write_text(json.dumps({"loads": loads}))
