@@ -67,6 +67,26 @@ def _names(value: Any, field: str) -> list[str]:
         raise ValueError(f"{field}: {exc}") from None
 
 
+def host_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a host name Slurm and DNS accept (RFC 1123: labels of 1-63 ASCII letters,
+    digits and hyphens, no hyphen first or last, dots between labels, 253 characters at most), or None."""
+    if not name.isascii():
+        return f"has a non-ASCII character {next(ch for ch in name if not ch.isascii())!r}"
+    if len(name) > 253:
+        return f"is {len(name)} characters long (at most 253)"
+    for label in name.split("."):
+        if not label:
+            return "has an empty label (two dots, or a dot first or last)"
+        if len(label) > 63:
+            return f"has a label of {len(label)} characters (at most 63)"
+        odd = [ch for ch in label if not (ch.isalnum() or ch == "-")]
+        if odd:
+            return f"has the character {odd[0]!r}"
+        if label[0] == "-" or label[-1] == "-":
+            return f"has a label {label!r} that starts or ends with a hyphen"
+    return None
+
+
 class Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description="host name as the launcher sees it")
@@ -172,6 +192,10 @@ class Cluster(BaseModel):
             if "name" not in item:
                 raise ValueError(f"nodes[{k}]: missing 'name'")
             for name in _names(item["name"], f"nodes[{k}].name"):
+                bad = host_name_problem(name)
+                if bad:
+                    raise ValueError(f"nodes[{k}].name: host {name!r} {bad}; Slurm and DNS need RFC 1123 names "
+                                     "(letters, digits, hyphens; dots between labels)")
                 out.append({**item, "name": name})
         return out
 
