@@ -33,7 +33,6 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import reduce
 
 import numpy as np
@@ -57,7 +56,6 @@ _MEMORY_FREE = ("dispatcher", "gpd")
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
 _BLOCK_FREE = ("recompute", "dispatcher")
-NVIDIA_DSV3_GB300 = dict(tp=1, pp=2, vpp=8, cp=1, ep=32, etp=None, mbs=1, recompute="none")
 
 
 @functools.lru_cache(maxsize=None)
@@ -740,7 +738,7 @@ class _Builder:
         lmin = {kind: {} for kind in src["per"]}
         tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"])) for kind, t in src["per"].items()]
         for lk in tabs[0][2]:
-            tp_i, cp_i, ep_i, etp_i, mbs_i, rc_i = lk
+            tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
             base = lk[:5]
             sids = sids_of.get(ep_vals[ep_i], []) if moe else [None]
             keys_ = [base if sid is None else base + (sid,) for sid in sids]
@@ -876,16 +874,13 @@ class _Builder:
             # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
             if len(gbs_vals) == 1:
                 P.minimize(total)
-                self.weight_scale = Fraction(1, gbs_vals[0])
                 return
             lcm = _lcm(gbs_vals)
             if lcm <= 10 ** 6:
                 w = {(i,): lcm // g for i, g in enumerate(gbs_vals)}
-                self.weight_scale = Fraction(1, lcm)
             else:
                 K = 10 ** 6 * max(gbs_vals)
                 w = {(i,): max(1, round(K / g)) for i, g in enumerate(gbs_vals)}
-                self.weight_scale = Fraction(1, K)
                 self.notes.append("global-batch weights rounded to 1e-6 relative")
             P.minimize(total, self.idx("gbs"), w)
             return
@@ -901,7 +896,6 @@ class _Builder:
         K = 10 ** 6 / lo
         P.minimize(total, self.idx("tp", "cp", "pp", "dp", "gbs"),
                    {k: max(1, round(r * K)) for k, r in ratios.items()})
-        self.weight_scale = None
         self.notes.append("per-GPU objective weights rounded to 1e-6 relative")
 
     # -- reading a solution ----------------------------------------------------------------------

@@ -173,13 +173,13 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
                 "export NCCL_NVLS_ENABLE=2"]
     if multi_node_nvlink(ctx):
         seg = hosts_per_domain(ctx)
-        out += [f"# Multi-node NVLink: {ctx.domain_size} GPUs per NVLink domain across {ctx.gpus_per_node}-GPU trays. "
-                "Ranks on different trays",
+        out += [f"# Multi-node NVLink: NVLink domains of up to {get_gpu(ctx.gpu).nvlink_domain_max} GPUs across "
+                f"{ctx.gpus_per_node}-GPU trays. Ranks on different trays",
                 "# of a rack talk over NVLink through IMEX: every tray of a rack runs nvidia-imex in one IMEX domain and",
                 f"# the job needs an IMEX channel ({IMEX_CHANNELS}/channelN, made by the admin or per job",
                 "# by Slurm's switch/nvidia_imex plugin); slurm/task.sh refuses to start without one.",
-                "# 1 = fail at NCCL init when MNNVL is unusable instead of silently crossing racks' traffic over the",
-                "# network (NCCL's default 2 = auto), which would void the plan's prediction.",
+                "# 1 = fail at NCCL init when MNNVL is unusable instead of silently sending the traffic between the",
+                "# trays of a rack over the network (NCCL's default 2 = auto), which would void the plan's prediction.",
                 "export NCCL_MNNVL_ENABLE=1"]
         if seg:
             out += ["# Slurm topology/block with one block per rack: if you drop --nodelist, ask for whole-rack "
@@ -360,7 +360,7 @@ def sbatch_script(ctx: EmitContext) -> str:
         "#!/usr/bin/env bash",
         f"# Slurm job written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},",
         f"# {ctx.world} x {ctx.gpu} on {len(hosts)} hosts; fabric {fabric(ctx)}"
-        + (f", NVLink domains ({ctx.domain_size} GPUs) span hosts: multi-node NVLink." if multi_node_nvlink(ctx)
+        + (", NVLink domains span hosts: multi-node NVLink." if multi_node_nvlink(ctx)
            else "."),
         f"# Fill in every {FILL}_* value below: the job exits 2 before starting anything while one remains",
         "# (edit this file, or export the variables before sbatch: sbatch passes your environment on). Then:",
