@@ -6,6 +6,7 @@ FILL_ME placeholder stops it (exit 2, nothing launched) and which NCCL settings 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -13,11 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
 from planner.errors import InputError
 from planner.output.emit import emit_plan, load_context
-from planner.output.emit import maxtext, megatron, torchtitan
+from planner.output.emit import maxtext, megatron, slurm, torchtitan
 from topologies.cluster import Cluster, cluster_from_dict
 from topologies.hostlist import expand
 from topologies.presets import PRESETS, build_preset, is_preset_host
@@ -379,3 +382,23 @@ def test_cluster_fabric_field():
     with pytest.raises(InputError, match=r"c.yaml: field 'fabric'"):
         cluster_from_dict({**base, "fabric": "ethernet"}, "c.yaml")
     json.dumps(c.model_dump(mode="json"))
+
+
+@given(prefix=st.sampled_from(["node", "gpu-a", "dgx-r7-n", "x"]), width=st.sampled_from([0, 3]),
+       numbers=st.lists(st.integers(0, 400), min_size=2, max_size=24, unique=True), data=st.data())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_nodelist_round_trips_any_host_names(prefix, width, numbers, data):
+    """Host names in any order (the cluster file's order is the rank order), padded or not, some failed:
+    --nodelist and the rank-order line expand back to the hosts of the ranks, in order."""
+    names = [f"{prefix}{str(n).zfill(width)}" for n in numbers]
+    failed = data.draw(st.lists(st.sampled_from(names), max_size=len(names) - 1, unique=True))
+    c = cluster_from_dict({"gpu": "h100", "nodes": [{"name": n, "gpus": 8} for n in names],
+                           "health": {"failed_nodes": failed}})
+    doc = plan_doc("llama3-8b", c, ParallelConfig(tp=8, pp=1, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=8 * (len(names) - len(failed))))
+    ctx = load_context(doc)
+    text = slurm.sbatch_script(dataclasses.replace(ctx, trainers=("megatron",)))
+    in_order = list(dict.fromkeys(_rank_hosts(doc)))
+    assert expand(re.search(r"^#SBATCH --nodelist=(\S+)$", text, flags=re.M).group(1)) == in_order
+    assert expand(re.search(r"^#   (\S+)$", text, flags=re.M).group(1)) == in_order
+    assert "PLACEHOLDER" not in text                                  # none of these is a preset's name
