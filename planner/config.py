@@ -20,6 +20,39 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "layer
 DISPATCHERS = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
 TRAINERS = ("megatron", "torchtitan", "maxtext")
 
+# -- memory headroom (issue 11 item 6) -------------------------------------------------------------
+# The share of HBM a plan leaves free for what planner.cost.memory does not model (docs/memory.md).
+DEFAULT_HEADROOM = "5%"
+
+
+def parse_headroom(text: str) -> tuple[float, float]:
+    """``"5%"`` -> (0.05, 0), ``"8GiB"`` -> (0, 8), ``"5%,4GiB"`` -> (0.05, 4) (the larger applies),
+    ``"0"`` -> (0, 0). Raises ValueError naming the accepted forms."""
+    share, gib = 0.0, 0.0
+    parts = [p.strip() for p in str(text).replace(" ", "").lower().split(",") if p.strip()]
+    if not parts:
+        raise ValueError("empty memory headroom; use a share of HBM like 5%, GiB like 8GiB, or both: 5%,4GiB")
+    for p in parts:
+        try:
+            if p.endswith("%"):
+                v = float(p[:-1]) / 100.0
+                share = max(share, v)
+            elif p.endswith("gib") or p.endswith("gb"):
+                v = float(p[:-3] if p.endswith("gib") else p[:-2])
+                gib = max(gib, v)
+            elif float(p) == 0.0:
+                v = 0.0
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"memory headroom {text!r}: use a share of HBM like 5%, GiB like 8GiB, "
+                             "or both: 5%,4GiB (the larger applies); 0 for none") from None
+        if v < 0:
+            raise ValueError(f"memory headroom {text!r}: a share or GiB cannot be negative")
+    if share >= 1.0:
+        raise ValueError(f"memory headroom {text!r}: the share must be in [0%, 100%) and the GiB >= 0")
+    return share, gib
+
 
 def normalize_recompute(value: str) -> str:
     """Canonical recompute string: ``none``, ``full`` or a sorted ``+``-joined module list.
@@ -153,6 +186,8 @@ class Training(BaseModel):
     cuda_graphs: bool = Field(True, description="the recipe captures CUDA graphs and fuses its elementwise "
                               "ops (NVIDIA's current Megatron-Bridge recipes); False: it runs eagerly, "
                               "priced with the profile's mem.elementwise_eager")
+    memory_headroom: str = Field(DEFAULT_HEADROOM, description="HBM a plan leaves free: a share like 5%, GiB "
+                                 "like 8GiB, or both (5%,4GiB: the larger); planner.cost.memory.usable_hbm_gib")
 
     @field_validator("trainer")
     @classmethod
@@ -160,3 +195,15 @@ class Training(BaseModel):
         if v not in TRAINERS:
             raise ValueError(f"unknown trainer {v!r}; use one of {', '.join(TRAINERS)}")
         return v
+
+    @field_validator("memory_headroom", mode="before")
+    @classmethod
+    def _headroom(cls, v):
+        text = str(v).strip()
+        parse_headroom(text)
+        return text
+
+    def headroom_gib(self, hbm_gib: float) -> float:
+        """GiB of ``hbm_gib`` kept free: the larger of the share and the fixed amount."""
+        share, gib = parse_headroom(self.memory_headroom)
+        return max(share * hbm_gib, gib)

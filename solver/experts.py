@@ -39,13 +39,12 @@ never more than the budget.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from solver.expert_metrics import domain_share, domain_weights, gpu_loads, locality, moves_between, replica_counts
+from solver.expert_metrics import domain_share, gpu_loads, locality, moves_between
 
 SCALE = 1_000_000  # CP-SAT works on integers: loads are scaled so the busiest GPU is ~1e6
 
@@ -132,10 +131,6 @@ def _largest_remainder(total: int, weights: np.ndarray, lo: np.ndarray, hi: np.n
         gap = np.where(x > lo, x - total * weights / weights.sum(), -np.inf)
         x[int(np.argmax(gap))] -= 1
     return x
-
-
-def _domain_contrib(load_e: float, row: np.ndarray, w: np.ndarray, dispatch: str) -> np.ndarray:
-    return load_e * domain_share(row[None, :], w, dispatch)[0]
 
 
 # ------------------------------------------------------------------------ domain-level greedy

@@ -26,7 +26,7 @@ def _gbs_range(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
-def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True):
+def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_headroom=None):
     from pydantic import ValidationError
 
     from planner.config import Training
@@ -34,9 +34,15 @@ def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True):
 
     try:
         return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
-                        trainer=trainer or "megatron", cuda_graphs=cuda_graphs)
+                        trainer=trainer or "megatron", cuda_graphs=cuda_graphs,
+                        **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
     except ValidationError as exc:
-        raise InputError(pydantic_message(exc, "training options")) from None
+        raise InputError(pydantic_message(exc, "training options").replace("memory_headroom", "--memory-headroom")) from None
+
+HEADROOM_HELP = ("HBM each GPU keeps free for what the memory model leaves out: a share (5%), GiB (8GiB) or both "
+                 "(5%,4GiB: the larger); default 5%")
+WARN_SHARE = 0.95  # the terminal output warns when a plan fills more of HBM than this
+
 
 
 def _objective(value: str) -> str:
@@ -53,7 +59,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", help="catalog name (topoplan models list) or config.json path"),
         cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
         gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs offered (the plan may use fewer)"),
-        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1, help="NVL72 presets: GPUs used per rack"),
+        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                            help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
+        memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
         stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
@@ -81,17 +89,21 @@ def register(app: typer.Typer) -> None:
         from planner.io import atomic_write_text
         from planner.model.spec import load_model
         from planner.search.plan import plan
-        from topologies.loader import load_cluster
+        from topologies.loader import load_job
 
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
-        training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs)
+        training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
         m = load_model(model)
-        c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
-        result = plan(m, c, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                      trainer=trainer, method=method)
+        job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
+        c = job.cluster
+        emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
+        # MaxText's equal slices are a constraint of the search when MaxText runs the plan
+        result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
+                      trainer=trainer, method=method,
+                      equal_slices=(trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits)
         doc = result.to_dict()
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
@@ -116,6 +128,9 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
         cluster: str = typer.Option(..., "--cluster", help="cluster preset or YAML path"),
         gpus: str = typer.Option(..., "--gpus", help="comma-separated GPU counts, e.g. 256,512,1024"),
+        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                            help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
+        memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
         stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
@@ -136,7 +151,7 @@ def register(app: typer.Typer) -> None:
         from planner.model.spec import load_model
         from planner.search.plan import scale
         from planner.cli.progress import progress
-        from topologies.loader import load_cluster
+        from topologies.loader import load_job
 
         try:
             sizes = [int(s) for s in gpus.split(",") if s.strip()]
@@ -146,10 +161,12 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
-        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs)
+        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
+                             memory_headroom)
         m = load_model(model)
         with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
-            rows = scale(m, lambda n: load_cluster(cluster, gpus=n), sizes, training, time_limit=time_limit,
+            rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
+                         time_limit=time_limit,
                          objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance())
         doc = {"model": m.name, "cluster": cluster, "rows": rows}
         if report is not None:
@@ -176,6 +193,12 @@ def _render(doc, cluster, result) -> None:
         dom = entry["placement"].get("domains", {})
         spans = ", ".join(f"{k} {v}" for k, v in dom.items())
         console.print(f"  {entry['label']}: domains spanned per group: {spans}")
+    t = result.training
+    hbm = cluster.gpu_spec.hbm_gib
+    console.print(f"memory headroom {t.memory_headroom}: plans fit in {hbm - t.headroom_gib(hbm):.1f} of {hbm:.0f} GiB "
+                  "per GPU")
+    for line in memory_warnings(doc["plans"], hbm):
+        console.print(line, style="bold yellow")
 
 
 def _render_scale(rows) -> None:

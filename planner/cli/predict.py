@@ -25,7 +25,12 @@ def _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher):
 def predict_cmd(
     model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
     cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
-    gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs to build the preset with"),
+    gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs the job uses (NVL72 presets: on whole racks)"),
+    usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                        help="NVL72 presets: GPUs used per rack (default: the best for the layout)"),
+    memory_headroom: str = typer.Option(None, "--memory-headroom",
+                                        help="HBM kept free: a share (5%), GiB (8GiB) or both (5%,4GiB: the larger); "
+                                             "default 5%"),
     stack: str = typer.Option("megatron-26.08", "--stack", help="stack profile name or profile YAML path"),
     precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
     seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length"),
@@ -52,36 +57,44 @@ def predict_cmd(
     from pydantic import ValidationError
 
     from planner.config import Training
-    from planner.errors import InputError, pydantic_message
+    from planner.errors import InfeasibleError, InputError, pydantic_message
     from planner.model.spec import load_model
     from planner.cost.placement import make_placement
     from planner.cost.predict import predict
     from planner.cost.profiles import load_profile
     from planner.rules import check
-    from topologies.loader import load_cluster
 
     prof = load_profile(stack)
     cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
     try:
         training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
-                            trainer=prof.trainer, cuda_graphs=cuda_graphs)
+                            trainer=prof.trainer, cuda_graphs=cuda_graphs,
+                            **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "options")) from None
     m = load_model(model)
-    from topologies.presets import preset_names
+    # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
+    # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices
+    from planner.search.plan import gpd_options
+    from topologies.loader import load_job
 
-    if gpus and cluster.lower() in preset_names():
-        from planner.cost.validate import preset_cluster
-
+    if gpus and cfg.dp is None:
         check(m, cfg, training, cfg.world(gpus))  # a broken rule is named before the racks are sized
-
-        cl = preset_cluster(cluster.lower(), gpus, cfg)
-    else:
-        cl = load_cluster(cluster, gpus=gpus)
-    world = cfg.world(cl.num_gpus)
+    job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
+    cl = job.cluster
+    world = cfg.world(job.gpus)
     check(m, cfg, training, world)
-    placement = make_placement(cl, cfg, world, gpus_per_domain) if gpus_per_domain else None
-    p = predict(m, cl, cfg, training, placement=placement, profile=prof)
+    p = None
+    for g in ([gpus_per_domain] if gpus_per_domain else gpd_options(job)):
+        try:
+            placement = make_placement(cl, cfg, world, g)
+        except InfeasibleError:
+            continue
+        q = predict(m, cl, cfg, training, placement=placement, profile=prof)
+        if p is None or (q.fits, q.tokens_per_s) > (p.fits, p.tokens_per_s):
+            p = q
+    if p is None:  # no choice holds the world: the one-line reason
+        make_placement(cl, cfg, world, gpus_per_domain)
     if json_out:
         d = p.to_dict()
         d.pop("placement", None)
@@ -124,15 +137,25 @@ def _render(p, model, cluster, training) -> None:
             mt.add_row(k, f"{v:.1f}")
         con.print(mt)
     con.print(memory_bar(p.memory_gib_per_gpu, p.hbm_gib))
+    usable = p.usable_gib if p.usable_gib is not None else p.hbm_gib
     if not p.fits:
-        con.print(f"[bold red]does not fit:[/] {p.memory_gib_per_gpu:.1f} GiB > {p.hbm_gib:.0f} GiB; "
+        over = f"{p.hbm_gib:.0f} GiB" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable ({p.hbm_gib:.0f} GiB less the memory headroom)"
+        con.print(f"[bold red]does not fit:[/] {p.memory_gib_per_gpu:.1f} GiB > {over}; "
                   "try recompute, more PP/EP or a smaller micro-batch")
+    from planner.cli.plan import memory_warnings  # issue 11 item 6: above 95% of HBM
+
+    for line in memory_warnings([{"label": "", "prediction": {"memory_gib_per_gpu": p.memory_gib_per_gpu}}], p.hbm_gib):
+        con.print(line, style="bold yellow")
+
 
 
 def validate_cmd(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv; optional columns "
                                     "cuda_graphs (true/false) and dispatcher"),
     stack: str = typer.Option(None, "--stack", help="predict every row with this profile (default: the row's stack column)"),
+    usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                        help="NVL72 rows: GPUs used per rack where the row's usable_per_rack column "
+                                             "is empty (default: keep the inner groups whole)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Predict every row of a CSV and compare with the measured model TFLOP/s per GPU.
@@ -144,7 +167,7 @@ def validate_cmd(
 
     rows = read_rows(csv_path)
     with progress("validating rows", total=len(rows), json_output=json_out) as bar:
-        res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar)
+        res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar, usable_per_rack=usable_per_rack)
     if json_out:
         keep = ("id", "predicted_tflops_per_gpu", "predicted_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
                 "error_pct", "fits")

@@ -43,6 +43,7 @@ class Prediction:
     violations: list = field(default_factory=list)
     stack: str = ""
     details: dict = field(default_factory=dict)
+    usable_gib: float | None = None   # HBM less Training.memory_headroom: what ``fits`` compares with
 
     def to_dict(self) -> dict:
         return {
@@ -52,6 +53,7 @@ class Prediction:
             "step_time_s": self.step_time_s if self.step_time_s != float("inf") else None,
             "memory_gib_per_gpu": self.memory_gib_per_gpu,
             "hbm_gib": self.hbm_gib,
+            "usable_gib": self.usable_gib,
             "fits": self.fits,
             "breakdown": dict(self.breakdown),
             "memory": dict(self.memory),
@@ -76,14 +78,14 @@ def _flops_per_token(model, seq_len: int, tp: int, formula: str) -> float:
 _MEM_CACHE: dict = {}
 
 
-def _memory(model, config, training, world, gpu_spec, layout):
+def _memory(model, config, training, world, gpu_spec, layout, balance=None):
     from planner.cost.memory import memory_per_gpu
 
     # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
-    key = (model, config, training, world, gpu_spec.name)
+    key = (model, config, training, world, gpu_spec.name, balance)
     hit = _MEM_CACHE.get(key)
     if hit is None:
-        hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout)
+        hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout, expert_balance=balance)
         if len(_MEM_CACHE) > 4096:
             _MEM_CACHE.clear()
         _MEM_CACHE[key] = hit
@@ -102,7 +104,8 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     prof = load_profile(profile if profile is not None else training.stack)
     if config.dispatcher is None:  # None = the stack profile's default dispatcher
         config = config.model_copy(update={"dispatcher": prof.dispatcher})
-    world = config.world(cluster.num_gpus)
+    # the job's world: dp when set, else the ranks of a given placement, else every healthy GPU
+    world = config.world(placement.world if placement is not None else cluster.num_gpus)
     if world > cluster.num_gpus:
         raise InputError(f"config needs {world} GPUs (dp={config.dp}) but cluster {cluster.name!r} has "
                          f"{cluster.num_gpus}; lower --dp or use --gpus {world}")
@@ -123,8 +126,12 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
                    expert_balance=expert_balance, layout=layout)
     fpt = _flops_per_token(model, training.seq_len, config.tp, prof.flops_formula)
     tokens_per_s = training.global_batch * training.seq_len / st.step_time_s
-    mem = _memory(model, config, training, world, gpu, layout)
+    bal = None if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
+    mem = _memory(model, config, training, world, gpu, layout, bal)
     peak = float(mem.peak_gib)
+    from planner.cost.memory import usable_hbm_gib
+
+    usable = usable_hbm_gib(gpu.hbm_gib, training)  # fits = within HBM less the memory headroom
     return Prediction(
         tflops_per_gpu=tokens_per_s / world * fpt / 1e12,
         tokens_per_s_per_gpu=tokens_per_s / world,
@@ -132,7 +139,7 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         step_time_s=st.step_time_s,
         memory_gib_per_gpu=peak,
         hbm_gib=gpu.hbm_gib,
-        fits=bool(mem.fits(gpu.hbm_gib)),
+        fits=bool(mem.fits(usable)),
         breakdown=st.breakdown,
         memory=dict(mem.components),
         config=config,
@@ -141,4 +148,5 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         violations=viol,
         stack=prof.name,
         details=st.details,
+        usable_gib=usable,
     )

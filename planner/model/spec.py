@@ -113,6 +113,8 @@ class ModelSpec(BaseModel):
     topk_group: int = Field(1, ge=1, description="groups a token may route to [topk_group]")
     mtp_layers: int = Field(0, ge=0, description="multi-token-prediction layers [num_nextn_predict_layers]")
     sliding_window: int | None = Field(None, ge=1, description="sliding-window width W (tokens)")
+    max_position_embeddings: int | None = Field(None, ge=1, description="longest context the released model "
+                                                "was trained for [max_position_embeddings]; None = not given")
     swa_layers: tuple[bool, ...] = Field((), description="per decoder layer: True when the layer uses the window")
     qk_norm: bool = Field(False, description="RMSNorm on q and k per head (Qwen3) or on the MLA latents")
     attention_bias: bool = Field(False, description="biases on the q, k, v, o projections")
@@ -428,6 +430,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             topk_group=topk_group,
             mtp_layers=mtp,
             sliding_window=window,
+            max_position_embeddings=r.int("max_position_embeddings", None, minimum=1),
             swa_layers=tuple(swa),
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
             attention_bias=r.bool("attention_bias", family == "gpt_oss"),

@@ -111,6 +111,7 @@ class PlanResult:
                           "step_time_s": pred.step_time_s,
                           "memory_gib_per_gpu": pred.memory_gib_per_gpu,
                           "hbm_gib": pred.hbm_gib,
+                          "usable_gib": pred.usable_gib,   # issue 11 item 6: HBM less the headroom
                           "fits": pred.fits,
                           "breakdown": dict(pred.breakdown),
                           "memory": dict(pred.memory)}
@@ -121,7 +122,8 @@ class PlanResult:
             "model": {"name": self.model.name, "spec": self.model.model_dump(mode="json")},
             "cluster": self.cluster.model_dump(mode="json"),
             "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.precision,
-                         "stack": t.stack, "trainer": t.trainer, "cuda_graphs": t.cuda_graphs},
+                         "stack": t.stack, "trainer": t.trainer, "cuda_graphs": t.cuda_graphs,
+                         "memory_headroom": t.memory_headroom},
             "plans": plans,
             "solver": dict(self.solver),
         }
@@ -287,7 +289,11 @@ class _Builder:
             rm = _rank_map(self.cluster, g)
             self.rank_maps[gi] = rm
             caps[gi] = rm.capacity
-        P.table_t(self.idx("gpd"), {(gi, w): 0 for gi in caps for w in self.worlds if w <= caps[gi]}, nodes=[self.W])
+        # issue 11 item 5: MaxText's equal-slice rule (every NVLink domain the job uses holds as many GPUs)
+        eq = getattr(self, "equal_slices", False)
+        P.table_t(self.idx("gpd"), {(gi, w): 0 for gi in caps for w in self.worlds
+                                    if w <= caps[gi] and (not eq or _equal_slices(self.cluster, vals["gpd"][gi], w))},
+                  nodes=[self.W])
         self._shape_nodes()
 
         # 5. step time
@@ -837,7 +843,9 @@ class _Builder:
         layer_experts = max((c.n_experts * c.expert_params for c in layer_costs(model, tr.seq_len)
                              if c.kind == "decoder" and c.n_experts), default=0.0)
         GiB = float(1 << 30)
-        budget = math.ceil((self.gpu.hbm_gib - RESERVE_GIB) * GiB / 1e3)  # kB
+        from planner.cost.memory import usable_hbm_gib  # issue 11 item 6: HBM less the headroom
+
+        budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - RESERVE_GIB) * GiB / 1e3)  # kB
         # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
@@ -915,16 +923,85 @@ class _Builder:
 # ----------------------------------------------------------------------------------------------
 
 
+# -- issue 11 item 5: GPUs per NVLink domain of a job -------------------------------------------------
+
+
+def even_per_domain(domain_sizes: list[int], gpus: int, per_node: int) -> int | None:
+    """The even split of a job of ``gpus`` over the fewest domains that hold it, rounded up to whole
+    nodes (256 on 72-GPU racks: 64 each); None when it is the full domain or domains are nodes."""
+    if not domain_sizes or max(domain_sizes) <= per_node:
+        return None
+    dmax = max(domain_sizes)
+    racks = math.ceil(gpus / dmax)
+    even = math.ceil(math.ceil(gpus / racks) / per_node) * per_node
+    return even if even < dmax else None
+
+
+def gpd_options(job) -> list[int | None]:
+    """The GPUs-per-domain choices ``plan`` offers for a ``topologies.loader.Job`` (None = all)."""
+    from planner.search.space import gpd_candidates
+
+    if job.per_domain is not None:
+        return [None]
+    out = gpd_candidates(job.cluster.domain_sizes())
+    even = even_per_domain(job.cluster.domain_sizes(), job.gpus, job.cluster.gpu_spec.gpus_per_node)
+    return out + ([even] if even is not None and even not in out else [])
+
+
+def _used_per_domain(cluster, gpd, world) -> list[int]:
+    """GPUs of each NVLink domain the first ``world`` ranks use (placement fills domains in order)."""
+    from planner.cost.placement import domain_slots
+
+    out, left = [], world
+    for _, k in domain_slots(cluster.domain_sizes(), gpd):
+        if left <= 0:
+            break
+        take = min(k, left)
+        if take:
+            out.append(take)
+        left -= take
+    return out
+
+
+def _equal_slices(cluster, gpd, world) -> bool:
+    return len(set(_used_per_domain(cluster, gpd, world))) == 1
+
+
+def _maxtext_mesh_ok(cluster, model, cfg, world, gpd) -> bool:
+    """MaxText's mesh rule as ``planner.output.emit.maxtext.split_mesh`` applies it: the axes
+    (tensor, context, expert, fsdp = dp / ep, stage) fill a slice innermost-first by gcd, and the
+    ICI part must be the slice and the DCN part the number of slices."""
+    used = _used_per_domain(cluster, gpd, world)
+    if len(set(used)) != 1:
+        return False
+    per_slice, n_slices = used[0], len(used)
+    dp = world // (cfg.tp * cfg.cp * cfg.pp)
+    ep = cfg.ep if model.is_moe else 1
+    if dp % ep:
+        return False
+    room, ici = per_slice, 1
+    for d in (cfg.tp, cfg.cp, ep, dp // ep, cfg.pp):
+        inside = math.gcd(d, room)
+        ici *= inside
+        room //= inside
+    return ici == per_slice and world // ici == n_slices
+
+
 def plan(model, cluster, training: Training, top: int = 3, time_limit: float | None = None,
          objective: str = "throughput", gbs_range: tuple[int, int] | None = None, trainer: str | None = None,
          *, workers: int = 2, min_world: int | None = None, include: dict | None = None,
-         profile=None, method: str = "enumerate", restrict: dict | None = None) -> PlanResult:
+         profile=None, method: str = "enumerate", restrict: dict | None = None,
+         equal_slices: bool | None = None) -> PlanResult:
     """The ``top`` best layouts with their placement, best first, and the solver's proof status.
 
     ``min_world``: the fewest GPUs a plan may use (default: half of those offered; a plan may use
     any count from there up to ``cluster.num_gpus``). ``include``: extra candidate values per
     variable (e.g. a published layout) so that they are inside the declared space. ``restrict``:
     keep only these candidate values of some variables (a smaller declared space).
+    ``cluster`` may be a ``topologies.loader.Job``: the plan uses at most ``job.gpus`` of its racks'
+    GPUs and chooses the GPUs per NVLink domain (the even split is a candidate) unless the job fixes
+    them. ``equal_slices`` (default: trainer is maxtext): every NVLink domain used holds the same
+    number of GPUs and the layout factors into MaxText's ICI/DCN mesh, so ``emit maxtext`` accepts it.
     ``method`` (all four are exact for the program; docs/solver.md):
     "enumerate" (default): a block is an assignment of every choice but recompute, dispatcher and
     FSDP; each feasible block gets a separable lower bound of the objective (``bound_factors``:
@@ -951,7 +1028,24 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     trainer = trainer or training.trainer
     training = training.model_copy(update={"trainer": trainer})
     prof = load_profile(profile if profile is not None else training.stack)
-    n = cluster.num_gpus
+    # issue 11 item 5: a topologies.loader.Job is the cluster's racks and the GPUs the job uses;
+    # the planner chooses the GPUs per NVLink domain unless the job fixes them (--usable-per-rack)
+    from topologies.loader import Job
+
+    max_world = None
+    if isinstance(cluster, Job):
+        job, cluster, max_world = cluster, cluster.cluster, cluster.gpus
+        if job.per_domain is not None:
+            restrict = {**(restrict or {}), "gpd": [None]}
+    n = max_world or cluster.num_gpus
+    if equal_slices is None:
+        equal_slices = trainer == "maxtext"
+    include = dict(include or {})
+    even = even_per_domain(cluster.domain_sizes(), n, cluster.gpu_spec.gpus_per_node)
+    if even is not None and not (restrict or {}).get("gpd"):
+        include["gpd"] = list(include.get("gpd", [])) + [even]
+    if min_world is None:
+        min_world = max(1, n // 2)
     if min_world is None:
         min_world = max(1, n // 2)
     if gbs_range is not None and not (gbs_range[0] <= training.global_batch <= gbs_range[1]):
@@ -974,6 +1068,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
             raise InputError(f"restrict: no candidate of {var} among {list(keep)}")
         space.values[var] = kept
     b = _Builder(model, cluster, training, space, prof, objective, min_world)
+    b.n_gpus, b.equal_slices = n, equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
     t_build0 = time.perf_counter()
     prog = b.build()
     t_build = time.perf_counter() - t_build0
@@ -990,12 +1085,25 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
             cfg, world, gbs, _, lay = b.config_of(choice)
             tr = training.model_copy(update={"global_batch": gbs})
             est = memory_per_gpu(model, cfg, tr, world, gpu, layout=lay)
-            hit = (est.fits(gpu.hbm_gib), est.peak_gib, cfg.short())
+            hit = (est.fits(usable), est.peak_gib, cfg.short())
             checked[key] = hit
         if hit[0]:
             return None
-        shortfalls.append((hit[1] - gpu.hbm_gib, hit[2]))
+        shortfalls.append((hit[1] - usable, hit[2]))
         return mem_vars
+
+    from planner.cost.memory import usable_hbm_gib
+
+    usable = usable_hbm_gib(gpu.hbm_gib, training)  # issue 11 item 6: plans fit in HBM less the headroom
+    memory_accept = accept
+    mesh_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "gpd")]
+
+    def accept(choice):  # noqa: F811 - issue 11 item 5: MaxText's mesh must factor into its slices
+        cut = memory_accept(choice)
+        if cut is not None or not equal_slices:
+            return cut
+        cfg, world, _, gpd, _ = b.config_of(choice)
+        return None if _maxtext_mesh_ok(cluster, model, cfg, world, gpd) else mesh_vars
 
     factors = b.bound_factors() if method in ("cp-sat", "enumerate") else None
     if method == "cp-sat-full":
@@ -1196,7 +1304,11 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
             fixes.append("FSDP")
         if "MBS1" not in label.split():
             fixes.append("a smaller micro-batch")
-        return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout fits in {gpu.hbm_gib:.0f} GiB; "
+        from planner.cost.memory import usable_hbm_gib
+
+        room = usable_hbm_gib(gpu.hbm_gib, training)
+        kept = "" if room >= gpu.hbm_gib else f" ({gpu.hbm_gib:.0f} GiB less the --memory-headroom {training.memory_headroom})"
+        return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout fits in {room:.1f} GiB{kept}; "
                 f"the closest ({label}) needs {short:.1f} GiB more per GPU. Use " + ", ".join(fixes[:-1])
                 + (" or " if len(fixes) > 1 else "") + fixes[-1])
     return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout satisfies the {training.trainer} "
