@@ -311,7 +311,7 @@ main() {{
   local prefix=python
   if [ "$launcher" = node ]; then
     [ "$TORCHRUN_OK" = 1 ] || {{ echo "topoplan: this plan's rank order is not whole-host blocks; use the srun launcher" >&2; exit 2; }}
-    topoplan_node_env "${{SLURMD_NODENAME:-$(hostname -s)}}"
+    topoplan_node_env "${{SLURMD_NODENAME:-$(hostname -s)}}" || exit 2
     export CUDA_VISIBLE_DEVICES="$GPUS"
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "NODE_RANK=$NODE_RANK CUDA_VISIBLE_DEVICES=$GPUS"; exit 0; fi
     prefix="torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT"
@@ -384,9 +384,9 @@ def sbatch_script(ctx: EmitContext) -> str:
         lines += [
             f"# PLACEHOLDER HOST NAMES: {ctx.hosts[0]} ... are names a topoplan preset made up, not your nodes.",
             "# Plan on your own cluster file instead (docs/cluster.md; 'topoplan topology import slurm",
-            "# topology.conf -o cluster.yaml' reads Slurm's), so --nodelist, slurm/hostfile and slurm/task.sh name",
-            "# real hosts; or rename them consistently in all three files. The job refuses an allocation whose",
-            "# hosts differ from slurm/hostfile.",
+            f"# topology.conf --gpu {ctx.gpu} -o cluster.yaml' reads Slurm's), so --nodelist, slurm/hostfile and",
+            "# slurm/task.sh name real hosts; or rename them consistently in all three files. The job refuses",
+            "# an allocation whose hosts differ from slurm/hostfile.",
         ]
     lines += [f"#SBATCH --nodelist={nodelist}", "set -euo pipefail", "",
               f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
