@@ -11,7 +11,62 @@ import typer
 
 from planner.errors import InputError
 
-_OBJECTIVES = ("throughput", "tflops-per-gpu")
+_OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
+_LAYOUT_KEYS = {"TP": "tp", "PP": "pp", "VPP": "vpp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "MBS": "mbs"}
+
+
+def parse_layout(text: str):
+    """``TP1,PP2,VPP8,EP32`` (commas or spaces; also CP, ETP, DP, MBS, FSDP, RC:<recompute>, the
+    tokens of ``ParallelConfig.short()``) -> ParallelConfig; InputError names the token at fault."""
+    import re
+
+    from pydantic import ValidationError
+
+    from planner.config import ParallelConfig
+    from planner.errors import pydantic_message
+
+    fields: dict = {}
+    for tok in [t for t in re.split(r"[,\s]+", text or "") if t]:
+        up = tok.upper()
+        m = re.fullmatch(r"(VPP|ETP|MBS|TP|PP|CP|EP|DP)(\d+)", up)
+        if m:
+            fields[_LAYOUT_KEYS[m.group(1)]] = int(m.group(2))
+        elif up == "FSDP":
+            fields["fsdp"] = True
+        elif up.startswith("RC:"):
+            fields["recompute"] = tok[3:]
+        else:
+            raise InputError(f"--compare {text!r}: unknown token {tok!r}; use e.g. TP1,PP2,VPP8,EP32 "
+                             "(TP, PP, VPP, CP, EP, ETP, DP, MBS with a number; FSDP; RC:<recompute>)")
+    if not fields:
+        raise InputError("--compare: give a layout, e.g. TP1,PP2,VPP8,EP32")
+    try:
+        return ParallelConfig(**fields)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, f"--compare {text!r}")) from None
+
+
+def compare_entry(text: str, model, cluster, result) -> dict:
+    """The layout of ``--compare`` priced on the plan's cluster and training (the best plan's batch),
+    and the best plan's lead over it with the uncertainty verdict (``planner.cost.uncertainty.lead``)."""
+    from planner.cost.predict import predict
+    from planner.cost.uncertainty import lead
+    from planner.rules import check
+
+    cfg = parse_layout(text)
+    best = result.plans[0]
+    tr = result.training.model_copy(update={"global_batch": best.gbs})
+    world = cfg.world(cluster.num_gpus)
+    check(model, cfg, tr, world)
+    p = predict(model, cluster, cfg, tr)
+    key = "tflops_per_gpu" if result.solver.get("objective_name") == "tflops_per_gpu" else "tokens_per_s"
+    gap, within = lead(getattr(best.prediction, key), best.prediction.band_half_width, getattr(p, key))
+    d = p.to_dict()
+    keep = ("tflops_per_gpu", "tflops_per_gpu_low", "tflops_per_gpu_high", "tokens_per_s", "tokens_per_s_per_gpu",
+            "step_time_s", "memory_gib_per_gpu", "fits", "regime", "extrapolated", "band_half_width", "band_runs",
+            "breakdown")
+    return {"label": p.config.short(), "world": p.world, "prediction": {k: d[k] for k in keep},
+            "plan_lead": gap, "within_uncertainty": within}
 
 
 def _gbs_range(text: str | None) -> tuple[int, int] | None:
@@ -70,7 +125,10 @@ def register(app: typer.Typer) -> None:
         trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
         top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
-        objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu"),
+        objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu | "
+                                      "robust (the lower edge of the uncertainty band of tokens/s)"),
+        compare: str = typer.Option(None, "--compare", help="also price this layout, e.g. TP1,PP2,VPP8,EP32, and show "
+                                    "the plan's lead over it and whether it is within the model's uncertainty"),
         as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
         save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
@@ -105,6 +163,8 @@ def register(app: typer.Typer) -> None:
                       trainer=trainer, method=method,
                       equal_slices=(trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits)
         doc = result.to_dict()
+        if compare:
+            doc["compare"] = compare_entry(compare, m, c, result)
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
@@ -186,6 +246,7 @@ def _render(doc, cluster, result) -> None:
 
     console = Console()
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
+    _render_uncertainty(doc, console)
     s = doc["solver"]
     console.print(f"objective {s['objective_name']}: best {s['objective']:.6g}, proven bound {s['bound']:.6g} "
                   f"({s['status']}, {s['wall_s']:.2f} s, {s['layouts_in_space']:.3g} layouts in the space)")
@@ -199,6 +260,30 @@ def _render(doc, cluster, result) -> None:
                   "per GPU")
     for line in memory_warnings(doc["plans"], hbm):
         console.print(line, style="bold yellow")
+
+
+def _render_uncertainty(doc, console) -> None:
+    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout."""
+    for i, entry in enumerate(doc["plans"]):
+        p = entry["prediction"]
+        line = (f"#{i + 1} {entry['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
+                f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})")
+        if "lead_over_next" in entry:
+            line += f"; lead over #{i + 2} {entry['lead_over_next']:+.1%}" + (
+                ": within the model's uncertainty" if entry["within_uncertainty"] else "")
+        console.print(line, highlight=False)
+        if p.get("extrapolated"):
+            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
+    cmp_ = doc.get("compare")
+    if cmp_:
+        p = cmp_["prediction"]
+        verdict = "within the model's uncertainty" if cmp_["within_uncertainty"] else "outside the model's uncertainty"
+        console.print(f"compare {cmp_['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
+                      f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})"
+                      + ("" if p["fits"] else ", does not fit in memory")
+                      + f"; plan #1 leads by {cmp_['plan_lead']:+.1%}: {verdict}", highlight=False)
+        if p.get("extrapolated"):
+            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
 
 
 def _render_scale(rows) -> None:

@@ -115,12 +115,17 @@ def _render(p, model, cluster, training) -> None:
     con.print(f"layout  {p.config.short()}")
     t = Table(show_header=False, box=None)
     t.add_row("model TFLOP/s per GPU", f"[bold]{p.tflops_per_gpu:,.0f}[/]")
+    t.add_row("uncertainty band", f"{p.tflops_per_gpu_low:,.0f} - {p.tflops_per_gpu_high:,.0f} TFLOP/s  (regime "
+              f"{p.regime}; {p.band_runs} measured runs)" if p.band_runs else
+              f"{p.tflops_per_gpu_low:,.0f} - {p.tflops_per_gpu_high:,.0f} TFLOP/s  (regime {p.regime}; default width)")
     t.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:,.0f}")
     t.add_row("tokens/s", f"{p.tokens_per_s:,.0f}")
     t.add_row("step time", f"{p.step_time_s:.3f} s")
     t.add_row("memory per GPU", f"{p.memory_gib_per_gpu:.1f} GiB of {p.hbm_gib:.0f} GiB"
               + ("" if p.fits else "  [bold red]does not fit[/]"))
     con.print(t)
+    if p.extrapolated:
+        con.print(f"[yellow]note:[/] {p.extrapolated} (band widened; docs/uncertainty.md)")
     bd = Table(title="step-time breakdown (exposed seconds)", box=None)
     bd.add_column("term")
     bd.add_column("seconds", justify="right")

@@ -43,6 +43,13 @@ class Prediction:
     violations: list = field(default_factory=list)
     stack: str = ""
     details: dict = field(default_factory=dict)
+    # the uncertainty band (planner.cost.uncertainty, docs/uncertainty.md): [T exp(-h), T exp(h)]
+    tflops_per_gpu_low: float = 0.0
+    tflops_per_gpu_high: float = 0.0
+    regime: str = ""                  # "nvl72 moe ep-in-domain fp8", the features the band is keyed by
+    extrapolated: str | None = None   # why no measured run covers the regime, or None
+    band_half_width: float = 0.0      # h, in ln units
+    band_runs: int = 0                # measured runs behind h (0: the documented default)
     usable_gib: float | None = None   # HBM less Training.memory_headroom: what ``fits`` compares with
 
     def to_dict(self) -> dict:
@@ -65,6 +72,12 @@ class Prediction:
                 "order": self.placement.order, "gpus_per_domain": self.placement.gpus_per_domain,
                 "rank_to_gpu": list(self.placement.rank_to_gpu)},
             "violations": [{"rule": v.rule, "message": v.message} for v in self.violations],
+            "tflops_per_gpu_low": self.tflops_per_gpu_low,
+            "tflops_per_gpu_high": self.tflops_per_gpu_high,
+            "regime": self.regime,
+            "extrapolated": self.extrapolated,
+            "band_half_width": self.band_half_width,
+            "band_runs": self.band_runs,
         }
 
 
@@ -126,6 +139,10 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
                    expert_balance=expert_balance, layout=layout)
     fpt = _flops_per_token(model, training.seq_len, config.tp, prof.flops_formula)
     tokens_per_s = training.global_batch * training.seq_len / st.step_time_s
+    from planner.cost.uncertainty import band
+
+    unc = band(model, cluster, config, training, prof.name, ep_domains=shapes["ep"].domains)
+    low, high = unc.bounds(tokens_per_s / world * fpt / 1e12)
     bal = None if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
     mem = _memory(model, config, training, world, gpu, layout, bal)
     peak = float(mem.peak_gib)
@@ -148,5 +165,11 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         violations=viol,
         stack=prof.name,
         details=st.details,
+        tflops_per_gpu_low=low,
+        tflops_per_gpu_high=high,
+        regime=unc.regime.label(),
+        extrapolated=unc.extrapolated,
+        band_half_width=unc.half_width,
+        band_runs=unc.runs,
         usable_gib=usable,
     )

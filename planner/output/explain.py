@@ -510,7 +510,7 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
     table = Table(title="plans", show_lines=False)
     for col, just in (("#", "right"), ("layout", "left"), ("TFLOP/s/GPU", "right"),
-                      ("tokens/s/GPU", "right"), ("step", "right"), ("memory/GPU", "right")):
+                      ("tokens/s/GPU", "right"), ("step", "right"), ("memory/GPU", "right"), ("band TFLOP/s/GPU", "right")):
         table.add_column(col, justify=just)
     entries = (doc.get("plans") or [])[: top or None]
     for i, (entry, label) in enumerate(zip(entries, plan_labels(entries))):
@@ -524,6 +524,9 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
             f"{p.get('tokens_per_s_per_gpu', 0):,.0f}",
             _fmt_s(float(p.get("step_time_s") or 0.0)),
             mem_s,
+            # the uncertainty band (docs/uncertainty.md); * = extrapolated regime
+            f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f}" + ("*" if p.get("extrapolated") else "")
+            if p.get("tflops_per_gpu_high") else "-",
         )
     return table
 

@@ -45,7 +45,11 @@ from solver.layout import Program, enumerate_bounded, solve, solve_bounded
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
-OBJECTIVES = ("throughput", "tflops-per-gpu")
+OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
+# robust: maximise the lower edge of the uncertainty band, tokens/s * exp(-h); h depends on the layout
+# only through CP, FSDP and whether the EP group leaves its NVLink domain (planner.cost.uncertainty),
+# so it enters the program as a factor table (exp(h) scaled by BAND_SCALE and rounded): exact.
+BAND_SCALE = 1000
 # Search engines over the same program (docs/solver.md): "enumerate" (default) and "cp-sat" walk
 # blocks in order of one separable lower bound, numpy or CP-SAT enumerating the blocks under the
 # rules; "exhaustive" evaluates every assignment (the oracle); "cp-sat-full" is the whole
@@ -111,11 +115,16 @@ class PlanResult:
                           "step_time_s": pred.step_time_s,
                           "memory_gib_per_gpu": pred.memory_gib_per_gpu,
                           "hbm_gib": pred.hbm_gib,
+                          "tflops_per_gpu_low": pred.tflops_per_gpu_low,
+                          "tflops_per_gpu_high": pred.tflops_per_gpu_high,
+                          "regime": pred.regime, "extrapolated": pred.extrapolated,
+                          "band_half_width": pred.band_half_width, "band_runs": pred.band_runs,
                           "usable_gib": pred.usable_gib,   # issue 11 item 6: HBM less the headroom
                           "fits": pred.fits,
                           "breakdown": dict(pred.breakdown),
                           "memory": dict(pred.memory)}
             plans.append({"label": e.label, "config": cfg, "prediction": prediction, "placement": placement})
+        _mark_leads(plans, self.solver.get("objective_name"))
         t = self.training
         return {
             "version": 1,
@@ -811,6 +820,8 @@ class _Builder:
         if P.weight is not None:
             wv, wt = P.weight
             factors.append((tuple(wv), {k: float(v) for k, v in wt.items()}))
+        if getattr(self, "band_min", None) is not None:   # robust: the band factor, least over FSDP
+            factors.append(self.band_min)
         self.master_vars = [i for i, v in enumerate(VARIABLES) if v not in _BLOCK_FREE + ("fsdp",)]
         return factors
 
@@ -875,10 +886,54 @@ class _Builder:
                           "and the biggest layer's buffers, + optimizer shard <= HBM - reserve")
 
     # -- objective ---------------------------------------------------------------------------------
+    def _band_factor(self):
+        """robust: a table node of BAND_SCALE * exp(h) over (cp, fsdp) and the EP shape (MoE), h the
+        band of the layout's regime (``planner.cost.uncertainty.band_for``, the one predict reports);
+        sets ``band_min`` (its least value over FSDP, a free variable of the block search) as a bound
+        factor and ``lb_scale`` (its least value) for the exhaustive search's lower bound."""
+        import dataclasses
+
+        from planner.cost.uncertainty import band_for, classify
+
+        P, vals, model = self.prog, self.vals, self.model
+        base = classify(model, self.cluster, ParallelConfig(), self.training, ep_domains=1)
+
+        def scaled(cp, fsdp, across):
+            ep = ("ep-across-domains" if across else "ep-in-domain") if model.is_moe else None
+            reg = dataclasses.replace(base, cp=cp > 1, fsdp=bool(fsdp), ep=ep)
+            return int(round(BAND_SCALE * band_for(reg, self.profile.name, self.training.trainer).factor()))
+
+        table, least = {}, {}
+        sids = self._shape_values(self.sh["ep"]) if model.is_moe else [None]
+        for (ci, fi), a in self.combos("cp", "fsdp"):
+            for sid in sids:
+                v = scaled(a["cp"], a["fsdp"], sid is not None and self.shape(sid).domains > 1)
+                key = (ci, fi) if sid is None else (ci, fi, sid)
+                table[key] = v
+                lk = (ci,) if sid is None else (ci, sid)
+                least[lk] = min(v, least.get(lk, v))
+        nodes = [] if sids == [None] else [self.sh["ep"]]
+        self.band_node = P.table_t(self.idx("cp", "fsdp"), table, nodes=nodes)
+        self.band_min = (tuple(self.idx("cp")), tuple(nodes), {k: float(v) for k, v in least.items()})
+        self.lb_scale = min(table.values())
+        self.notes.append(f"robust objective: band factors exp(h) rounded to 1/{BAND_SCALE}")
+        return self.band_node
+
+    def band_scale_of(self, choice) -> int:
+        """The band factor (BAND_SCALE * exp(h)) the objective node carries for a solution; 1 when not robust."""
+        if getattr(self, "band_node", None) is None:
+            return 1
+        from solver.layout import evaluate_many
+
+        _, _, vals_ = evaluate_many(self.prog, np.asarray([choice], dtype=np.int64), upto=self.band_node)
+        return int(vals_[self.band_node][0])
+
     def _objective(self, total):
         P, vals, tr = self.prog, self.vals, self.training
         gbs_vals = vals["gbs"]
-        if self.objective == "throughput":
+        if self.objective == "robust":   # tokens/s * exp(-h): minimise step * exp(h) / gbs
+            total = P.product(total, self._band_factor())
+        if self.objective in ("throughput", "robust"):
             # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
             if len(gbs_vals) == 1:
                 P.minimize(total)
@@ -1151,13 +1206,16 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         if model.is_moe:
             shapes["ep"] = rm.worst_shape(e, cfg.ep, world)
             shapes["edp"] = rm.worst_shape(e * cfg.ep, world // (e * cfg.ep * cfg.pp), world)
-        step_prog = sol.node_value / BUBBLE * NS
+        step_prog = sol.node_value / b.band_scale_of(sol.choice) / BUBBLE * NS
         if pred.step_time_s > 0:
             max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)
         entries.append(PlanEntry(cfg, pred, placement, world, gbs, shapes, step_prog))
 
     best = entries[0].prediction
-    if objective == "throughput":
+    if objective == "robust":   # the band's lower edge of the cluster's tokens/s
+        obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
+        bound = _bound_value(res, b, training, entries[0], objective)
+    elif objective == "throughput":
         obj_val = best.tokens_per_s
         bound = _bound_value(res, b, training, entries[0], objective)
     else:
@@ -1169,7 +1227,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "solve_s": res.wall_s,
         "build_s": t_build,
         "objective": obj_val,
-        "objective_name": "tokens_per_s" if objective == "throughput" else "tflops_per_gpu",
+        "objective_name": {"throughput": "tokens_per_s", "robust": "tokens_per_s_low"}.get(objective, "tflops_per_gpu"),
         "bound": bound,
         "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
         "method": method if factors is not None or method in ("cp-sat-full", "exhaustive") else "exhaustive",
@@ -1231,6 +1289,7 @@ def _enumerate(prog, b: _Builder, top: int, accept, time_limit: float | None = N
         keep = np.flatnonzero(okb & okw)
         rows = rows[keep]
         lb = lb[keep] if prog.weight is None else lb[keep].astype(np.float64) * w[keep]
+        lb = lb * getattr(b, "lb_scale", 1)   # robust: the objective carries the band factor (>= lb_scale)
         srt = np.argsort(lb, kind="stable")
         rows, lb = rows[srt], lb[srt]
         seen: list = []            # (objective, node value, choice) of evaluated feasible rows
@@ -1287,10 +1346,24 @@ def _bound_value(res, b: _Builder, training, entry: PlanEntry, objective: str):
         return None
     pred = entry.prediction
     val = pred.tokens_per_s if objective == "throughput" else pred.tflops_per_gpu
+    if objective == "robust":
+        val = pred.tokens_per_s * math.exp(-pred.band_half_width)
     if res.bound <= 0:
         return None
     # objective is minimised time-like; the reported objective is its inverse
     return val * res.objective / res.bound
+
+
+def _mark_leads(plans: list[dict], objective_name: str | None) -> None:
+    """Each plan's lead over the next (in the objective's quantity, central predictions) and whether
+    it lies inside the leader's uncertainty band (``planner.cost.uncertainty.lead``)."""
+    from planner.cost.uncertainty import lead
+
+    key = "tflops_per_gpu" if objective_name == "tflops_per_gpu" else "tokens_per_s"
+    for a, b in zip(plans, plans[1:]):
+        pa, pb = a["prediction"], b["prediction"]
+        gap, within = lead(pa[key], pa.get("band_half_width") or 0.0, pb[key])
+        a["lead_over_next"], a["within_uncertainty"] = gap, within
 
 
 def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
