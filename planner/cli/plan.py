@@ -99,6 +99,19 @@ HEADROOM_HELP = ("HBM each GPU keeps free for what the memory model leaves out: 
 WARN_SHARE = 0.95  # the terminal output warns when a plan fills more of HBM than this
 
 
+def memory_warnings(plans, hbm_gib: float) -> list[str]:
+    """One line per plan whose estimate fills more than 95% of HBM (possible with a small headroom)."""
+    out = []
+    for e in plans:
+        pred = e["prediction"] if isinstance(e, dict) else e
+        used = pred["memory_gib_per_gpu"] if isinstance(pred, dict) else pred.memory_gib_per_gpu
+        label = e.get("label", "") if isinstance(e, dict) else ""
+        if hbm_gib and used > WARN_SHARE * hbm_gib:
+            out.append(f"warning: {label + ': ' if label else ''}{used:.1f} of {hbm_gib:.0f} GiB HBM "
+                       f"({used / hbm_gib:.1%}) per GPU; CUDA-graph pools, expert imbalance and fragmentation "
+                       "are only partly modelled: keep a --memory-headroom")
+    return out
+
 
 def _objective(value: str) -> str:
     if value not in _OBJECTIVES:
