@@ -59,7 +59,11 @@ def test_tiny_dense_model_by_hand():
     assert c["logits"] * GIB == pytest.approx(logits)
     reserve = 3 * GIB + 0.05 * (acts + logits)
     assert c["reserve"] * GIB == pytest.approx(reserve)
-    assert est.peak_gib * GIB == pytest.approx(16 * P + acts + logits + reserve)
+    # CUDA graphs (on by default): one static hidden-state buffer per layer and micro-batch in flight,
+    # 1024 tokens x 1024 x 2 B x 2 layers (issue 11: the new component, added to the total)
+    graphs = 1024 * 1024 * 2 * 2
+    assert c["cuda_graphs"] * GIB == pytest.approx(graphs)
+    assert est.peak_gib * GIB == pytest.approx(16 * P + acts + logits + reserve + graphs)
 
 
 def test_matches_korthikanti_for_a_gpt_layer():
@@ -317,3 +321,76 @@ def test_options_and_report_shape():
     assert sum(bf16.components.values()) == pytest.approx(bf16.peak_gib)
     # the last rank carries the logits of both heads (main + MTP)
     assert bf16.per_stage[-1].logits > 0 and all(x.logits == 0 for x in bf16.per_stage[:-1])
+
+
+# ----- issue 11 item 6: CUDA-graph buffers, expert imbalance, headroom ----------------------------
+
+def test_cuda_graph_buffers_by_hand():
+    # Llama3-8B, no PP: one micro-batch in flight; 32 layers x one static hidden buffer each,
+    # T*h*2/(tp*cp) = 4096 * 4096 * 2 B = 32 MiB -> 32 x 32 MiB = 1 GiB exactly.
+    m = load_model("llama3-8b")
+    cfg = ParallelConfig(tp=1, pp=1, mbs=1, dp=8)
+    on = memory_per_gpu(m, cfg, Training(seq_len=4096, global_batch=64, cuda_graphs=True), 8)
+    off = memory_per_gpu(m, cfg, Training(seq_len=4096, global_batch=64, cuda_graphs=False), 8)
+    assert on.components["cuda_graphs"] == pytest.approx(32 * 4096 * 4096 * 2 / GIB)
+    assert on.components["cuda_graphs"] == pytest.approx(1.0)
+    assert off.components["cuda_graphs"] == 0.0
+    assert on.peak_gib - off.peak_gib == pytest.approx(1.0)
+    # TP2 halves it (sequence parallel), and other trainers capture no such graphs
+    half = memory_per_gpu(m, cfg.model_copy(update={"tp": 2, "dp": 4}),
+                          Training(seq_len=4096, global_batch=64), 8)
+    assert half.components["cuda_graphs"] == pytest.approx(0.5)
+    tt = memory_per_gpu(m, cfg, Training(seq_len=4096, global_batch=64, trainer="torchtitan",
+                                         stack="torchtitan"), 8)
+    assert tt.components["cuda_graphs"] == 0.0
+
+
+def test_cuda_graph_buffers_follow_the_microbatches_in_flight():
+    # 1F1B PP4: rank 0 holds min(pp, M) = 4 micro-batches of its 8 layers -> 32 buffers
+    m = load_model("llama3-8b")
+    cfg = ParallelConfig(tp=1, pp=4, mbs=1, dp=2)
+    est = memory_per_gpu(m, cfg, Training(seq_len=4096, global_batch=64), 8)
+    r0 = est.per_stage[0]
+    assert r0.inflight == (4,)
+    assert r0.cuda_graphs == pytest.approx(4 * 8 * 4096 * 4096 * 2 / GIB)
+
+
+def test_expert_imbalance_scales_the_routed_activations():
+    # Qwen3-30B-A3B, EP8, no PP: the busiest expert GPU holds (balance - 1) x the routed copies more
+    from planner.cost.memory import routed_activation_bytes
+    from planner.model.flops import layer_costs
+
+    m = load_model("qwen3-30b-a3b")
+    tr = Training(seq_len=4096, global_batch=64, precision="bf16")
+    cfg = ParallelConfig(tp=1, pp=1, ep=8, mbs=1, dp=8)
+    base = memory_per_gpu(m, cfg, tr, 8)
+    est = memory_per_gpu(m, cfg, tr, 8, expert_balance=1.25)
+    moe = [c for c in layer_costs(m, 4096) if c.kind == "decoder" and c.is_moe]
+    # routed copies per token: top_k * (h*2 + 4 + (2F*2 + F*2)) bytes (balanced), by hand
+    h, f, k = m.hidden_size, m.moe_ffn_hidden_size, m.top_k
+    per_layer = 4096 * k * (h * 2 + 4 + 2 * f * 2 + f * 2)
+    assert routed_activation_bytes(m, moe[0], cfg, tr) == pytest.approx(per_layer)
+    assert base.components["expert_imbalance"] == 0.0
+    assert est.components["expert_imbalance"] == pytest.approx(0.25 * len(moe) * per_layer / GIB)
+    assert est.peak_gib > base.peak_gib
+    # recomputing the whole MoE block keeps no routed activations to scale
+    rc = memory_per_gpu(m, cfg.model_copy(update={"recompute": "moe"}), tr, 8, expert_balance=1.25)
+    assert rc.components["expert_imbalance"] == 0.0
+
+
+@pytest.mark.parametrize("text,hbm,gib", [("5%", 288.0, 14.4), ("8GiB", 80.0, 8.0), ("5%,4GiB", 80.0, 4.0),
+                                          ("5%,4GiB", 288.0, 14.4), ("0", 80.0, 0.0), ("10 %, 2 GB", 80.0, 8.0)])
+def test_memory_headroom_is_the_larger_of_share_and_gib(text, hbm, gib):
+    from planner.cost.memory import usable_hbm_gib
+
+    tr = Training(global_batch=8, memory_headroom=text)
+    assert tr.headroom_gib(hbm) == pytest.approx(gib)
+    assert usable_hbm_gib(hbm, tr) == pytest.approx(hbm - gib)
+
+
+@pytest.mark.parametrize("text", ["abc", "5", "-1GiB", "120%", ""])
+def test_bad_memory_headroom_is_refused(text):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="memory headroom|memory_headroom"):
+        Training(global_batch=8, memory_headroom=text)

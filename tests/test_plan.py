@@ -316,3 +316,62 @@ def test_nothing_fits_names_the_closest_layout_and_its_shortfall():
     m = re.search(r"the closest \((.+)\) needs ([\d.]+) GiB more per GPU", msg)
     assert m, msg
     assert float(m.group(2)) > 0 and "more GPUs (--gpus)" in msg
+
+
+# ----- issue 11 items 5 and 6: jobs on whole racks, MaxText slices, memory headroom ---------------
+
+DSV3_GB300 = ["--model", "deepseek-v3", "--cluster", "gb300-nvl72", "--gpus", "256", "--precision", "mxfp8",
+              "--seq-len", "4096", "--gbs", "4096"]
+
+
+def test_dsv3_on_256_gb300_beats_nvidias_layout_on_the_same_job_and_emits_maxtext(tmp_path, capsys):
+    # the same job in plan and predict: 4 whole racks, 256 GPUs used; the planner chooses 64 per rack
+    from planner.cli import main
+
+    assert main(["predict", *DSV3_GB300, "--tp", "1", "--pp", "2", "--vpp", "8", "--ep", "32", "--json"]) == 0
+    nvidia = json.loads(capsys.readouterr().out)
+    assert main(["predict", *DSV3_GB300, "--tp", "1", "--pp", "2", "--vpp", "8", "--ep", "32", "--json",
+                 "--usable-per-rack", "72"]) == 0
+    all72 = json.loads(capsys.readouterr().out)
+    assert nvidia["tflops_per_gpu"] >= all72["tflops_per_gpu"]      # predict takes the best GPUs per rack
+    assert main(["plan", *DSV3_GB300, "--top", "1", "--json", "--emit", "maxtext", "--out", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["plans"][0]
+    assert best["prediction"]["tflops_per_gpu"] >= nvidia["tflops_per_gpu"] * (1 - 1e-9)
+    assert best["config"]["world"] == 256
+    racks = {}
+    for g in best["placement"]["rank_to_gpu"]:
+        racks[g // 72] = racks.get(g // 72, 0) + 1
+    assert sorted(racks.values()) == [64] * 4                          # equal slices for MaxText
+    assert (tmp_path / "maxtext").is_dir()
+    # plans fit in HBM less the default 5% headroom
+    assert best["prediction"]["memory_gib_per_gpu"] <= 0.95 * 288
+
+
+def test_maxtext_plans_always_emit(tmp_path):
+    # every plan made for MaxText is accepted by its emitter (equal slices, mesh that factors)
+    from planner.output.emit import emit_plan
+    from topologies.loader import load_job
+
+    model = load_model("qwen3-30b-a3b")
+    tr = Training(seq_len=4096, global_batch=512, precision="bf16", trainer="maxtext", stack="maxtext")
+    res = plan(model, load_job("gb200-nvl72", 200), tr, top=3, trainer="maxtext")
+    doc = res.to_dict()
+    for i in range(len(doc["plans"])):
+        emit_plan(doc, ["maxtext"], tmp_path / f"p{i}", index=i)
+        used = {}
+        for g in doc["plans"][i]["placement"]["rank_to_gpu"]:
+            used[g // 72] = used.get(g // 72, 0) + 1
+        assert len(set(used.values())) == 1
+
+
+@pytest.mark.parametrize("headroom", ["0", "30%", "40GiB"])
+def test_plans_fit_in_hbm_less_the_headroom(headroom):
+    model = load_model("qwen3-30b-a3b")
+    tr = Training(seq_len=4096, global_batch=256, precision="bf16", memory_headroom=headroom)
+    res = plan(model, load_cluster("dgx-h100", gpus=16), tr, top=3)
+    usable = 80.0 - tr.headroom_gib(80.0)
+    assert res.plans
+    for e in res.plans:
+        assert e.prediction.memory_gib_per_gpu <= usable
+        assert e.prediction.fits and e.prediction.usable_gib == pytest.approx(usable)

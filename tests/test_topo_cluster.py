@@ -227,3 +227,68 @@ def test_cli_errors_one_line(capsys, args, match):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and match in err and err.count("\n") == 1
+
+
+# ----- issue 11 item 5: one meaning of --cluster/--gpus/--usable-per-rack ---------------------------
+
+@pytest.mark.parametrize("gpus,racks", [(256, 4), (288, 4), (8, 1), (72, 1), (76, 2), (1024, 15)])
+def test_nvl72_job_is_whole_racks(gpus, racks):
+    from topologies.loader import load_job
+
+    job = load_job("gb300-nvl72", gpus)
+    assert job.gpus == gpus and job.per_domain is None
+    assert job.cluster.domain_sizes() == [72] * racks          # ceil(N / 72) whole, healthy racks
+    assert job.racks_gpus == 72 * racks >= gpus
+
+
+def test_usable_per_rack_fixes_the_gpus_per_rack():
+    from topologies.loader import load_job
+
+    job = load_job("gb300-nvl72", 256, usable_per_domain=64)
+    assert job.per_domain == 64 and job.gpus == 256
+    assert job.cluster.domain_sizes() == [64] * 4
+    assert len(job.cluster.health.failed_trays) == 8          # two spare trays per rack keep their ports
+    # the same cluster load_cluster builds for these arguments
+    assert job.cluster == load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
+
+
+def test_hgx_presets_and_files_are_unchanged_by_jobs(tmp_path):
+    from topologies.loader import load_job
+
+    for name, n in (("dgx-h100", 64), ("dgx-b200", 16), ("h800", 2048)):
+        job = load_job(name, n)
+        assert job.cluster == load_cluster(name, gpus=n) and job.gpus == n and job.per_domain is None
+        assert job.cluster.domain_sizes() == [8] * (n // 8)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_doc()))
+    job = load_job(str(path), 68)
+    assert job.cluster.num_gpus == job.gpus == 68          # a file is cut to whole nodes, as it was
+
+
+@pytest.mark.parametrize("gpus,match", [(254, "whole 4-GPU trays"), (0, "positive")])
+def test_nvl72_job_bad_sizes(gpus, match):
+    from topologies.loader import load_job
+
+    with pytest.raises(InputError, match=match):
+        load_job("gb300-nvl72", gpus)
+
+
+def test_gpd_options_offer_the_even_split():
+    from planner.search.plan import even_per_domain, gpd_options
+    from topologies.loader import load_job
+
+    assert gpd_options(load_job("gb300-nvl72", 256)) == [None, 64]
+    assert even_per_domain([72] * 3, 200, 4) == 68            # ceil(200/3) = 67 -> 17 trays
+    assert 68 in gpd_options(load_job("gb300-nvl72", 200))
+    assert gpd_options(load_job("gb300-nvl72", 256, usable_per_domain=64)) == [None]
+    assert gpd_options(load_job("dgx-h100", 64)) == [None]   # 8-GPU domains: nothing to choose
+
+
+def test_topology_show_says_what_the_racks_hold_and_the_job_uses(capsys):
+    assert main(["topology", "show", "gb300-nvl72", "--gpus", "256", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["num_gpus"], doc["racks_gpus"], doc["job_gpus"]) == (288, 288, 256)
+    assert doc["nvlink_domains"] == [72] * 4 and doc["gpus_per_domain_options"] == [None, 64]
+    assert main(["topology", "show", "gb300-nvl72", "--gpus", "256", "--usable-per-rack", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "hold 256 GPUs; the job uses 256" in out and "64 GPUs per NVLink domain" in " ".join(out.split())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -10,7 +12,7 @@ from topologies.errors import InputError
 from topologies.cluster import Cluster, cluster_from_dict
 from topologies.presets import PRESETS, build_preset
 
-__all__ = ["load_cluster", "read_cluster_file", "restrict"]
+__all__ = ["Job", "load_cluster", "load_job", "read_cluster_file", "restrict"]
 
 
 def read_cluster_file(path: str | Path) -> Cluster:
@@ -111,3 +113,51 @@ def load_cluster(name_or_path: str, gpus: int | None = None, usable_per_domain: 
     if gpus is not None:
         cluster = restrict(cluster, int(gpus), text)
     return cluster
+
+
+@dataclass(frozen=True)
+class Job:
+    """What ``--cluster C --gpus N [--usable-per-rack K]`` means on every command (plan, predict,
+    scale, validate, topology show): the hardware a job of ``gpus`` GPUs runs on.
+
+    ``cluster``: on an NVL72 preset, ceil(N/72) whole racks (every GPU healthy) -- the job uses N
+    of them and the planner chooses how many of each rack (e.g. 4 x 64 or 72+72+72+40 for 256);
+    with ``--usable-per-rack K``, ceil(N/K) racks of K usable GPUs (spare trays under
+    ``health.failed_trays``) and K per rack is fixed. HGX presets: N/8 nodes. A cluster file: its
+    first N healthy GPUs in whole nodes (``restrict``), as the file lays them out.
+    ``gpus``: GPUs the job uses (at most ``cluster.num_gpus``). ``per_domain``: the fixed GPUs per
+    NVLink domain (``--usable-per-rack``), or None when the planner chooses.
+    """
+
+    cluster: Cluster
+    gpus: int
+    per_domain: int | None = None
+
+    @property
+    def racks_gpus(self) -> int:
+        """Healthy GPUs of the racks / nodes the job runs on."""
+        return self.cluster.num_gpus
+
+
+def load_job(name_or_path, gpus: int | None = None, usable_per_domain: int | None = None,
+             oversubscription: float | None = None) -> Job:
+    """The one function every command uses to turn its cluster options into a ``Job``."""
+    if isinstance(name_or_path, Job):
+        return name_or_path
+    if isinstance(name_or_path, Cluster):
+        c = load_cluster(name_or_path, gpus)
+        return Job(c, c.num_gpus)
+    text = str(name_or_path).strip()
+    p = PRESETS.get(text.lower())
+    if p is None or not p.nvl72 or usable_per_domain is not None:
+        c = load_cluster(text, gpus=gpus, usable_per_domain=usable_per_domain, oversubscription=oversubscription)
+        return Job(c, c.num_gpus, usable_per_domain if p is not None and p.nvl72 else None)
+    # NVL72 preset, the planner chooses GPUs per rack: whole racks, N must be whole trays
+    n = p.su_gpus if gpus is None else int(gpus)
+    build_preset(text, gpus=n, oversubscription=1.0 if oversubscription is None else oversubscription)  # checks N
+    from topologies.gpus import get_gpu
+
+    dmax = get_gpu(p.gpu).nvlink_domain_max
+    racks = math.ceil(n / dmax)
+    c = build_preset(text, gpus=racks * dmax, oversubscription=1.0 if oversubscription is None else oversubscription)
+    return Job(c, n, None)

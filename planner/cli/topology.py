@@ -41,6 +41,25 @@ def cluster_summary(cluster) -> dict:
     }
 
 
+def job_summary(job) -> dict:
+    """How many GPUs the racks (nodes) hold, how many the job uses, and who picks the GPUs per domain."""
+    from planner.search.plan import gpd_options
+
+    opts = [o for o in gpd_options(job) if o is not None]
+    if job.per_domain is not None:
+        how = f"{job.per_domain} GPUs per NVLink domain (--usable-per-rack)"
+    elif opts:
+        how = ("the planner chooses the GPUs per NVLink domain: all of them or "
+               + " or ".join(str(o) for o in opts) + " (topoplan plan / predict)")
+    else:
+        how = "every GPU of each NVLink domain"
+    text = (f"the racks/nodes hold {job.racks_gpus} GPUs; the job uses {job.gpus}" + ("" if job.gpus == job.racks_gpus
+            else " of them") + f"; {how}")
+    return {"job_gpus": job.gpus, "racks_gpus": job.racks_gpus, "usable_per_domain": job.per_domain,
+            "gpus_per_domain_options": [None] + opts if job.per_domain is None else [job.per_domain],
+            "job_text": text}
+
+
 @topology_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
     """List the built-in cluster presets and the GPU catalog.
@@ -100,13 +119,15 @@ def show_cmd(
 
     Example: topoplan topology show gb300-nvl72 --gpus 288 --json
     """
-    from topologies.loader import load_cluster
+    from topologies.loader import load_job
 
-    c = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack, oversubscription=oversubscription)
+    job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack, oversubscription=oversubscription)
+    c = job.cluster
     if as_yaml:
         print(c.to_yaml(), end="")
         return
     doc = cluster_summary(c)
+    doc.update(job_summary(job))
     if as_json:
         print(json.dumps(doc, indent=2))
         return
@@ -128,6 +149,7 @@ def show_cmd(
         unit = f"{len(tier.groups)} groups" if tier.groups else (f"{tier.unit_gpus} GPUs" if tier.unit_gpus else "all")
         t.add_row(tier.name, f"{tier.gbps_per_gpu:g}", f"{tier.latency_us:g}", f"{tier.oversubscription:g}", unit)
     con.print(t)
+    con.print(doc["job_text"])
     h = c.health
     failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.failed_gpus)
     if failed:

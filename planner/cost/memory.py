@@ -62,17 +62,40 @@ min(pp - r, M); interleaved: Megatron's warm-up ``(pp - r - 1)*2 + (vpp - 1)*pp`
 capped at M*vpp; which chunks those virtual micro-batches belong to changes during the step, so
 ``inflight_compositions`` simulates the schedule and the heaviest live set sets the peak.
 
+**CUDA-graph static buffers** (``cuda_graphs``; Megatron with ``Training.cuda_graphs``). Megatron
+captures each layer's graphed scopes per micro-batch with Transformer Engine
+(``TECudaGraphHelper`` in NVIDIA/Megatron-LM ``megatron/core/transformer/cuda_graphs.py``):
+``_get_sample_arguments`` allocates static inputs per (layer, micro-batch) and hands a buffer to a
+new forward only once the backward of the micro-batch that held it has run; TE's
+``make_graphed_callables`` (``_reuse_graph_input_output_buffers=True`` from TE 2.7, set by that
+helper) keeps each graph's static outputs until that micro-batch's backward and shares the grad
+buffers. ``Graphed.forward`` copies the caller's tensor into the static input, which the captured
+layer then saves for its backward (the activation terms above count it once); the caller's tensor,
+the previous graph's static output, stays allocated too until the backward. So each graphed layer
+holds, per micro-batch in flight on its chunk, one hidden-state buffer beyond the saved
+activations: ``T*h*2/(tp*cp)`` bytes (bf16, sequence parallel). Graphed layers are the decoder and
+MTP layers (NVIDIA's recipes graph attention, the MoE router and preprocessing, or whole dense
+layers, in every layer).
+
+**Expert imbalance** (``expert_imbalance``). Routing is balanced in the activation terms above;
+the busiest expert GPU receives ``balance`` times the mean routed tokens (the factor the step-time
+model uses, ``ExpertBalance.balance``; 1.0 by default, as the published runs force-balance), so
+it holds ``(balance - 1)`` times the routed activations more.
+
 **Reserve**: 3 GiB (CUDA context ~0.6, NCCL communicators and buffers ~1.5, cuBLAS/TE
 workspaces and MoE dispatcher buffers ~0.9) plus 5 % of the activations for allocator
 fragmentation.
 
+**Headroom** (not part of the estimate): plans must fit in the usable HBM, HBM less
+``Training.memory_headroom`` (default ``5%``: the share of HBM kept for what is not modelled:
+CUDA-graph private pools beyond the static buffers, routing imbalance of real (not force-balanced)
+data, allocator fragmentation beyond 5 % of the activations); ``usable_hbm_gib``.
+
 Not modelled: activation offloading to CPU (Megatron-Bridge's paged stash, TE CPU offload),
-CUDA-graph static buffers, partial full-recompute (``--recompute-num-layers`` below the stage's
-layer count), expert load imbalance (routing is taken as balanced, so an overloaded expert rank
-needs more), the combined-1F1B schedule of overlapped expert communication (one more
-micro-batch in flight), fp8 parameter gather (weights stored in fp8 instead of bf16), non-flash
-attention, variable-length packing, dataloader and checkpointing buffers, and the transient peak
-of the optimizer step.
+partial full-recompute (``--recompute-num-layers`` below the stage's layer count), the
+combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), fp8
+parameter gather (weights stored in fp8 instead of bf16), non-flash attention, variable-length
+packing, dataloader and checkpointing buffers, and the transient peak of the optimizer step.
 """
 
 from __future__ import annotations
@@ -138,11 +161,13 @@ class RankMemory:
     logits: float
     reserve: float
     inflight: tuple[int, ...]   # micro-batches in flight per chunk
+    cuda_graphs: float = 0.0        # CUDA-graph static input/output buffers
+    expert_imbalance: float = 0.0   # routed activations above the mean on the busiest expert GPU
 
     @property
     def total(self) -> float:
         return (self.weights + self.weight_copies + self.grads + self.optimizer + self.fsdp_buffers
-                + self.activations + self.logits + self.reserve)
+                + self.activations + self.expert_imbalance + self.cuda_graphs + self.logits + self.reserve)
 
     def components(self) -> dict[str, float]:
         return {
@@ -152,6 +177,8 @@ class RankMemory:
             "optimizer": self.optimizer,
             "fsdp_buffers": self.fsdp_buffers,
             "activations": self.activations,
+            "expert_imbalance": self.expert_imbalance,
+            "cuda_graphs": self.cuda_graphs,
             "logits": self.logits,
             "reserve": self.reserve,
         }
@@ -170,6 +197,7 @@ class MemoryEstimate:
         return self.per_stage[self.worst_rank].total
 
     def fits(self, hbm_gib: float) -> bool:
+        """True when the peak is at most ``hbm_gib`` (pass ``usable_hbm_gib(...)`` to keep headroom)."""
         return self.peak_gib <= hbm_gib
 
     def stage_components(self) -> list[dict[str, float]]:
@@ -315,6 +343,37 @@ _DROPS = {
 }
 
 
+_ROUTED = ("routed_input", "routed_fc1", "routed_act")
+
+
+def routed_activation_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, training: Training) -> float:
+    """Saved bytes per micro-batch of the routed-expert copies of one layer under cfg.recompute at
+    balanced routing (0 for dense layers, and under ``full`` or ``moe`` recompute)."""
+    if not c.is_moe or cfg.recompute == "full":
+        return 0.0
+    drop: set[str] = set()
+    for mod in cfg.recompute_modules:
+        drop.update(_DROPS[mod])
+    terms = _layer_act_terms(model, c, cfg, ACT_BYTES[training.precision])
+    return sum(terms[k] for k in _ROUTED if k not in drop) * cfg.mbs * training.seq_len
+
+
+def cuda_graph_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, training: Training) -> float:
+    """Static bytes one graphed layer keeps per micro-batch in flight beyond its saved activations
+    (module docstring): one hidden-state buffer, ``T*h*2/(tp*cp)``."""
+    return cfg.mbs * training.seq_len / (cfg.tp * cfg.cp) * model.hidden_size * 2.0
+
+
+def graphs_apply(training: Training) -> bool:
+    """CUDA-graph static buffers are counted for Megatron recipes that capture graphs."""
+    return bool(training.cuda_graphs) and training.trainer == "megatron"
+
+
+def usable_hbm_gib(hbm_gib: float, training: Training) -> float:
+    """HBM a plan may fill: ``hbm_gib`` less ``training``'s memory headroom."""
+    return hbm_gib - training.headroom_gib(hbm_gib)
+
+
 def layer_activation_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, training: Training) -> tuple[float, float]:
     """(saved bytes per micro-batch under cfg.recompute, full bytes per micro-batch without
     recompute) for one layer on one GPU."""
@@ -418,12 +477,14 @@ def memory_per_gpu(
     gpu_spec=None,
     layout: PipelineLayout | None = None,
     options: MemoryOptions | None = None,
+    expert_balance=None,
 ) -> MemoryEstimate:
     """Peak memory per GPU of ``config`` (see the module docstring for every formula).
 
     ``world`` sets the data-parallel degrees (dp = world / (tp*cp*pp), edp = world /
     (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec`` is
     accepted for the caller's ``fits(gpu_spec.hbm_gib)``; the estimate itself does not depend on it.
+    ``expert_balance``: busiest expert GPU / mean (a float or an ``ExpertBalance``; None = 1.0).
     """
     opt = options or options_for(training)
     pp, vpp, tp, cp = config.pp, config.vpp, config.tp, config.cp
@@ -442,14 +503,20 @@ def memory_per_gpu(
     q = WEIGHT_COPY_BYTES[training.precision]
     megatron = training.trainer == "megatron"
     fsdp = config.fsdp
+    graphs = graphs_apply(training)
+    bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
+    bal = max(1.0, bal)
 
     # per-layer activation bytes per micro-batch
-    act_cache: dict[tuple, tuple[float, float]] = {}
+    act_cache: dict[tuple, tuple[float, float, float, float]] = {}
 
-    def act(c: LayerCost) -> tuple[float, float]:
+    def act(c: LayerCost) -> tuple[float, float, float, float]:
+        """(saved, full, routed saved, CUDA-graph buffers) bytes per micro-batch of one layer."""
         key = (c.kind, c.is_moe, c.swa)  # layers of one kind have identical activations
         if key not in act_cache:
-            act_cache[key] = layer_activation_bytes(model, c, config, training)
+            saved, full = layer_activation_bytes(model, c, config, training)
+            routed = routed_activation_bytes(model, c, config, training) if bal > 1.0 else 0.0
+            act_cache[key] = (saved, full, routed, cuda_graph_bytes(model, c, config, training) if graphs else 0.0)
         return act_cache[key]
 
     v_local = model.padded_vocab(tp) / tp
@@ -468,6 +535,8 @@ def memory_per_gpu(
         nlayers = 0
         chunk_act: list[float] = []
         chunk_logits: list[float] = []
+        chunk_routed: list[float] = []
+        chunk_graph: list[float] = []
         for chunk in chunks:
             d, e, lin, big = _stage_params(model, chunk, training.seq_len, tp, config.ep, config.etp_eff)
             dense += d
@@ -475,7 +544,7 @@ def memory_per_gpu(
             linear += lin
             biggest = max(biggest, big)
             nlayers += len(chunk.layers)
-            a = 0.0
+            a = routed = graph = 0.0
             ck = (model, training.seq_len, chunk)
             kinds = _CK_CACHE.get(ck)
             if kinds is None:
@@ -483,17 +552,23 @@ def memory_per_gpu(
                     _CK_CACHE.clear()
                 kinds = _CK_CACHE[ck] = tuple(_chunk_kinds(chunk, dec, mtp).values())
             for n_k, c in kinds:
-                saved, full = act(c)
+                saved, full, rt, gb = act(c)
                 a += n_k * saved
+                routed += n_k * rt
+                graph += n_k * gb
                 work = max(work, full)
             chunk_act.append(a)
+            chunk_routed.append(routed * (bal - 1.0))
+            chunk_graph.append(graph)
             chunk_logits.append(logits_per_mb if chunk.loss else 0.0)
         # the heaviest set of live micro-batches the schedule produces on this rank
         comps = inflight_compositions(pp, vpp, r, micro)
-        per_mb = [a + lg for a, lg in zip(chunk_act, chunk_logits)]
+        per_mb = [a + lg + rt + gb for a, lg, rt, gb in zip(chunk_act, chunk_logits, chunk_routed, chunk_graph)]
         inflight = max(comps, key=lambda v: sum(n * x for n, x in zip(v, per_mb)))
         acts = sum(n * a for n, a in zip(inflight, chunk_act))
         logits = sum(n * lg for n, lg in zip(inflight, chunk_logits))
+        imbalance = sum(n * x for n, x in zip(inflight, chunk_routed))
+        graph_buf = sum(n * x for n, x in zip(inflight, chunk_graph))
         if config.recompute == "full":
             acts += work  # one layer recomputed at a time during backward
 
@@ -517,7 +592,7 @@ def memory_per_gpu(
             optim = 2 * opt.moment_bytes * (dense / shard_d + expert / shard_e)
             copies = q * linear / shard_d
             fsdp_buf = 2 * biggest * (2.0 + 4.0 + q) if config.fsdp else 0.0
-        reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + logits)
+        reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + imbalance + logits)
         ranks.append(
             RankMemory(
                 rank=r,
@@ -531,6 +606,8 @@ def memory_per_gpu(
                 logits=logits / GIB,
                 reserve=reserve / GIB,
                 inflight=tuple(inflight),
+                cuda_graphs=graph_buf / GIB,
+                expert_imbalance=imbalance / GIB,
             )
         )
     worst = max(range(pp), key=lambda i: ranks[i].total)

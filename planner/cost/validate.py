@@ -15,7 +15,9 @@ CUDA graphs and fused its elementwise ops; false rows are priced with the profil
 Each row's cluster is the preset of its GPU (H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200,
 B300 -> dgx-b300, GB200 -> gb200-nvl72, GB300 -> gb300-nvl72) sized by ``num_gpus``; on NVL72 racks
 the GPUs used per rack are chosen so that the innermost parallel groups (tp*cp, etp*ep) stay whole
-inside a rack, as launchers do (e.g. 64 of 72 GPUs per rack for EP32/EP64).
+inside a rack, as launchers do (e.g. 64 of 72 GPUs per rack for EP32/EP64), unless the optional
+``usable_per_rack`` column (or ``validate --usable-per-rack``) fixes them. Measured runs are judged
+against the whole HBM (``memory_headroom`` 0: they ran).
 """
 
 from __future__ import annotations
@@ -104,24 +106,25 @@ def _recompute(text: str) -> str:
 _CLUSTER_CACHE: dict = {}
 
 
-def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "CSV"):
+def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "CSV", usable: int | None = None):
     """The preset cluster for a row's GPU, sized by ``num_gpus``, racks used so inner groups stay whole."""
     key = "".join(ch for ch in gpu.upper() if ch.isalnum())
     preset = next((GPU_PRESETS[k] for k in ("GB300", "GB200", "B300", "B200", "H200", "H100") if key.startswith(k)),
                   None)
     if preset is None:
         raise InputError(f"{source}: gpu {gpu!r} has no preset; use one of {', '.join(GPU_PRESETS)}")
-    return preset_cluster(preset, num_gpus, config)
+    return preset_cluster(preset, num_gpus, config, usable)
 
 
-def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig):
+def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig, usable: int | None = None):
     """A preset cluster of ``num_gpus`` GPUs; NVL72 racks run the most GPUs per rack that keeps the
     inner parallel groups (tp*cp, etp*ep) whole and divides ``num_gpus`` (64 of 72 for EP32/EP64)."""
     from planner.cost.placement import inner_block
     from topologies.loader import load_cluster
 
-    usable = None
-    if preset.lower().endswith("nvl72") and num_gpus > 72:
+    # ``usable`` (the row's usable_per_rack column or validate --usable-per-rack): the same cluster
+    # as topologies.loader.load_job(preset, num_gpus, usable) builds for plan and predict
+    if usable is None and preset.lower().endswith("nvl72") and num_gpus > 72:
         block = inner_block(config)
         for g in range(72, 3, -4):  # whole 4-GPU trays
             if (g % block == 0 or block % g == 0) and num_gpus % g == 0:
@@ -133,7 +136,8 @@ def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig):
     return _CLUSTER_CACHE[key]
 
 
-def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=None) -> Case:
+def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=None,
+             usable_per_rack: int | None = None) -> Case:
     from planner.model.spec import load_model
 
     rid = row.get("id") or "?"
@@ -153,7 +157,8 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
         config = ParallelConfig.model_validate(config.model_dump() | {"dispatcher": disp or prof.dispatcher})
         training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
                             precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
-                            trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source))
+                            trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source),
+                            memory_headroom="0")  # a measured run ran: it is judged against the whole HBM
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, f"{source}: row {rid}")) from None
     except ValueError as exc:
@@ -167,7 +172,8 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
 
         if any(v.rule == "expert_grid_div_world" for v in violations(model, config, training, n)):
             config = config.model_copy(update={"etp": 1})
-    cluster = cluster_for(row["gpu"], n, config, source)
+    usable = _int(row, "usable_per_rack", 0, source) or usable_per_rack  # optional column, else the option
+    cluster = cluster_for(row["gpu"], n, config, source, usable or None)
     return Case(rid, st, model, cluster, config, training, _float(row, "model_tflops_per_gpu"),
                 _float(row, "tokens_per_s_per_gpu"), not rc)
 
@@ -202,11 +208,11 @@ def error_pct(pred: float, measured: float) -> float:
 
 
 def validate_rows(rows: list[dict], stack: str | None = None, profile=None, source: str = "CSV",
-                  progress=None) -> dict:
+                  progress=None, usable_per_rack: int | None = None) -> dict:
     """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document)."""
     out = []
     for row in rows:
-        case = row_case(row, stack, source, profile=profile)
+        case = row_case(row, stack, source, profile=profile, usable_per_rack=usable_per_rack)
         p = predict_case(case, profile)
         meas = case.measured_tflops
         err = error_pct(p.tflops_per_gpu, meas) if meas else None
