@@ -189,6 +189,12 @@ class Training(BaseModel):
     memory_headroom: str = Field(DEFAULT_HEADROOM, description="HBM a plan leaves free: a share like 5%, GiB "
                                  "like 8GiB, or both (5%,4GiB: the larger); planner.cost.memory.usable_hbm_gib")
 
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_case(cls, v):
+        # "FP8", "MXFP8" are accepted as GPU names are: case does not matter
+        return v.strip().lower() if isinstance(v, str) else v
+
     @field_validator("trainer")
     @classmethod
     def _trainer(cls, v):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from planner.cli.checks import check_inputs
 from planner.errors import InputError
 
 _OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
@@ -166,6 +167,7 @@ def register(app: typer.Typer) -> None:
         rng = _gbs_range(gbs_range)
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
+        check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
         m = load_model(model)
         job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)

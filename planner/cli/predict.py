@@ -62,9 +62,11 @@ def predict_cmd(
     from planner.cost.placement import make_placement
     from planner.cost.predict import predict
     from planner.cost.profiles import load_profile
+    from planner.cli.checks import check_inputs
     from planner.rules import check
 
     prof = load_profile(stack)
+    check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
     cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
     try:
         training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
