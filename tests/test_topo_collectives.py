@@ -8,21 +8,24 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topologies.collectives import GroupShape, collective_time, fabric_for, shape_of
+from topologies.collectives import (NET_EFF_DEEPEP, PARAMS, GroupShape, collective_time, distinct_destinations,
+                                   fabric_for, shape_of)
 from topologies.graph import build_graph, domain_of, path_capacity
 from topologies.loader import load_cluster
-from topologies.measured import DATA, LIMIT, comparisons
+from topologies.measured import DATA, NOT_CHECKED, comparisons
 
 REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "hardware.md"  # ../shared/reference
 
 
 # ---- measured rows ----------------------------------------------------------------------------
 def test_measured_rows_within_25_percent():
+    # 25% everywhere, 30% for DeepEP's normal kernels (measured in DeepEP's own byte accounting)
     rows = comparisons()
     checked = [c for c in rows if c.checked]
     assert len(checked) >= 55
+    assert {c.limit for c in checked} == {0.25, 0.30}
     bad = [f"{c.row} {c.size}: measured {c.measured} model {c.model:.1f} ({c.error:+.0%})"
-           for c in checked if abs(c.error) > LIMIT]
+           for c in checked if abs(c.error) > c.limit]
     assert not bad, bad
 
 
@@ -34,7 +37,7 @@ def test_every_row_of_the_data_file_is_compared():
     # only the documented exceptions are unchecked
     for c in comparisons():
         if not c.checked:
-            assert c.note and (c.size < 128 * 2**20 or c.row == "gb200-ib-2trays")
+            assert c.note and (c.size < 128 * 2**20 or c.row in NOT_CHECKED)
 
 
 def test_measured_figures_are_copied_from_the_reference():
@@ -67,8 +70,56 @@ def test_deepep_bandwidths_by_hand():
     S = 2**30
     # EP8 inside the node: 7/8 of S over NVLink at 0.78 x 200 GB/s
     assert f.all_to_all(GroupShape.local(8), S, impl="deepep") == pytest.approx(7 / 8 * S / 156e9, rel=0.01)
-    # EP16 over two nodes: half of S leaves over RDMA at the 50 GB/s line rate
-    assert f.all_to_all(GroupShape(16, 8, 2, 0), S, impl="deepep") == pytest.approx(S / 2 / 50e9, rel=0.01)
+    # EP16 over two nodes: half of S leaves over RDMA at 0.9 of the 50 GB/s line rate
+    assert f.all_to_all(GroupShape(16, 8, 2, 0), S, impl="deepep") == pytest.approx(S / 2 / 45e9, rel=0.01)
+
+
+def test_ep_dispatch_streams_run_at_once():
+    # DeepEP normal kernels across 4 nodes: NVLink and RDMA streams in parallel, the slower one counts
+    f = fabric_for(load_cluster("dgx-b200", gpus=32))
+    shape = GroupShape(32, 8, 4, 0)
+    nvl, net = 200e6, 80e6
+    t = f.ep_dispatch(shape, nvl, net)
+    base = PARAMS["a2a_base_us"] * 1e-6
+    rdma = net / (NET_EFF_DEEPEP * 50e9)
+    assert rdma > nvl / 702e9
+    assert t == pytest.approx(base + rdma, rel=0.01, abs=20e-6)
+    assert f.ep_dispatch(GroupShape.local(8), nvl, 0.0) == pytest.approx(base + nvl / 702e9, rel=1e-6)
+    # less NIC traffic never costs more; no traffic costs nothing
+    assert f.ep_dispatch(shape, nvl, net / 3) < t
+    assert f.ep_dispatch(shape, 0.0, 0.0) == 0.0
+    with pytest.raises(ValueError, match="impl"):
+        f.ep_dispatch(shape, nvl, net, impl="nccl")
+
+
+# ---- expected destinations of a token (node-limited routing) ----------------------------------
+def test_distinct_destinations_by_hand():
+    # no group limit: a unit of u experts is missed by a uniform k-subset with C(E-u, k)/C(E, k)
+    for E, k, u in ((128, 8, 16), (384, 8, 48), (128, 4, 4), (256, 8, 256)):
+        want = E // u * (1 - math.comb(E - u, k) / math.comb(E, k))
+        assert distinct_destinations(E, k, 1, 1, u) == pytest.approx(want, rel=1e-12)
+    # DeepSeek-V3 (8 groups of 32, 4 kept, top-8) on EP32 over 4 nodes: a node holds 2 whole groups
+    # and is reached iff one of them is kept: 4 (1 - C(6,4)/C(8,4)) = 22/7 nodes per token
+    assert distinct_destinations(256, 8, 8, 4, 64) == pytest.approx(22 / 7, rel=1e-12)
+    # a unit equal to a group: every kept group is used, exactly topk_group of them
+    assert distinct_destinations(256, 8, 8, 4, 32) == pytest.approx(4.0, rel=1e-12)
+    # topk_group >= n_group is no limit
+    assert distinct_destinations(256, 8, 8, 8, 8) == distinct_destinations(256, 8, 1, 1, 8)
+
+
+@pytest.mark.parametrize("E,k,groups,keep", [(256, 8, 8, 4), (128, 8, 1, 1), (64, 6, 8, 3), (160, 6, 8, 3),
+                                             (256, 8, 16, 2)])
+def test_distinct_destinations_match_the_sampled_router(E, k, groups, keep):
+    # the closed form against planner.search.experts.sample_routing (uniform load, the group-limited
+    # top-k router with seeded noise): distinct ranks and nodes within 2%
+    import numpy as np
+
+    from planner.search.experts import sample_routing
+
+    sel = sample_routing(np.ones(E), groups, keep, k, tokens=3000, seed=3)
+    for unit in (E // 64 or 1, E // 32, E // 8, E // 4, E // 2):
+        sampled = np.mean([len(set(row // unit)) for row in sel])
+        assert distinct_destinations(E, k, groups, keep, unit) == pytest.approx(sampled, rel=0.02), unit
 
 
 def test_small_message_floor():

@@ -23,8 +23,8 @@ Across k domains with g ranks in the fullest domain (hierarchical, as NCCL runs 
 A group that spans domains is never faster than the same ranks inside one domain, and pays at
 least one network hop: t_cross = max(t_hierarchical, t_one_domain) + (net step + switch latency).
 B_net(tier) = eff * line rate / (product of the oversubscription of the tiers crossed), with
-eff = 0.74 (NCCL, measured 4x8 B200 at 400G, hardware.md s2.2) or 1.0 (DeepEP RDMA, which reports
-43-58 GB/s at a 50 GB/s line rate, s2.3). DeepEP over NVLink uses ``deepep_gbps`` (0.78 of the
+eff = 0.74 (NCCL, measured 4x8 B200 at 400G, hardware.md s2.2) or 0.9 (DeepEP RDMA on the bytes
+that leave the node, s2.3). DeepEP over NVLink uses ``deepep_gbps`` (0.78 of the
 NVLink rate, measured on H800 and SM100).
 
 alpha (latency floor) follows NCCL's structure (base latency + per-step hardware latency,
@@ -42,15 +42,18 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
-    "GroupShape", "shape_of", "Fabric", "fabric_for", "collective_time",
+    "GroupShape", "shape_of", "Fabric", "fabric_for", "collective_time", "distinct_destinations",
     "NET_EFF_NCCL", "NET_EFF_DEEPEP", "PARAMS",
 ]
 
 # Efficiency of the scale-out link for NCCL collectives: busbw x (k-1)/(n-1) = 36.95 GB/s on
 # 50 GB/s (400G) per GPU, 4x8 B200 (hardware.md s2.2, s6.2). 800G: assumed the same.
 NET_EFF_NCCL = 0.74
-# DeepEP internode (RDMA) bandwidth / line rate: V1 H800 EP16/32/64 43-58 GB/s at 50 GB/s (s2.3).
-NET_EFF_DEEPEP = 1.0
+# DeepEP internode (RDMA) bandwidth / line rate on the bytes that leave the node: each token crosses
+# once to each remote node it reaches (hardware.md s2.3; DeepEP's tables count the rank's own node
+# too, topologies.measured.deepep_bytes). The rows that RDMA bounds give 0.88-0.92: V1 H800 EP32
+# 58 and EP64 51 GB/s, V2 SM90 EP8x4 61, V2 SM100 EP8x2 90 GB/s at a 50 GB/s line rate.
+NET_EFF_DEEPEP = 0.9
 
 # Latency parameters, microseconds. Structure from NCCL's tuning model (hardware.md s2.4); values
 # chosen so that the model meets the measured small-message floors of s2.2 (see bench/collectives.py).
@@ -105,6 +108,72 @@ def shape_of(cluster, gpu_indices) -> GroupShape:
 
 
 _MEMO_MAX = 1_000_000
+
+
+@functools.lru_cache(maxsize=4096)
+def distinct_destinations(num_experts: int, top_k: int, n_group: int, topk_group: int, unit_experts: int) -> float:
+    """Expected number of distinct units a token's ``top_k`` experts lie on, under uniform
+    group-limited routing; a unit is a block of ``unit_experts`` consecutive experts (an EP rank
+    holds ``E/ep`` of them, an NVLink domain ``per_domain * E/ep``).
+
+    Routing (DeepSeek-V3's node-limited gating, ``n_group``/``topk_group`` in HF configs): the token
+    keeps the ``gk = topk_group`` of the ``G = n_group`` groups (``s = E/G`` consecutive experts each)
+    with the highest sum of their top-2 affinities, then takes its top-k experts among the
+    ``P = gk s`` pooled ones. A group kept for its top-2 holds at least one of the token's experts,
+    so the model is: one expert uniformly in each kept group, the other ``k - gk`` uniformly among
+    the rest of the pool. A unit meeting groups in ``a_1..a_q`` experts is missed with probability
+
+        sum_{T subset of its q groups} C(G-q, gk-|T|)/C(G, gk) * prod_{i in T}(1 - a_i/s)
+                                        * C(P - gk - sum_T a_i, k - gk) / C(P - gk, k - gk)
+
+    and the expected distinct units is the sum over units of one minus that. Without a group limit
+    (``topk_group >= n_group``) it is ``sum_u 1 - C(E - |u|, k)/C(E, k)`` (uniform k-subsets), the
+    same formula with one group. tests/test_topo_collectives.py checks both against the sampled
+    router (``planner.search.experts.sample_routing``).
+    """
+    E, k = int(num_experts), int(top_k)
+    ue = max(1, min(int(unit_experts), E))
+    G = max(1, int(n_group))
+    gk = max(1, min(int(topk_group), G))
+    if E % G or gk >= G:
+        G = gk = 1
+    size = E // G
+    if k > gk * size:          # the router widens the group limit until k experts fit (as sample_routing)
+        gk = min(G, -(-k // size))
+    if k < gk:                 # fewer experts than kept groups: no group is sure to be used
+        G = gk = 1
+        size = E
+    P = gk * size
+    k = min(k, P)
+    free, pool = k - gk, P - gk
+    c_free = math.comb(pool, free)
+    c_groups = math.comb(G, gk)
+    total = 0.0
+    memo: dict = {}
+    for start in range(0, E, ue):
+        end = min(E, start + ue)
+        parts = tuple(min(end, (g + 1) * size) - max(start, g * size)
+                      for g in range(start // size, (end - 1) // size + 1))
+        if parts not in memo:
+            q = len(parts)
+            miss = 0.0
+            if q <= 16:
+                subsets = ((mask, [parts[i] for i in range(q) if mask >> i & 1]) for mask in range(1 << q))
+                for _, chosen in subsets:
+                    t = len(chosen)
+                    if t > gk or gk - t > G - q:
+                        continue
+                    forced = math.prod(1.0 - a / size for a in chosen)
+                    left = pool - sum(chosen)   # pooled experts outside the unit after the forced picks
+                    if forced <= 0.0 or left < free:
+                        continue
+                    miss += (math.comb(G - q, gk - t) / c_groups * forced
+                             * math.comb(left, free) / c_free)
+            else:  # a unit spanning many groups covers them whole: any kept group of it is used
+                miss = math.comb(G - q, gk) / c_groups
+            memo[parts] = 1.0 - miss
+        total += memo[parts]
+    return total
 
 
 def _memo(fn):
@@ -341,6 +410,26 @@ class Fabric:
             x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
             t = p["a2a_base_us"] + _pipe(x, p["pipe_net_us"])
         return max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
+
+    @_memo
+    def ep_dispatch(self, shape: GroupShape, nvl_bytes: float, net_bytes: float, impl: str = "deepep") -> float:
+        """One expert dispatch or combine whose bytes are already split by the link they take: a
+        rank sends ``nvl_bytes`` over NVLink and ``net_bytes`` through its NIC, both streams at once
+        (DeepEP's normal kernels and HybridEP: a token crosses to each remote NVLink domain once
+        over RDMA and is forwarded over NVLink inside it; ``topologies`` does not know the routing,
+        ``planner.cost.terms.expert_a2a`` counts the bytes). ``impl``: "deepep" (normal kernels) or
+        "deepep-ll" (low-latency kernels: fixed ``a2a_ll_us``)."""
+        if impl not in ("deepep", "deepep-ll"):
+            raise ValueError(f"ep_dispatch impl {impl!r}: use 'deepep' or 'deepep-ll'")
+        if shape.size <= 1 or (nvl_bytes <= 0 and net_bytes <= 0):
+            return 0.0
+        p = self._p
+        base = p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]
+        x = max(nvl_bytes, 0.0) / self.b_deepep_nvl
+        if shape.domains > 1 and net_bytes > 0:
+            x = max(x, net_bytes / self.net_bw(shape.tier, NET_EFF_DEEPEP))
+            return base + x + self._hop(shape.tier)
+        return base + x
 
     @_memo
     def p2p(self, nbytes: float, tier: int) -> float:
