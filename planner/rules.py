@@ -100,6 +100,79 @@ def _gbs_div(m, c, t, world):
                 f"times data parallel size ({dp})")
 
 
+def num_microbatches(c, t, world) -> int | None:
+    """Micro-batches per step and pipeline, ``M = GBS / (MBS * DP)`` with ``DP = world / (tp*pp*cp)``:
+    megatron-core's ConstantNumMicroBatchesCalculator and torchtitan's ``local_batch_size //
+    pipeline_parallel_microbatch_size`` (local_batch_size = GBS / DP). None where it is not a whole
+    number (rule ``gbs_div_mbs_dp`` refuses that layout)."""
+    mp = c.tp * c.pp * c.cp
+    if world % mp:
+        return None
+    dp = world // mp
+    if not dp or t.global_batch % (c.mbs * dp):
+        return None
+    return t.global_batch // (c.mbs * dp)
+
+
+# topoplan emits no --microbatch-group-size-per-virtual-pipeline-stage, so megatron-core's
+# ModelParallelConfig.__post_init__ sets it to PP (the depth-first schedule the step-time model prices).
+MEGATRON_MICROBATCH_GROUP: int | None = None
+
+
+def megatron_interleaved_problem(pp: int, m: int, group: int | None = None) -> str | None:
+    """megatron-core 0.19.2's first-step checks of the interleaved schedule, written out
+    (pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving), for PP ranks,
+    M micro-batches and N = ``group`` contiguous micro-batches per virtual stage (None: N = PP):
+    PP <= N <= M (ValueError), and the last group M % N is 0 or at least PP (RuntimeError).
+    With N = PP both say: M >= PP and M % PP == 0."""
+    n = pp if group is None else group
+    if n > m or n < pp:
+        return (f"The number of contiguous micro-batches in a virtual pipeline stage should range in "
+                f"[PP={pp} , M={m}] (N={n}; M = global batch / (micro batch * data parallel))")
+    final = m % n
+    if 0 < final < pp:
+        return (f"The remainder of M (the total micro-batches, {m}) divided by N (number of contiguous "
+                f"micro-batches in a virtual pipeline stage, {n}) should be 0, or larger than or equal to "
+                f"the pipeline-parallel size ({pp}), but it is {final}")
+    return None
+
+
+def torchtitan_schedule_problem(pp: int, vpp: int, m: int) -> str | None:
+    """The pipeline-schedule constructors torchtitan 0.3.0 builds in Trainer.__init__ (torch
+    ``torch.distributed.pipelining.schedules``), for the schedule topoplan emits: ``1F1B`` (vpp 1)
+    needs M >= PP; ``Interleaved1F1B`` (vpp > 1) splits M into rounds = max(1, M // PP) and needs
+    M % rounds == 0. (torchtitan only warns when M < PP * stages per rank.)"""
+    if pp < 2:
+        return None
+    if vpp == 1:
+        if m < pp:
+            return (f"Number of microbatches ({m}) must be greater than or equal to the number of stages ({pp}) "
+                    f"[1F1B; M = global batch / (micro batch * data parallel)]")
+        return None
+    rounds = max(1, m // pp)
+    if m % rounds:
+        return (f"Interleaved 1F1B requires the number of microbatches to be a multiple of the number of "
+                f"rounds ({rounds}), but got {m} [rounds = max(1, M // pp={pp})]")
+    return None
+
+
+def _mg_interleaved(m, c, t, world):
+    # Only the interleaved schedule checks M; the plain 1F1B schedule (vpp 1) runs any M >= 1.
+    if c.pp < 2 or c.vpp < 2:
+        return None
+    mb = num_microbatches(c, t, world)
+    if mb is None:
+        return None
+    return megatron_interleaved_problem(c.pp, mb, MEGATRON_MICROBATCH_GROUP)
+
+
+def _tt_schedule(m, c, t, world):
+    mb = num_microbatches(c, t, world)
+    if mb is None:
+        return None
+    return torchtitan_schedule_problem(c.pp, c.vpp, mb)
+
+
 def _fsdp_recompute(m, c, t, world):
     return None
 
@@ -155,6 +228,8 @@ RULES: tuple[Rule, ...] = (
     Rule("torchtitan_ep_divides", ("torchtitan",), _tt_ep_divides),
     Rule("moe_bias_needs_etp1", ("megatron",), _moe_bias_etp1),
     Rule("maxtext_ep_divides_dp", ("maxtext",), _maxtext_ep_in_dp),
+    Rule("megatron_interleaved_microbatches", ("megatron",), _mg_interleaved),
+    Rule("torchtitan_pipeline_microbatches", ("torchtitan",), _tt_schedule),
 )
 
 

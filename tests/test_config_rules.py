@@ -112,3 +112,19 @@ def test_torchtitan_experts_run_without_tensor_parallel():
                                                    trainer="torchtitan"))
     assert "torchtitan_no_etp" not in names(violations(DSV3, ParallelConfig(tp=2, pp=8, ep=8, etp=1), T, 256,
                                                        trainer="torchtitan"))
+
+
+def test_interleaved_schedule_needs_pp_microbatch_groups():
+    # Issue 11: DeepSeek-V3 PP6 VPP8 CP2 TP8 on 768 GPUs at GBS 8 -> DP8, M = 1 < PP6: megatron-core's
+    # interleaved schedule raises "should range in [PP=6 , M=1]" at the first step.
+    cfg = ParallelConfig(tp=8, pp=6, vpp=8, cp=2, ep=128, etp=1, mbs=1)
+    v = violations(DSV3, cfg, Training(global_batch=8), 768)
+    assert names(v) == {"megatron_interleaved_microbatches"} and "[PP=6 , M=1]" in v[0].message
+    # M = 48: a multiple of PP6, accepted; M = 12 * 6 + 3 = 75 leaves a last group of 3 < PP: refused
+    assert violations(DSV3, cfg, Training(global_batch=8 * 48), 768) == []
+    assert "remainder" in violations(DSV3, cfg, Training(global_batch=8 * 75), 768)[0].message
+    # the plain 1F1B schedule runs any M >= 1 in megatron-core; torchtitan's 1F1B needs M >= PP
+    plain = cfg.model_copy(update={"vpp": 1})
+    assert violations(DSV3, plain, Training(global_batch=8), 768) == []
+    assert "torchtitan_pipeline_microbatches" in names(violations(DSV3, plain, Training(global_batch=8), 768,
+                                                                  trainer="torchtitan"))

@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
+from planner.errors import InfeasibleError, InputError
 from planner.output.emit import emit_plan, load_context
 from planner.model.spec import load_model
 from planner.cost.placement import Placement, group_shapes, rank_groups
@@ -119,6 +120,39 @@ MEGATRON_NEGATIVE = {
     "neg:world%TP*PP*CP": ("--context-parallel-size", "3", "not divisible"),
     "neg:moe-bias-etp2": ("--expert-tensor-parallel-size", "2", "Bias in Moe is only supported when ETP==1"),
 }
+
+
+# megatron-core's interleaved schedule must refuse these at the first step (step 5 of megatron_check.py):
+# the Llama 3.1 405B example (PP8 VPP2, DP4, MBS1) with GBS 4 (M = 1 < PP) and GBS 48 (M = 12, last
+# group 12 % 8 = 4 < PP). id -> (global batch, words of megatron's message).
+MEGATRON_SCHEDULE_NEGATIVE = {
+    "neg:schedule-M<PP": ("4", "should range in [PP=8 , M=1]"),
+    "neg:schedule-remainder": ("48", "The remainder of M"),
+}
+
+
+def _plan_requests():
+    """Small random requests (hypothesis, derandomized) planned by plan(): its winners go through
+    megatron-core's schedule too. Small global batches make the micro-batch rule bind."""
+    from planner.search.plan import plan
+
+    docs: list[dict] = []
+
+    @settings(max_examples=6, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(model=st.sampled_from(["llama3-8b", "qwen3-30b-a3b", "mixtral-8x7b"]), nodes=st.sampled_from([2, 4, 8]),
+           gbs=st.sampled_from([4, 8, 12, 16, 24, 32]))
+    def collect(model, nodes, gbs):
+        cluster = hgx_cluster("h100", nodes)
+        try:
+            res = plan(load_model(model), cluster, Training(global_batch=gbs, precision="bf16"), top=1)
+        except (InfeasibleError, InputError):   # nothing fits: nothing to emit
+            return
+        doc = res.to_dict()
+        docs.append({**doc, "plans": doc["plans"][:1]})
+
+    collect()
+    return docs
 
 
 def _say(request, line: str) -> None:
@@ -210,6 +244,10 @@ def emitted(tmp_path_factory):
         titan = doc["model"]["name"] in TITAN_MODELS_KNOWN
         emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if titan else []), d)
         out[name] = (doc, d)
+    for i, doc in enumerate(_plan_requests()):
+        d = root / f"plan-request-{i}"
+        emit_plan(doc, ["megatron", "slurm"], d)
+        out[f"plan-request-{i}"] = (doc, d)
     for trainer, n in (("megatron", 12), ("torchtitan", 12)):
         for i, doc in enumerate(draw_plans(trainer, n)):
             name = f"random-{trainer}-{i}"
@@ -280,6 +318,11 @@ def megatron_results(emitted, mcore_dir, tmp_path_factory):
                                                    "deepseek-v3@256xH100-recipe"))
         args = list(base["args"])
         args[args.index(flag) + 1] = value
+        jobs.append({**base, "id": name, "args": args})
+    for name, (gbs, _) in MEGATRON_SCHEDULE_NEGATIVE.items():
+        base = next(j for j in jobs if j["id"] == "llama3.1-405b@1024xH100")
+        args = list(base["args"])
+        args[args.index("--global-batch-size") + 1] = gbs
         jobs.append({**base, "id": name, "args": args})
     data = _run("megatron_check.py", jobs, tmp_path_factory.mktemp("mcore"), str(mcore_dir))
     return {"fields": data["fields"], **{r["id"]: r for r in data["results"]}}
@@ -417,6 +460,42 @@ def test_megatron_core_rejects_broken_layouts(megatron_results, request):
         _say(request, f"megatron-core {MCORE} check {name}: REJECTED as expected ({r['error'][:90]})")
 
 
+def test_megatron_schedule_accepts_what_planner_rules_accept(megatron_results, emitted, request):
+    """Every emitted plan reached megatron-core's first forward step (step 5), with M and N equal to
+    the planner's (M = GBS / (MBS * DP), N = PP); the search's own plans included."""
+    from planner import rules
+
+    names = [n for n in emitted if megatron_results.get(n)]
+    assert any(n.startswith("plan-request-") for n in names)
+    for name in names:
+        r = megatron_results[name]
+        assert r["ok"], f"megatron-core refused {name} at {r['stage']}: {r['error']}"
+        ctx = load_context(emitted[name][0])
+        c = ctx.config
+        assert r["num_microbatches"] == rules.num_microbatches(c, ctx.training, ctx.world)
+        if c.pp > 1 and c.vpp > 1:
+            assert r["schedule"] == "forward_backward_pipelining_with_interleaving"
+            assert r["microbatch_group"] == c.pp
+            assert rules.megatron_interleaved_problem(c.pp, r["num_microbatches"], r["microbatch_group"]) is None
+        if name.startswith("plan-request-"):
+            _say(request, f"megatron-core {MCORE} schedule check {name} ({ctx.model.name}, {c.short()}, "
+                          f"GBS {ctx.training.global_batch}): OK, {r['schedule']} with M={r['num_microbatches']}")
+
+
+def test_megatron_schedule_refuses_what_planner_rules_refuse(megatron_results, emitted, request):
+    from planner import rules
+
+    ctx = load_context(emitted["llama3.1-405b@1024xH100"][0])
+    for name, (gbs, words) in MEGATRON_SCHEDULE_NEGATIVE.items():
+        r = megatron_results[name]
+        assert not r["ok"] and r["stage"] == "pipeline schedule" and words in r["error"], r
+        tr = ctx.training.model_copy(update={"global_batch": int(gbs)})
+        assert [v.rule for v in violations(ctx.model, ctx.config, tr, ctx.world)] == [
+            "megatron_interleaved_microbatches"]
+        assert rules.megatron_interleaved_problem(ctx.config.pp, r["num_microbatches"], r["microbatch_group"])
+        _say(request, f"megatron-core {MCORE} schedule check {name}: REJECTED as expected ({r['error'][:90]})")
+
+
 def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
     """Every model.* / ddp.* override names a real megatron-core config field, and the model.* values
     equal the TransformerConfig megatron-core built from megatron/args.txt."""
@@ -510,3 +589,82 @@ def test_maxtext_example_obeys_mesh_rules(name, request):
 def test_maxtext_real_loader_when_available():
     pytest.importorskip("maxtext.configs.pyconfig",
                         reason="MaxText 0.2.5 needs Python 3.12 + jax; its mesh rules are checked in test_emit.py")
+
+
+# --- read back (issue 11 item 3): megatron-core's parse_args and torchtitan's ConfigManager read
+# what topoplan's own reader reads ------------------------------------------------------------
+
+def _norm_modules(v):
+    return tuple(str(x).split(".")[-1] for x in (v or ()))
+
+
+def test_megatron_parse_args_reads_what_topoplan_reads(megatron_results, emitted, request):
+    from planner.output.emit.megatron import PRECISION_FLAGS
+    from planner.output.emit.readback import read_megatron
+
+    checked = 0
+    for name, (doc, out) in emitted.items():
+        r = megatron_results.get(name)
+        if not isinstance(r, dict) or not r.get("ok"):
+            continue
+        ctx = load_context(doc)
+        cfg, tr, order = read_megatron(out / "megatron", ctx.model)
+        a, rec = r["args"], tr.recipe
+        fl = PRECISION_FLAGS[tr.precision]
+        want_prec = dict(zip(fl[0::2], fl[1::2]))
+        assert (a["tensor_model_parallel_size"], a["pipeline_model_parallel_size"], a["context_parallel_size"],
+                a["micro_batch_size"], a["global_batch_size"], a["seq_length"]) == (
+                    cfg.tp, cfg.pp, cfg.cp, cfg.mbs, tr.global_batch, tr.seq_len), name
+        assert (a["virtual_pipeline_model_parallel_size"] or 1) == cfg.vpp, name
+        if ctx.model.num_experts:
+            assert (a["expert_model_parallel_size"], a["expert_tensor_parallel_size"]) == (cfg.ep, cfg.etp_eff), name
+            disp = a["moe_token_dispatcher_type"] + ("-" + a["moe_flex_dispatcher_backend"]
+                                                     if a["moe_token_dispatcher_type"] == "flex" else "")
+            assert disp == cfg.dispatcher, name
+        gran = {"full": "full", "none": None}.get(cfg.recompute, "selective")
+        assert a["recompute_granularity"] == gran, name
+        if gran == "selective":
+            assert tuple(sorted(a["recompute_modules"])) == cfg.recompute_modules, name
+        assert bool(a["use_megatron_fsdp"] or a["use_torch_fsdp2"]) == cfg.fsdp, name
+        assert (a["fp8"], a["fp8_recipe"] if a["fp8"] else None, a["fp4"]) == (
+            want_prec.get("--fp8-format"), want_prec.get("--fp8-recipe"), want_prec.get("--fp4-format")), name
+        assert a["cuda_graph_impl"] == rec.cuda_graph_impl, name
+        assert _norm_modules(a["cuda_graph_modules"]) == rec.cuda_graph_modules, name
+        for field in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap",
+                      "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
+                      "moe_router_enable_expert_bias"):
+            assert bool(a[field]) == getattr(rec, field), (name, field)
+        assert bool(a["use_tp_pp_dp_mapping"]) == (order == "tp-cp-ep-pp-dp"), name
+        # what the plan priced is what runs: the recipe as Megatron runs the plan's layout
+        from planner.rules import effective_recipe
+
+        assert rec == effective_recipe(ctx.model, ctx.config, ctx.training), name
+        checked += 1
+    assert checked >= 10
+    _say(request, f"megatron-core parse_args == topoplan readback on {checked} emitted plans")
+
+
+def test_torchtitan_files_train_in_the_plan_precision(titan_results, emitted, request):
+    from planner.output.emit.torchtitan import cuda_graphs
+
+    checked = 0
+    for name, (doc, out) in emitted.items():
+        r = titan_results.get(name)
+        if not r or not r.get("ok"):
+            continue
+        ctx = load_context(doc)
+        lp = r["precision"]
+        prec = ctx.training.precision
+        if prec == "bf16":
+            assert lp["linear"]["float8"] == lp["linear"]["mxfp8"] == 0, name
+        elif prec in ("fp8", "fp8-block"):
+            assert lp["linear"]["float8"] > lp["linear"]["bf16"], name
+            assert lp["float8_recipes"] == ["tensorwise" if prec == "fp8" else "rowwise"], name
+            if ctx.model.num_experts:
+                assert lp["experts"]["bf16"] == 0, name
+        elif prec == "mxfp8":
+            assert lp["linear"]["mxfp8"] > 0 and (not ctx.model.num_experts or lp["experts"]["bf16"] == 0), name
+        assert r["cuda_graphs"] == cuda_graphs(ctx), name
+        checked += 1
+    assert checked >= 5
+    _say(request, f"torchtitan ConfigManager: plan precision and CUDA graphs as emitted on {checked} plans")

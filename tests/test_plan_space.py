@@ -69,3 +69,43 @@ def test_candidate_helpers_by_hand():
     assert gbs_candidates(4096, (1000, 5000)) == [1000, 1024, 1280, 1536, 2048, 2560, 3072, 4096, 5000]
     assert gpd_candidates([72, 72]) == [None, 64]
     assert gpd_candidates([8, 8]) == [None]
+
+
+def test_schedule_tables_by_closed_form():
+    """The micro-batch tables admit exactly the tuples the schedules run (M = gbs / (mbs * dp)):
+    megatron interleaved: M >= PP and M % PP == 0 (N = PP); torchtitan 1F1B: M >= PP,
+    Interleaved1F1B: M % max(1, M // PP) == 0. Layouts whose M is not whole are left to gbs_div_mbs_dp."""
+    model = _model(24, 8, 8, 0)
+    for trainer in ("megatron", "torchtitan"):
+        training = Training(global_batch=24, trainer=trainer)
+        space = build_space(model, training, 64, [8] * 8, trainer=trainer, gbs_range=(8, 48))
+        name = {"megatron": "megatron_interleaved_microbatches", "torchtitan": "torchtitan_pipeline_microbatches"}
+        (_, vars_, allowed), = [t for t in zip_tables(space, model, training) if t[0] == name[trainer]]
+        vals = space.values
+        got = {tuple(vals[v][i] for v, i in zip(vars_, idx)) for idx in allowed}
+        assert vars_ == ("pp", "vpp", "dp", "mbs", "gbs")
+        want = set()
+        for pp in vals["pp"]:
+            for vpp in vals["vpp"]:
+                if vpp > 1 and pp < 2:
+                    continue
+                for dp in vals["dp"]:
+                    for mbs in vals["mbs"]:
+                        for gbs in vals["gbs"]:
+                            ok = True
+                            if gbs % (mbs * dp) == 0 and pp > 1:
+                                m = gbs // (mbs * dp)
+                                if trainer == "megatron":
+                                    ok = vpp == 1 or (m >= pp and m % pp == 0)
+                                else:
+                                    ok = m >= pp if vpp == 1 else m % max(1, m // pp) == 0
+                            if ok:
+                                want.add((pp, vpp, dp, mbs, gbs))
+        assert got == want
+        assert len(want) < len(vals["pp"]) * len(vals["vpp"]) * len(vals["dp"]) * len(vals["mbs"]) * len(vals["gbs"])
+
+
+def zip_tables(space, model, training):
+    """(rule name, variables, allowed) in the order rule_tables builds them."""
+    names = [r.name for r in rules.RULES if space.trainer in r.trainers]
+    return [(n, v, a) for n, (v, a) in zip(names, rule_tables(space, model, training))]

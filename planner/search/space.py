@@ -70,6 +70,9 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "moe_bias_needs_etp1": ("tp", "etp"),
     # dp = world / (tp*pp*cp) is the dp variable: reads dp, ep.
     "maxtext_ep_divides_dp": ("dp", "ep"),
+    # M = gbs / (mbs * dp), dp = world / (tp*pp*cp) is the dp variable; the schedule reads pp, vpp, M.
+    "megatron_interleaved_microbatches": ("pp", "vpp", "dp", "mbs", "gbs"),
+    "torchtitan_pipeline_microbatches": ("pp", "vpp", "dp", "mbs", "gbs"),
 }
 
 # Pipeline degrees: the factors of 2^a * 3^b up to 64 (GPU counts are powers of two or multiples of

@@ -10,12 +10,22 @@ this runs, in one process (imports cost ~10 s, each check well under a second):
    MoE and precision rules),
 4. ``parallel_state.initialize_model_parallel(...)`` on torch's fake process group, recording every
    rank list Megatron passes to ``create_group`` (all groups of every rank, not only rank 0's).
+5. the first training step's schedule checks, on the same process groups (rank 0): megatron's own
+   micro-batch calculator (``init_num_microbatches_calculator`` with the parsed GBS, MBS and DP:
+   GBS % (MBS*DP) == 0, M >= 1), then the real ``schedules.get_forward_backward_func()`` called as
+   ``train_step`` calls it, with M, the TransformerConfig of step 3 (microbatch group size N,
+   overlap_p2p_comm) and one stand-in module per virtual stage. The interleaved schedule checks
+   PP <= N <= M and M % N (schedules.py, forward_backward_pipelining_with_interleaving) before its
+   first forward step; our forward_step_func raises a sentinel there, so reaching it means every
+   step-start check passed. No layer runs: the stand-ins only carry the config.
 
 RESULTS.json holds ``{"fields": {"model": TransformerConfig fields, "ddp": DistributedDataParallelConfig
 fields}, "results": [...]}`` with per job ``{"id", "ok", "stage", "error", "dp", "vpp",
 "groups": {axis: [[ranks]]}, "config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
 one triton-importing module, a fake GPU of the job's compute capability and a current
-Transformer Engine version.
+Transformer Engine version. For step 5: the schedule allocates one token counter with
+``device="cuda"`` before its checks, so ``torch.zeros`` maps cuda to cpu, and p2p receive buffers and
+``torch.cuda.synchronize`` point at the CPU (the fake group's p2p is a no-op).
 """
 
 from __future__ import annotations
@@ -56,9 +66,33 @@ _mu._te_version = Version("2.12.0")
 
 import megatron.core.models.common.embeddings.rope_utils as _rope  # noqa: E402
 
+def _no_te(*a, **k):  # noqa: ARG001
+    raise RuntimeError("no Transformer Engine on this machine")
+
+
 if _rope.fused_apply_rotary_pos_emb is None:  # TE's fused RoPE, present on any GPU install with TE
-    _rope.fused_apply_rotary_pos_emb = _no_te = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no TE"))
+    _rope.fused_apply_rotary_pos_emb = _no_te
     _rope.fused_apply_rotary_pos_emb_thd = _no_te
+
+_orig_zeros = torch.zeros
+
+
+def _zeros_on_cpu(*a, **k):  # schedules.py: total_num_tokens = torch.zeros([], ..., device="cuda")
+    if str(k.get("device", "")).startswith("cuda"):
+        k["device"] = "cpu"
+    return _orig_zeros(*a, **k)
+
+
+torch.zeros = _zeros_on_cpu
+torch.cuda.current_device = lambda: "cpu"          # p2p receive buffers (no-ops on the fake group)
+torch.cuda.synchronize = lambda *a, **k: None      # after batched p2p when overlap_p2p_comm is off
+
+import megatron.core.transformer.moe.moe_utils as _moe_utils  # noqa: E402
+
+for _name in ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+              "fused_sort_chunks_by_index_with_probs", "fused_unpermute"):
+    if getattr(_moe_utils, _name, None) is None:  # TE's fused permutation (--moe-permute-fusion), on any TE >= 2.1
+        setattr(_moe_utils, _name, _no_te)
 
 import torch.distributed as dist  # noqa: E402
 from megatron.core import parallel_state as ps  # noqa: E402
@@ -86,6 +120,17 @@ CONFIG_FIELDS = (
     "moe_router_num_groups", "moe_router_group_topk", "qk_layernorm", "gated_linear_unit",
 )
 
+# argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
+ARG_FIELDS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size", "global_batch_size",
+    "seq_length", "recompute_granularity", "recompute_modules", "use_megatron_fsdp", "use_torch_fsdp2",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "fp8", "fp8_recipe", "fp4", "fp4_recipe",
+    "cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+    "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
+    "moe_router_enable_expert_bias", "use_tp_pp_dp_mapping", "virtual_pipeline_model_parallel_size",
+)
+
 _recorded: list[tuple[str, list[int]]] = []
 _orig_create_group = ps.create_group
 
@@ -107,6 +152,67 @@ def _jsonable(v):
     return str(v)
 
 
+class _ReachedForward(Exception):
+    """Raised by the forward step: the schedule passed every check it makes before computing."""
+
+
+class _Chunk(torch.nn.Module):
+    """Stands in for one model chunk (virtual stage): what the schedule reads before the forward step."""
+
+    def __init__(self, config):
+        super().__init__()
+        from megatron.core.enums import ModelType
+
+        self.config = config
+        self.model_type = ModelType.encoder_or_decoder
+        self.lin = torch.nn.Linear(1, 1)
+
+    def set_input_tensor(self, input_tensor):
+        self.input_tensor = input_tensor
+
+
+def _forward_step(data_iterator, model, *a, **k):  # noqa: ARG001
+    raise _ReachedForward()
+
+
+def schedule_check(args, cfg, out: dict) -> None:
+    """Step 5: megatron's micro-batch calculator and pipeline schedule, as train_step runs them."""
+    from megatron.core.num_microbatches_calculator import (destroy_num_microbatches_calculator,
+                                                           get_num_microbatches, init_num_microbatches_calculator)
+    from megatron.core.pipeline_parallel import schedules
+
+    out["stage"] = "num_microbatches"
+    destroy_num_microbatches_calculator()
+    init_num_microbatches_calculator(rank=0, rampup_batch_size=None, global_batch_size=args.global_batch_size,
+                                     micro_batch_size=args.micro_batch_size,
+                                     data_parallel_size=args.data_parallel_size)
+    try:
+        m = get_num_microbatches()
+    finally:
+        destroy_num_microbatches_calculator()
+    out["num_microbatches"] = m
+    out["microbatch_group"] = cfg.microbatch_group_size_per_vp_stage
+    out["stage"] = "pipeline schedule"
+    if getattr(cfg, "overlap_moe_expert_parallel_comm", False):
+        # the 1F1B all-to-all overlap schedule (combined_1f1b) opens CUDA streams before any check;
+        # its micro-batch checks are the interleaved schedule's, so drive that one on a copy
+        import copy
+
+        cfg = copy.copy(cfg)
+        cfg.overlap_moe_expert_parallel_comm = False
+        cfg.delay_wgrad_compute = False
+    chunks = [_Chunk(cfg) for _ in range(args.virtual_pipeline_model_parallel_size or 1)]
+    func = schedules.get_forward_backward_func()
+    out["schedule"] = func.__name__
+    try:
+        func(forward_step_func=_forward_step, data_iterator=[iter(())] * len(chunks),
+             model=chunks if len(chunks) > 1 else chunks[0], num_microbatches=m, seq_length=args.seq_length,
+             micro_batch_size=args.micro_batch_size, forward_only=False)
+    except _ReachedForward:
+        return
+    raise RuntimeError("the schedule returned without calling the forward step")
+
+
 def check(job: dict) -> dict:
     out = {"id": job["id"], "ok": False, "stage": "parse_args", "error": None}
     env_keys = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "CUDA_DEVICE_MAX_CONNECTIONS")
@@ -123,6 +229,7 @@ def check(job: dict) -> dict:
         validate_args(args)
         out["stage"] = "TransformerConfig"
         cfg = core_transformer_config_from_args(args)
+        out["args"] = {f: _jsonable(getattr(args, f, None)) for f in ARG_FIELDS}
         out["config"] = {f: _jsonable(getattr(cfg, f, None)) for f in CONFIG_FIELDS}
         out["dp"] = args.data_parallel_size
         out["vpp"] = args.virtual_pipeline_model_parallel_size
@@ -141,6 +248,8 @@ def check(job: dict) -> dict:
                 order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp",
                 create_gloo_process_groups=False,
             )
+            if job.get("schedule", True):
+                schedule_check(args, cfg, out)
         finally:
             ps.destroy_model_parallel()
             dist.destroy_process_group()
