@@ -31,7 +31,7 @@ def parse_headroom(text: str) -> tuple[float, float]:
     share, gib = 0.0, 0.0
     parts = [p.strip() for p in str(text).replace(" ", "").lower().split(",") if p.strip()]
     if not parts:
-        raise ValueError("empty memory headroom; use a share of HBM like 5%, GiB like 8GiB, or both: 5%,4GiB")
+        raise ValueError("--memory-headroom is empty; use a share of HBM like 5%, GiB like 8GiB, or both: 5%,4GiB")
     for p in parts:
         try:
             if p.endswith("%"):
@@ -45,12 +45,12 @@ def parse_headroom(text: str) -> tuple[float, float]:
             else:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"memory headroom {text!r}: use a share of HBM like 5%, GiB like 8GiB, "
+            raise ValueError(f"--memory-headroom {text!r}: use a share of HBM like 5%, GiB like 8GiB, "
                              "or both: 5%,4GiB (the larger applies); 0 for none") from None
         if v < 0:
-            raise ValueError(f"memory headroom {text!r}: a share or GiB cannot be negative")
+            raise ValueError(f"--memory-headroom {text!r}: a share or GiB cannot be negative")
     if share >= 1.0:
-        raise ValueError(f"memory headroom {text!r}: the share must be in [0%, 100%) and the GiB >= 0")
+        raise ValueError(f"--memory-headroom {text!r}: the share must be in [0%, 100%) and the GiB >= 0")
     return share, gib
 
 
