@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.append(str(ROOT / "bench"))   # after the packages: bench/solver.py must not shadow solver/
 CALIBRATION = ROOT.parent / "shared" / "reference" / "calibration.csv"
 FITTED = [CALIBRATION, ROOT / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv",
           ROOT / "planner" / "data" / "profiles" / "maxtext-h100-2025.csv"]
