@@ -375,3 +375,23 @@ def test_plans_fit_in_hbm_less_the_headroom(headroom):
     for e in res.plans:
         assert e.prediction.memory_gib_per_gpu <= usable
         assert e.prediction.fits and e.prediction.usable_gib == pytest.approx(usable)
+
+
+def test_cli_memory_headroom_and_the_95_percent_warning(capsys):
+    from planner.cli import main
+
+    nvidia = ["predict", *DSV3_GB300, "--tp", "1", "--pp", "2", "--vpp", "8", "--ep", "32"]
+    assert main(nvidia + ["--json", "--memory-headroom", "30%"]) in (0, 3)   # a layout that does not fit
+    d = json.loads(capsys.readouterr().out)
+    assert d["usable_gib"] == pytest.approx(0.7 * 288) and d["memory_gib_per_gpu"] > d["usable_gib"]
+    assert d["fits"] is False
+    assert main(nvidia + ["--memory-headroom", "30%"]) in (0, 3)
+    cap = capsys.readouterr()
+    assert "GiB usable" in " ".join((cap.out + cap.err).split())
+    assert main(nvidia + ["--memory-headroom", "abc"]) == 2
+    assert "--memory-headroom" in capsys.readouterr().err
+    # no headroom: the best plan fills more than 95% of HBM, and the output says so
+    assert main(["plan", *DSV3_GB300, "--top", "1", "--memory-headroom", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "memory headroom 0: plans fit in 288.0 of 288 GiB" in out
+    assert "warning:" in out and "of 288 GiB HBM" in out

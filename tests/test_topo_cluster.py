@@ -292,3 +292,18 @@ def test_topology_show_says_what_the_racks_hold_and_the_job_uses(capsys):
     assert main(["topology", "show", "gb300-nvl72", "--gpus", "256", "--usable-per-rack", "64"]) == 0
     out = capsys.readouterr().out
     assert "hold 256 GPUs; the job uses 256" in out and "64 GPUs per NVLink domain" in " ".join(out.split())
+
+
+def test_validate_usable_per_rack_column_and_option():
+    # a CSV row's usable_per_rack (or validate --usable-per-rack) builds load_job's cluster for it
+    from planner.cost.validate import row_case
+    from topologies.loader import load_job
+
+    row = {"id": "r", "model": "deepseek-v3", "gpu": "GB300", "num_gpus": "256", "precision": "mxfp8",
+           "seq_len": "4096", "gbs": "4096", "mbs": "1", "tp": "1", "pp": "2", "vpp": "8", "ep": "32"}
+    assert row_case(dict(row)).cluster.domain_sizes() == [64] * 4                # inner groups whole
+    fixed = row_case(dict(row, usable_per_rack="72")).cluster
+    assert fixed.domain_sizes() == [72, 72, 72, 40]
+    assert fixed == load_job("gb300-nvl72", 256, usable_per_domain=72).cluster
+    assert row_case(dict(row), usable_per_rack=72).cluster == fixed
+    assert row_case(dict(row, usable_per_rack="64"), usable_per_rack=72).cluster.domain_sizes() == [64] * 4
