@@ -73,6 +73,7 @@ def main(argv: list[str]) -> int:
         with_recipe_regimes(rows, str(csv_path))
         out_of_sample()
         published_tables()
+        hgx_layout_order()
     if "--no-lomo" in argv:
         return 0
     print()
@@ -174,6 +175,30 @@ def published_tables() -> None:
         worst = sorted(res["rows"], key=lambda r: -abs(r["error_pct"]))[:4]
         print(f"  {name}: MAPE {res['mape_pct']:.1f}% over {len(res['rows'])} rows; {parts}; worst "
               + ", ".join(f"{r['id']} {r['error_pct']:+.0f}%" for r in worst))
+
+
+# Issue 12: NVIDIA moved DeepSeek-V3 on 256 B200 (HGX nodes on InfiniBand) from EP8 inside the node to
+# EP32 across 4 nodes between the 26.04 and 26.04.01 containers; never fitted (each row with its recipe).
+HGX_ORDER = "megatron-bridge-26.04-hgx-dsv3.csv"
+
+
+def hgx_layout_order() -> None:
+    """The two B200 DeepSeek-V3 layouts: predicted, measured, exposed all-to-all, and whether the
+    model orders them as measured."""
+    from planner.cost.validate import read_rows, validate_rows
+
+    path = ROOT / "bench" / "data" / HGX_ORDER
+    res = validate_rows(read_rows(path), source=str(path))["rows"]
+    print()
+    print("DeepSeek-V3 on 256 B200, EP8 (26.04) against EP32 across nodes (26.04.01), never fitted:")
+    for r in res:
+        print(f"  {r['id']:15s} {r['config'][:40]:40s} predicted {r['predicted_tflops_per_gpu']:5.0f} measured "
+              f"{r['measured_tflops_per_gpu']:5.0f} ({r['error_pct']:+.1f}%), exposed all-to-all "
+              f"{r['breakdown']['ep_a2a']:.1f} of {r['step_time_s']:.1f} s")
+    a, b = res
+    same = (a["predicted_tflops_per_gpu"] < b["predicted_tflops_per_gpu"]) == \
+        (a["measured_tflops_per_gpu"] < b["measured_tflops_per_gpu"])
+    print(f"  ordered as measured: {'yes' if same else 'no'}")
 
 
 def with_recipe_regimes(rows: list[dict], source: str) -> None:
