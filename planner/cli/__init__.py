@@ -45,9 +45,9 @@ def _register() -> None:
     # Once per process: main() may run many times in-process (tests), commands must not pile up.
     if _STATE.get("registered"):
         return
-    from planner.cli import emit, experts, models, plan, predict, topology
+    from planner.cli import emit, experts, models, plan, predict, schema, topology
 
-    for mod in (topology, models, predict, plan, emit, experts):
+    for mod in (topology, models, predict, plan, emit, experts, schema):
         mod.register(app)
     _STATE["registered"] = True
 

@@ -1,0 +1,263 @@
+"""The plan document (``plan.json``): one typed value shared by ``plan`` (which writes it), ``emit``,
+``report`` and ``explain`` (which read it).
+
+``PlanResult.to_dict()`` writes the document; ``PlanDocument.model_validate(doc)`` reads one back
+(``load_document`` turns a validation error into a one-line ``InputError`` naming the field), and
+``PlanDocument.dump()`` gives the same JSON object again (``tests/test_plan_document.py`` checks the
+round trip on real plans). The parts that have a model of their own elsewhere are that model: the
+model spec is ``planner.model.spec.ModelSpec``, the cluster ``topologies.cluster.Cluster``, the
+training setup ``planner.config.Training`` (with ``trainer`` narrowed to a ``Literal``). The JSON
+Schema (``topoplan schema plan``) is generated from these classes and shipped as
+``planner/data/plan.schema.json``; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.config import ParallelConfig, Training
+from planner.errors import InputError, pydantic_message
+from planner.model.spec import ModelSpec
+from topologies.cluster import Cluster
+
+VERSION = 1
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "plan.schema.json"
+REGENERATE = "topoplan schema plan > planner/data/plan.schema.json"
+
+Trainer = Literal["megatron", "torchtitan", "maxtext"]
+Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
+# The quantity the solver maximised: cluster tokens/s (--objective throughput), their lower
+# uncertainty bound (robust), or model TFLOP/s per GPU (tflops-per-gpu).
+ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu"]
+# The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
+Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
+               "imbalance", "other"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelPart(_Strict):
+    name: str
+    spec: ModelSpec
+
+
+class TrainingPart(Training):
+    """``planner.config.Training`` as the document holds it (the trainer one of three names)."""
+
+    trainer: Trainer = Field("megatron", description="megatron | torchtitan | maxtext")
+
+
+class ConfigPart(_Strict):
+    """The layout of one plan: the degrees (``ParallelConfig``) with the derived ``dp``, ``edp`` and
+    ``world`` and the global batch the plan runs (``gbs``: the solver may choose it)."""
+
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    vpp: int = Field(ge=1)
+    cp: int = Field(ge=1)
+    ep: int = Field(ge=1)
+    etp: int = Field(ge=1, description="expert tensor parallel degree as applied (TP when the config left it open)")
+    dp: int | None = Field(None, ge=1)
+    mbs: int = Field(ge=1)
+    gbs: int = Field(ge=1)
+    fsdp: bool
+    recompute: str
+    dispatcher: str | None
+    pp_first: int | None = Field(None, ge=0)
+    pp_last: int | None = Field(None, ge=0)
+    edp: int = Field(ge=1, description="expert data parallel degree: world / (etp * ep * pp)")
+    world: int = Field(ge=1, description="GPUs the plan uses")
+
+    def parallel_config(self) -> ParallelConfig:
+        """The ``ParallelConfig`` of these degrees (derived fields left out)."""
+        return ParallelConfig.model_validate({k: getattr(self, k) for k in ParallelConfig.model_fields})
+
+
+class PredictionPart(_Strict):
+    tflops_per_gpu: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s: float
+    step_time_s: float
+    memory_gib_per_gpu: float
+    hbm_gib: float
+    usable_gib: float | None = None
+    fits: bool
+    breakdown: dict[Term, float] = Field(description="seconds per step-time term (they add up to step_time_s)")
+    memory: dict[str, Any] = Field(description="GiB per memory component on the worst pipeline stage")
+    tflops_per_gpu_low: float = 0.0
+    tflops_per_gpu_high: float = 0.0
+    regime: str = ""
+    extrapolated: str | None = None
+    band_half_width: float = 0.0
+    band_runs: int = 0
+
+
+class PlacementPart(_Strict):
+    order: str
+    gpus_per_domain: int | None
+    rank_to_gpu: list[int] = Field(description="rank r runs on healthy GPU rank_to_gpu[r] (cluster.gpus() order)")
+    hosts: list[str]
+    local_ranks: list[int]
+    domains: dict[str, int] = Field(description="NVLink domains the worst group of each axis spans")
+    domains_used: int
+
+
+class PlanEntryPart(_Strict):
+    label: str
+    config: ConfigPart
+    prediction: PredictionPart
+    placement: PlacementPart
+    lead_over_next: float | None = None
+    within_uncertainty: bool | None = None
+
+
+class SolverPart(BaseModel):
+    """How the plans were found. The core fields are typed; the search's diagnostics (counts,
+    notes, per-block statuses) are kept as written."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    status: str
+    wall_s: float
+    objective: float
+    objective_name: ObjectiveName
+    bound: float | None
+    gap: float | None = None
+    method: Method
+
+
+class HeaderPart(_Strict):
+    """What the answer is for, as ``topoplan plan`` prints it above the plans (CLI documents only)."""
+
+    stack: str
+    trainer: Trainer
+    model: str
+    cluster: str
+    gpus_offered: int
+    gpus_used: int | list[int] | None
+    precision: str
+    seq_len: int
+    global_batch: int
+
+
+class ComparedPart(_Strict):
+    """``plan --compare LAYOUT``: that layout priced on the same job, and the best plan's lead over it."""
+
+    label: str
+    world: int
+    prediction: dict[str, Any]
+    plan_lead: float
+    within_uncertainty: bool
+
+
+class PlanDocument(_Strict):
+    """The plan.json document (docs/architecture.md, "The plan document")."""
+
+    version: Literal[1] = VERSION
+    model: ModelPart
+    cluster: Cluster
+    training: TrainingPart
+    plans: list[PlanEntryPart]
+    solver: SolverPart
+    header: HeaderPart | None = None
+    compare: ComparedPart | None = None
+
+    def dump(self) -> dict:
+        """The JSON object again (what was read is what is written)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def load_document(doc, what: str = "plan.json") -> PlanDocument:
+    """``doc`` (a PlanDocument, a dict or a path to a JSON file) as a PlanDocument; InputError with one
+    line naming the field otherwise."""
+    if isinstance(doc, PlanDocument):
+        return doc
+    if isinstance(doc, (str, Path)):
+        path = Path(doc)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a readable JSON plan document ({exc}); write one with "
+                             "'topoplan plan --save-plan'") from None
+        what = str(path)
+    if not isinstance(doc, dict):
+        raise InputError(f"{what}: the document must be a JSON object written by 'topoplan plan --save-plan'")
+    if doc.get("version", VERSION) != VERSION:
+        raise InputError(f"{what}: field 'version' is {doc.get('version')!r} but this topoplan reads version "
+                         f"{VERSION}; write the plan again with 'topoplan plan --save-plan'")
+    try:
+        return PlanDocument.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, what) + "; write the plan again with 'topoplan plan --save-plan'") from None
+
+
+def plan_schema() -> dict:
+    """The JSON Schema of the plan document (generated from ``PlanDocument``)."""
+    schema = PlanDocument.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://github.com/topoplan/topoplan/planner/data/plan.schema.json"
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(plan_schema(), indent=1, sort_keys=True) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ launch
+class LaunchPlacement(BaseModel):
+    """What the launch files need of a plan's placement."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    order: str = "tp-cp-ep-dp-pp"
+    gpus_per_domain: int | None = None
+    rank_to_gpu: list[int] = Field(min_length=1)
+    hosts: list[str] | None = None
+    local_ranks: list[int] | None = None
+
+
+class LaunchEntry(BaseModel):
+    """What the launch files need of a plan entry: its degrees (``ParallelConfig``'s fields; the
+    derived ``dp``/``edp``/``world`` are checked against the placement) and its placement."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    config: dict[str, Any]
+    placement: LaunchPlacement
+
+
+class LaunchDocument(BaseModel):
+    """The part of a plan document that ``emit`` reads: every ``PlanDocument`` is one, and so is a
+    document that carries a layout chosen by hand (no prediction, no solver)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    version: Literal[1] = VERSION
+    model: ModelPart
+    cluster: Cluster
+    training: TrainingPart
+    plans: list[LaunchEntry]
+
+
+def load_launch(doc, what: str = "plan.json") -> LaunchDocument:
+    """``doc`` as a LaunchDocument; InputError with one line naming the field otherwise."""
+    if isinstance(doc, PlanDocument):
+        doc = doc.dump()
+    if not isinstance(doc, dict):
+        raise InputError(f"{what}: the document must be a JSON object written by 'topoplan plan --save-plan'")
+    if doc.get("version", VERSION) != VERSION:
+        raise InputError(f"{what}: field 'version' is {doc.get('version')!r} but this topoplan reads version "
+                         f"{VERSION}; write the plan again with 'topoplan plan --save-plan'")
+    if not isinstance(doc.get("plans"), list) or not doc["plans"]:
+        raise InputError(f"{what}: field 'plans' is missing or empty; nothing to emit (write a plan that found a "
+                         "feasible layout with 'topoplan plan --save-plan')")
+    try:
+        return LaunchDocument.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, what) + "; write the plan again with 'topoplan plan --save-plan'") from None
