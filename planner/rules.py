@@ -163,14 +163,21 @@ def _mg_interleaved(m, c, t, world):
     mb = num_microbatches(c, t, world)
     if mb is None:
         return None
-    return megatron_interleaved_problem(c.pp, mb, MEGATRON_MICROBATCH_GROUP)
+    msg = megatron_interleaved_problem(c.pp, mb, MEGATRON_MICROBATCH_GROUP)
+    if msg:
+        unit = c.pp * c.mbs * (world // (c.tp * c.pp * c.cp))
+        msg += f"; use a global batch that is a multiple of pp*mbs*dp = {unit}, fewer data-parallel replicas, or vpp 1"
+    return msg
 
 
 def _tt_schedule(m, c, t, world):
     mb = num_microbatches(c, t, world)
     if mb is None:
         return None
-    return torchtitan_schedule_problem(c.pp, c.vpp, mb)
+    msg = torchtitan_schedule_problem(c.pp, c.vpp, mb)
+    if msg:
+        msg += "; use a larger global batch, fewer data-parallel replicas or a smaller micro-batch"
+    return msg
 
 
 def _fsdp_recompute(m, c, t, world):

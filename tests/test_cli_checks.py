@@ -11,7 +11,8 @@ from planner.cli import main
 from planner.cli.checks import FLAGS, flag_message, input_warnings, nearby_gbs
 from planner.model.spec import load_model
 
-PREDICT = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--json"]
+# TP2: fits in memory up to 16k tokens (predict of a layout that does not fit exits 3)
+PREDICT = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--tp", "2", "--json"]
 PLAN = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--top", "1", "--json"]
 
 

@@ -166,6 +166,14 @@ CASES: list[Case] = [
       ("global", "gbs", "micro")),
     C("predict-seq-not-divisible-by-cp", [*PREDICT_8B, "--cp", "3"], 2, ("cp", "context")),
     C("predict-unknown-model", ["predict", "--model", "gpt-5", *H100_8, "--gbs", "64"], 2, ("gpt-5",)),
+    # issue 11 item 8: a layout that does not fit is infeasible (the prediction is still printed)
+    C("predict-does-not-fit", ["predict", *DSV3, "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "64", "--ep",
+                               "16"], 3, ("does not fit",)),
+    # issue 11 item 4: megatron-core's interleaved schedule needs M = GBS/(MBS*DP) >= PP and M % PP == 0
+    C("predict-interleaved-too-few-microbatches", [*PREDICT_8B[:-2], "--gbs", "4", "--pp", "2", "--vpp", "2"], 2,
+      ("should range in [PP=2 , M=1]",)),
+    C("predict-interleaved-remainder", [*PREDICT_8B[:-2], "--gbs", "12", "--pp", "4", "--vpp", "2", "--dp", "2"], 2,
+      ("remainder",)),
     # --- validate / calibrate
     C("validate-missing-file", ["validate", "missing.csv"], 2, ("missing.csv",)),
     C("validate-missing-columns", ["validate", "cols.csv"], 2, ("cols.csv",),
@@ -191,6 +199,9 @@ CASES: list[Case] = [
       ("memory", "fit", "GiB")),
     C("plan-infeasible-with-save-plan", [*PLAN_405B_8, "--save-plan", "plan.json"], 3, ("memory", "fit", "GiB")),
     C("plan-infeasible-with-report", [*PLAN_405B_8, "--report", "report"], 3, ("memory", "fit", "GiB")),
+    C("plan-save-plan-under-a-file", [*PLAN_8B, "--save-plan", "afile/plan.json"], 2, ("--save-plan",),
+      {"afile": "x"}),
+    C("plan-out-in-proc", [*PLAN_8B, "--emit", "megatron", "--out", "/proc/topoplan-launch"], 2, ("--out",)),
     C("plan-moe-infeasible", ["plan", *DSV3, *H100_8, "--gbs", "64"], 3, ("memory", "fit", "GiB")),
     # --- scale
     C("scale-gpus-not-int", ["scale", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8,abc"], 2,
@@ -211,6 +222,8 @@ CASES: list[Case] = [
       {"plan.json": lambda: json.dumps(_plan_doc())}),
     C("emit-index-out-of-range", ["emit", "plan.json", "--trainer", "megatron", "--index", "7", "--out", "launch"],
       2, ("--index", "7"), {"plan.json": lambda: json.dumps(_plan_doc())}),
+    C("emit-out-under-a-file", ["emit", "plan.json", "--trainer", "megatron", "--out", "afile/launch"], 2,
+      ("--out",), {"plan.json": lambda: json.dumps(_plan_doc()), "afile": "x"}),
     # --- place-experts
     C("experts-loads-wrong-shape", [*EXPERTS, "--loads", "loads.json"], 2, ("loads", "256"),
       {"loads.json": _loads(58, 100)}),
@@ -232,6 +245,8 @@ CASES: list[Case] = [
                                 "-o", "placement"], 3, ("--ep",), {"loads.json": _loads(58, 256)}),
     C("experts-previous-wrong-shape", [*EXPERTS, "--loads", "loads.json", "--previous", "prev.json"], 2,
       ("prev.json", "previous"), {"loads.json": _loads(58, 256), "prev.json": json.dumps({"physical_to_logical": [[0, 1]]})}),
+    C("experts-out-under-a-file", [*EXPERTS, "--loads", "loads.json", "-o", "afile/placement"], 2, ("--out",),
+      {"loads.json": _loads(58, 256), "afile": "x"}),
     C("experts-max-moves-negative", [*EXPERTS, "--loads", "loads.json", "--max-moves", "-1"], 2, ("--max-moves",),
       {"loads.json": _loads(58, 256)}),
 ]

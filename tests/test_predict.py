@@ -79,13 +79,20 @@ def test_cli_broken_rule_exits_2_with_one_line(capsys):
     assert err.strip().count("\n") == 0 and "expert" in err.lower()
 
 
-def test_cli_does_not_fit_exits_0(capsys):
+def test_cli_does_not_fit_exits_3(capsys):
+    """Issue 11 item 8: the prediction is still shown (the JSON with fits false), the exit code is 3
+    (infeasible) with one line on stderr that gives the shortfall."""
     args = ["predict", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "16", "--precision", "bf16",
             "--gbs", "64", "--ep", "16"]
-    code, out, _ = _run(args + ["--json"], capsys)
-    assert code == 0 and json.loads(out)["fits"] is False
-    code, out, _ = _run(args, capsys)
-    assert code == 0 and "does not fit" in out
+    code, out, err = _run(args + ["--json"], capsys)
+    d = json.loads(out)
+    assert code == 3 and d["fits"] is False
+    line = err.strip()
+    assert "\n" not in line and "does not fit" in line and "TP1 PP1 EP16" in line
+    usable = d["usable_gib"] if d.get("usable_gib") is not None else d["hbm_gib"]
+    assert f"short by {d['memory_gib_per_gpu'] - usable:.1f} GiB" in line   # the hand subtraction
+    code, out, err = _run(args, capsys)
+    assert code == 3 and "does not fit" in out and err.strip().count("\n") == 0
 
 
 def test_cli_human_output(capsys):

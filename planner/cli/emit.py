@@ -29,7 +29,10 @@ def register(app: typer.Typer) -> None:
         """
         from planner.output.emit import emit_plan, parse_trainers
 
+        from planner.io import check_output
+
         names = parse_trainers(trainer)
+        check_output(out, "--out", directory=True)
         try:
             text = plan_file.read_text()
         except OSError as exc:

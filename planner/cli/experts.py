@@ -100,6 +100,11 @@ def register(app: typer.Typer) -> None:
                              "give a positive value or drop it (default: experts/EP + 1 spare)")
         if gpus is not None and gpus < 1:
             raise InputError(f"--gpus {gpus}: give a positive GPU count")
+        from planner.io import check_output
+
+        for path, opt in ((out, "--out"), (report, "--report")):
+            if path is not None:
+                check_output(path, opt, directory=True)
         spec = load_model(model)
         if not spec.is_moe:
             raise InputError(f"--model {model}: dense model, no experts to place")
@@ -152,7 +157,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             from planner.io import atomic_dir
 
-            with atomic_dir(out) as stage:
+            with atomic_dir(out, option="--out") as stage:
                 np.save(stage / "physical_to_logical.npy", pl.physical_to_logical)
                 np.save(stage / "logical_to_physical.npy", l2p)
                 np.save(stage / "logical_count.npy", cnt)

@@ -167,6 +167,11 @@ def register(app: typer.Typer) -> None:
         rng = _gbs_range(gbs_range)
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
+        from planner.io import check_output
+
+        for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
+            if path is not None:
+                check_output(path, opt, directory=is_dir)   # refused before the search runs
         check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
         m = load_model(model)
@@ -192,7 +197,7 @@ def register(app: typer.Typer) -> None:
 
             write_report("plan", doc, report)
         if save_plan is not None:
-            atomic_write_text(save_plan, text + "\n")
+            atomic_write_text(save_plan, text + "\n", option="--save-plan")
         if as_json:
             sys.stdout.write(text + "\n")
             return
@@ -236,6 +241,10 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
+        if report is not None:
+            from planner.io import check_output
+
+            check_output(report, "--report", directory=True)   # refused before the sizes are planned
         training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
                              memory_headroom)
         m = load_model(model)

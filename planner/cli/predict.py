@@ -101,8 +101,20 @@ def predict_cmd(
         d = p.to_dict()
         d.pop("placement", None)
         print(json.dumps(d, indent=2))
-        return
-    _render(p, m, cl, training)
+    else:
+        _render(p, m, cl, training)
+    if not p.fits:  # the prediction is shown (JSON too, with fits false); the exit code says infeasible
+        raise InfeasibleError(shortfall(p))
+
+
+def shortfall(p) -> str:
+    """One line: the layout, its peak memory per GPU, what it must fit in and by how much it misses."""
+    usable = p.usable_gib if getattr(p, "usable_gib", None) is not None else p.hbm_gib
+    within = f"{p.hbm_gib:.0f} GiB HBM" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable of {p.hbm_gib:.0f} GiB HBM"
+    if p.memory_gib_per_gpu == float("inf") or not p.memory:
+        return f"{p.config.short()} cannot run: {'; '.join(v.message for v in p.violations) or 'no memory estimate'}"
+    return (f"{p.config.short()} does not fit: {p.memory_gib_per_gpu:.1f} GiB per GPU > {within} "
+            f"(short by {p.memory_gib_per_gpu - usable:.1f} GiB); try recompute, more PP/EP or a smaller micro-batch")
 
 
 def _render(p, model, cluster, training) -> None:
@@ -216,10 +228,13 @@ def calibrate_cmd(
     from planner.cli.progress import progress
     from planner.cost.validate import read_rows, validate_rows
 
+    from planner.io import check_output
+
+    check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path)
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar)
-    atomic_write_text(out, dump_profile(prof))
+    atomic_write_text(out, dump_profile(prof), option="--out")
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
     res = validate_rows(mine, stack=stack, profile=prof, source=str(csv_path))
     doc = {"profile": str(out), "rows": info["rows"], "mape_pct": res["mape_pct"],

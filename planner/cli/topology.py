@@ -194,7 +194,7 @@ def import_cmd(
         c, assumed = importers.import_k8s(file, gpu, gpus_per_node, domain_label, name, failed=failed)
     else:
         raise InputError(f"import format {fmt!r}: use one of {', '.join(importers.FORMATS)}")
-    atomic_write_text(out, c.to_yaml())
+    atomic_write_text(out, c.to_yaml(), option="--out")
     sizes = c.domain_sizes()
     down = f", {len(c.health.failed_nodes)} hosts marked failed" if c.health.failed_nodes else ""
     print(f"wrote {out}: {c.num_gpus} {c.gpu_spec.name} GPUs on {len(c.nodes)} hosts{down}, "
