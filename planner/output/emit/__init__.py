@@ -68,52 +68,24 @@ class EmitContext:
 PLAN_VERSION = 1  # the plan.json document version written by planner.search.plan (docs/architecture.md)
 
 
-def _field(doc: dict, *path):
-    cur = doc
-    for i, key in enumerate(path):
-        if not isinstance(cur, dict) and not (isinstance(cur, list) and isinstance(key, int)):
-            raise InputError(f"plan.json: field '{'.'.join(map(str, path[:i]))}' is not an object; "
-                             "write the plan again with 'topoplan plan --save-plan'")
-        try:
-            cur = cur[key]
-        except (KeyError, IndexError):
-            raise InputError(f"plan.json: field '{'.'.join(map(str, path[:i + 1]))}' is missing; "
-                             "write the plan again with 'topoplan plan --save-plan'") from None
-    return cur
-
-
 def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
-    """Resolve plan entry ``index`` of ``plan_doc`` into an :class:`EmitContext` (InputError on bad input)."""
-    from planner.model.spec import ModelSpec
-    from topologies.cluster import Cluster
+    """Resolve plan entry ``index`` of ``plan_doc`` into an :class:`EmitContext` (InputError on bad input).
 
-    if not isinstance(plan_doc, dict):
-        raise InputError("plan.json: the document must be a JSON object written by 'topoplan plan --save-plan'")
-    version = plan_doc.get("version", PLAN_VERSION)
-    if version != PLAN_VERSION:
-        raise InputError(f"plan.json: field 'version' is {version!r} but this topoplan reads version {PLAN_VERSION}; "
-                         "write the plan again with 'topoplan plan --save-plan'")
-    plans = _field(plan_doc, "plans")
-    if not isinstance(plans, list) or not plans:
-        raise InputError("plan.json: field 'plans' is empty; nothing to emit (the plan found no feasible layout)")
-    if not 0 <= index < len(plans):
-        raise InputError(f"--index {index}: plan.json holds plans 0..{len(plans) - 1}; pick one of those")
-    entry = plans[index]
-    try:
-        model = ModelSpec.model_validate(_field(plan_doc, "model", "spec"))
-    except ValidationError as exc:
-        raise InputError(pydantic_message(exc, "plan.json model.spec")) from None
-    try:
-        cluster = Cluster.model_validate(_field(plan_doc, "cluster"))
-    except ValidationError as exc:
-        raise InputError(pydantic_message(exc, "plan.json cluster")) from None
-    cfg_raw = dict(_field(entry, "config"))
+    The document is read through ``planner.search.document.LaunchDocument`` (the model spec, cluster
+    and training setup as their own pydantic models); the layout must agree with its placement."""
+    from planner.search.document import load_launch
+
+    launch = load_launch(plan_doc)
+    if not 0 <= index < len(launch.plans):
+        raise InputError(f"--index {index}: plan.json holds plans 0..{len(launch.plans) - 1}; pick one of those")
+    entry = launch.plans[index]
+    model, cluster, training = launch.model.spec, launch.cluster, launch.training
+    cfg_raw = dict(entry.config)
     known = set(ParallelConfig.model_fields)
     try:
         config = ParallelConfig.model_validate({k: v for k, v in cfg_raw.items() if k in known})
-        training = Training.model_validate(_field(plan_doc, "training"))
     except ValidationError as exc:
-        raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config / training")) from None
+        raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config")) from None
     if config.dispatcher is None:  # absent or null in plan.json: the stack profile's dispatcher
         from planner.cost.profiles import load_profile
 
@@ -123,8 +95,8 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
         if not isinstance(gbs, int) or gbs < 1:
             raise InputError(f"plan.json plans[{index}].config.gbs: must be a positive integer, got {gbs!r}")
         training = training.model_copy(update={"global_batch": gbs})
-    placement = _field(entry, "placement")
-    rank_to_gpu = list(_field(placement, "rank_to_gpu"))
+    placement = entry.placement
+    rank_to_gpu = list(placement.rank_to_gpu)
     world = len(rank_to_gpu)
     gpus = cluster.gpus()
     if len(set(rank_to_gpu)) != world or any(not (0 <= g < len(gpus)) for g in rank_to_gpu):
@@ -140,7 +112,7 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
     local = tuple(gpus[g].local for g in rank_to_gpu)
     domains = tuple(gpus[g].domain for g in rank_to_gpu)
     for key, derived in (("hosts", hosts), ("local_ranks", local)):
-        given = placement.get(key)
+        given = getattr(placement, key)
         if given is not None and tuple(given) != derived:
             raise InputError(f"plan.json plans[{index}].placement.{key} disagrees with rank_to_gpu on the cluster; "
                              "write the plan again with 'topoplan plan --save-plan'")
@@ -152,7 +124,7 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
     return EmitContext(
         doc=plan_doc, index=index, model=model, config=config, training=training, world=world,
         gpu=spec.name, sm=int(spec.sm), hosts=hosts, local=local, domains=domains,
-        order=str(placement.get("order") or "tp-cp-ep-dp-pp"),
+        order=placement.order,
         domain_size=max(sizes) if sizes else 1, gpus_per_node=max(per_node.values()), cluster=cluster,
     )
 
