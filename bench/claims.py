@@ -78,11 +78,14 @@ def main(argv: list[str]) -> int:
 
     from planner.cost.validate import read_rows
 
-    args = [a for a in argv if not a.startswith("--")]
-    time_limit = float(argv[argv.index("--time-limit") + 1]) if "--time-limit" in argv else 120.0
-    procs = min(2, int(argv[argv.index("--procs") + 1])) if "--procs" in argv else 2
-    if args and args[0] in (str(time_limit), str(procs)):
-        args = args[1:]
+    opts = {"--time-limit": "120", "--procs": "2"}
+    args, it = [], iter(argv)
+    for a in it:
+        if a in opts:
+            opts[a] = next(it, opts[a])
+        else:
+            args.append(a)
+    time_limit, procs = float(opts["--time-limit"]), max(1, min(2, int(opts["--procs"])))
     path = Path(args[0]) if args else DEFAULT_CSV
     rows = [r for r in read_rows(path) if (r.get("model_tflops_per_gpu") or "").strip()]
     t0 = time.perf_counter()
