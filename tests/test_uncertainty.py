@@ -260,18 +260,29 @@ def test_cli_plan_compare_and_robust(capsys):
     cmp_ = doc["compare"]
     ref = predict(load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=16), ParallelConfig(pp=2, ep=8),
                   Training(seq_len=4096, global_batch=64, precision="fp8"))
-    assert cmp_["label"] == "TP1 PP2 EP8 MBS1"
+    assert cmp_["label"] == "TP1 PP2 EP8 DP8 MBS1"
     assert cmp_["prediction"]["tflops_per_gpu"] == pytest.approx(ref.tflops_per_gpu)
     best = doc["plans"][0]["prediction"]
     assert cmp_["plan_lead"] == pytest.approx(best["tokens_per_s"] / ref.tokens_per_s - 1)
     assert main(args + ["--compare", "TP1 PP2 EP8"]) == 0
     out = capsys.readouterr().out
-    assert "compare TP1 PP2 EP8 MBS1" in out and "plan #1 leads by" in out and "band" in out
+    assert "compare TP1 PP2 EP8 DP8 MBS1" in out and "plan #1 leads by" in out and "band" in out
     assert main(args + ["--compare", "TP1,PQ2"]) == 2
     assert "unknown token 'PQ2'" in capsys.readouterr().err
     assert main(args + ["--compare", "TP3,EP8"]) == 2          # a broken trainer rule, named
     assert main(args + ["--objective", "robust", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["solver"]["objective_name"] == "tokens_per_s_low"
+
+
+def test_cli_plan_compare_uses_the_offered_gpus(capsys):
+    """256 GPUs on 72-GPU racks: the compared layout runs on the 256 offered, not on four whole racks."""
+    from planner.cli import main
+
+    rc = main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "gb200-nvl72", "--gpus", "128", "--gbs", "256",
+               "--precision", "mxfp8", "--top", "1", "--compare", "TP1,PP2,EP32", "--json"])
+    assert rc == 0
+    cmp_ = json.loads(capsys.readouterr().out)["compare"]
+    assert cmp_["world"] == 128 and cmp_["label"] == "TP1 PP2 EP32 DP64 MBS1"
 
 
 def test_cli_predict_prints_band_and_extrapolation(capsys):

@@ -47,9 +47,11 @@ def parse_layout(text: str):
         raise InputError(pydantic_message(exc, f"--compare {text!r}")) from None
 
 
-def compare_entry(text: str, model, cluster, result) -> dict:
-    """The layout of ``--compare`` priced on the plan's cluster and training (the best plan's batch),
-    and the best plan's lead over it with the uncertainty verdict (``planner.cost.uncertainty.lead``)."""
+def compare_entry(text: str, model, cluster, result, gpus: int | None = None) -> dict:
+    """The layout of ``--compare`` priced on the plan's cluster and training (the best plan's batch)
+    on the GPUs the job offers (``gpus``, default every GPU of the cluster; DP fills them unless the
+    layout gives it), and the best plan's lead over it with the uncertainty verdict
+    (``planner.cost.uncertainty.lead``)."""
     from planner.cost.predict import predict
     from planner.cost.uncertainty import lead
     from planner.rules import check
@@ -57,7 +59,9 @@ def compare_entry(text: str, model, cluster, result) -> dict:
     cfg = parse_layout(text)
     best = result.plans[0]
     tr = result.training.model_copy(update={"global_batch": best.gbs})
-    world = cfg.world(cluster.num_gpus)
+    world = cfg.world(gpus or cluster.num_gpus)
+    if cfg.dp is None:   # every offered GPU, as a published run of this layout uses them
+        cfg = cfg.model_copy(update={"dp": max(1, world // cfg.model_parallel)})
     check(model, cfg, tr, world)
     p = predict(model, cluster, cfg, tr)
     key = "tflops_per_gpu" if result.solver.get("objective_name") == "tflops_per_gpu" else "tokens_per_s"
@@ -184,7 +188,7 @@ def register(app: typer.Typer) -> None:
                       equal_slices=(trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits)
         doc = result.to_dict()
         if compare:
-            doc["compare"] = compare_entry(compare, m, c, result)
+            doc["compare"] = compare_entry(compare, m, c, result, gpus=job.gpus)
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
