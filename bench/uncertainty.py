@@ -153,6 +153,16 @@ def main(argv: list[str]) -> int:
             used = "" if cell["runs"] >= MIN_RUNS else "  (too few runs: falls back)"
             print(f"  {name:15s} {core:28s} h={h:.3f} (-{100 * (1 - math.exp(-h)):4.1f}% / +{100 * (math.exp(h) - 1):5.1f}%)"
                   f"  {cell['runs']:3d} runs, median error {100 * (math.exp(cell['median_log_error']) - 1):+.1f}%{used}")
+    # calibration check: how many runs lie inside the band the table gives their regime (in-sample
+    # for the figure itself; about the quantile by construction where a regime has its own figure)
+    from planner.cost.uncertainty import Regime, band_for
+
+    inside = 0
+    for r in runs:
+        parts = r["core"].split()
+        reg = Regime(parts[0], parts[1], parts[2] if len(parts) > 2 else None, r["fsdp"], r["cp"], r["precision"])
+        inside += abs(r["log_error"]) <= band_for(reg, r["pool"], None, doc).half_width
+    print(f"runs inside the band their regime gets: {inside} of {len(runs)} ({100 * inside / len(runs):.0f}%)")
     if "--write" in argv:
         from planner.io import atomic_write_text
 
