@@ -8,6 +8,7 @@ folding), ``edp = world / (etp * ep * pp)``. The trainers' divisibility rules li
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -139,11 +140,18 @@ class ParallelConfig(BaseModel):
         return default_world
 
     def dp_for(self, world: int) -> int:
+        """Data parallel degree on the attention grid: world / (tp * cp * pp). The one formula (with
+        ``edp_for``); ``on(world)`` checks that the grids fill the world."""
         return world // self.model_parallel
 
     def edp_for(self, world: int) -> int:
         """Expert data parallel degree on Megatron's expert grid: world / (etp * ep * pp)."""
         return world // (self.etp_eff * self.ep * self.pp)
+
+    def on(self, world: int) -> "Layout":
+        """This layout on ``world`` GPUs, with its derived degrees (ValueError if a grid does not fill
+        the world exactly, or ``dp`` is set and disagrees)."""
+        return Layout(self, world)
 
     @property
     def recompute_modules(self) -> tuple[str, ...]:
@@ -172,22 +180,144 @@ class ParallelConfig(BaseModel):
         return " ".join(parts)
 
 
+# The stack profile each trainer is priced with unless ``Training.stack`` says otherwise.
+DEFAULT_STACKS = {"megatron": "megatron-26.08", "torchtitan": "torchtitan", "maxtext": "maxtext"}
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+# megatron-core 0.19.2 CudaGraphModule names (--cuda-graph-modules); empty = the whole layer.
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+FSDP_IMPLS = ("megatron", "torch")
+
+
+class Recipe(BaseModel):
+    """The performance settings of a training recipe, named as Megatron-LM names them (megatron-core
+    0.19.2 flags without the leading ``--``). Everything the step-time model prices is here, and each
+    emitter writes exactly these settings (docs/emitters.md has the table of flags per trainer).
+
+    ``None`` means *auto*: on wherever the trainer accepts it for the layout, off where one of its
+    rules forbids it (``planner.rules.effective_recipe`` decides, deterministically, and the step
+    time prices what it decides). An explicit ``True`` (or a graph implementation) is a requirement:
+    a layout that the trainer would refuse with it breaks a rule (exit 2) and the search skips it.
+    An explicit ``False`` switches it off everywhere. Defaults are what the recipes behind the
+    profile's measurements used (NVIDIA's Megatron-Bridge 26.06-26.08 perf recipes; docs/steptime.md).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] | None = Field(
+        None, description="--cuda-graph-impl; None = transformer_engine where the layout allows graphs, else none")
+    cuda_graph_modules: tuple[str, ...] | None = Field(
+        None, description="--cuda-graph-modules (attn, mlp, moe, moe_router, moe_preprocess); () = whole layer; "
+                          "None = attn+moe_router+moe_preprocess (MoE) / attn+mlp (dense), less what the layout forbids")
+    overlap_moe_expert_parallel_comm: bool | None = Field(
+        None, description="--overlap-moe-expert-parallel-comm (1F1B all-to-all overlap); priced with ep.overlap, "
+                          "0 when off")
+    delay_wgrad_compute: bool | None = Field(None, description="--delay-wgrad-compute (needs the all-to-all overlap)")
+    tp_comm_overlap: bool | None = Field(None, description="--tp-comm-overlap (needs sequence parallelism, TP > 1); "
+                                                           "priced with tp.overlap, 0 when off")
+    moe_permute_fusion: bool = Field(True, description="--moe-permute-fusion")
+    moe_router_fusion: bool = Field(True, description="--moe-router-fusion")
+    cross_entropy_loss_fusion: bool = Field(True, description="--cross-entropy-loss-fusion (impl native)")
+    moe_router_enable_expert_bias: bool | None = Field(
+        None, description="--moe-router-enable-expert-bias (aux-loss-free routing); None = the model's routing "
+                          "(DeepSeek-V3 / Kimi-K2 noaux_tc)")
+    fsdp_impl: Literal["megatron", "torch"] = Field("megatron", description="FSDP flavour when the layout shards "
+                                                    "parameters: megatron (--use-megatron-fsdp) | torch (--use-torch-fsdp2)")
+
+    @field_validator("cuda_graph_modules", mode="before")
+    @classmethod
+    def _modules(cls, v):
+        if v is None:
+            return None
+        items = v.replace(",", " ").split() if isinstance(v, str) else list(v)
+        bad = [x for x in items if x not in CUDA_GRAPH_MODULES]
+        if bad:
+            raise ValueError(f"unknown CUDA graph module {bad[0]!r}; use {', '.join(CUDA_GRAPH_MODULES)}")
+        return tuple(x for x in CUDA_GRAPH_MODULES if x in items)
+
+    def explicit(self) -> dict:
+        """The fields a user set to a value (auto fields left out)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A ``ParallelConfig`` bound to the world it runs on, as torchtitan's ``ParallelDims``: one
+    validated value that knows every degree. The attention grid is tp x cp x dp x pp and the expert
+    grid (MoE parallel folding) etp x ep x edp x pp; both cover the world exactly."""
+
+    config: ParallelConfig
+    world: int
+
+    def __post_init__(self):
+        c, w = self.config, self.world
+        if w < 1:
+            raise ValueError(f"world size {w}: need at least one GPU")
+        if w % c.model_parallel:
+            raise ValueError(f"{w} GPUs are not divisible by tp*cp*pp = {c.model_parallel} ({c.short()})")
+        if c.dp is not None and c.dp * c.model_parallel != w:
+            raise ValueError(f"{c.short()} needs {c.dp * c.model_parallel} GPUs but the world has {w}")
+        expert = c.etp_eff * c.ep * c.pp
+        if w % expert:
+            raise ValueError(f"{w} GPUs are not divisible by etp*ep*pp = {expert} ({c.short()})")
+
+    @property
+    def dp(self) -> int:
+        return self.config.dp_for(self.world)
+
+    @property
+    def edp(self) -> int:
+        return self.config.edp_for(self.world)
+
+    @property
+    def dense_replicas(self) -> int:
+        """Ranks that hold the same dense weights (Megatron's dp-cp group): dp * cp."""
+        return self.dp * self.config.cp
+
+
 class Training(BaseModel):
     """The training setup a plan serves: sequence length, global batch (sequences), precision,
-    software stack profile and the trainer the launch configs are for."""
+    software stack profile, the trainer the launch configs are for and its recipe settings.
+
+    ``stack`` defaults to the trainer's own profile (``DEFAULT_STACKS``). ``cuda_graphs=False`` is
+    the same as ``recipe.cuda_graph_impl="none"``; the two are kept consistent."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     seq_len: int = Field(4096, ge=1, description="sequence length in tokens")
     global_batch: int = Field(..., ge=1, description="global batch size in sequences")
     precision: Precision = Field("bf16", description="bf16 | fp8 | fp8-block | mxfp8 | nvfp4")
-    stack: str = Field("megatron-26.08", description="software stack profile name")
+    stack: str = Field("megatron-26.08", description="software stack profile name (default: the trainer's)")
     trainer: str = Field("megatron", description="megatron | torchtitan | maxtext")
     cuda_graphs: bool = Field(True, description="the recipe captures CUDA graphs and fuses its elementwise "
                               "ops (NVIDIA's current Megatron-Bridge recipes); False: it runs eagerly, "
-                              "priced with the profile's mem.elementwise_eager")
+                              "priced with the profile's mem.elementwise_eager (= recipe.cuda_graph_impl none)")
+    recipe: Recipe = Field(default_factory=Recipe, description="performance settings (planner.config.Recipe)")
     memory_headroom: str = Field(DEFAULT_HEADROOM, description="HBM a plan leaves free: a share like 5%, GiB "
                                  "like 8GiB, or both (5%,4GiB: the larger); planner.cost.memory.usable_hbm_gib")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data):
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        trainer = data.get("trainer") or "megatron"
+        if data.get("stack") is None:
+            data["stack"] = DEFAULT_STACKS.get(trainer, DEFAULT_STACKS["megatron"])
+        recipe = data.get("recipe")
+        if recipe is None:
+            recipe = Recipe()
+        elif isinstance(recipe, dict):
+            recipe = Recipe.model_validate(recipe)
+        impl = recipe.cuda_graph_impl
+        if data.get("cuda_graphs") is False:
+            if impl not in (None, "none"):
+                raise ValueError(f"cuda_graphs=False contradicts recipe.cuda_graph_impl={impl!r}")
+            recipe = recipe.model_copy(update={"cuda_graph_impl": "none"})
+        elif impl == "none":
+            data["cuda_graphs"] = False
+        data["recipe"] = recipe
+        return data
 
     @field_validator("precision", mode="before")
     @classmethod

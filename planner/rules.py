@@ -220,6 +220,254 @@ def _maxtext_ep_in_dp(m, c, t, world):
                     "its expert axis cannot borrow tensor-parallel ranks")
 
 
+# ----------------------------------------------------------------------------------------------
+# Recipe settings (planner.config.Recipe): megatron-core 0.19.2's rules that tie CUDA graphs, the
+# all-to-all overlap, TP overlap and expert bias to the layout (research notes: validate_args and
+# TransformerConfig.__post_init__; combined_1f1b.py and transformer_layer.py for the runtime ones).
+# Each predicate returns why a setting cannot be on for the layout (None: it can). A setting the
+# user *required* (an explicit True) that a predicate forbids is a broken rule; an auto setting
+# (None) is switched off for that layout by ``effective_recipe``, and the step time prices that.
+
+# Model families whose router is aux-loss-free (DeepSeek-V3's noaux_tc: sigmoid scores plus a
+# per-expert bias updated outside the optimizer); HF DeepseekV3 has no other routing method.
+AUX_LOSS_FREE_FAMILIES = ("deepseek_v3", "kimi_k2")
+# The partial scope NVIDIA's perf recipes capture for dropless MoE models, and for dense models.
+GRAPH_MODULES_MOE = ("attn", "moe_router", "moe_preprocess")
+GRAPH_MODULES_DENSE = ("attn", "mlp")
+# Recipe knobs each trainer has (the rest is priced as the trainer runs without them).
+TRAINER_KNOBS = {
+    "megatron": ("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+                 "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
+                 "moe_router_enable_expert_bias", "fsdp_impl"),
+    # TorchTitan: training.disable_cuda_graphs. Its MoE routers always carry the aux-loss-free expert
+    # bias (MoE.Config.load_balance_coeff = 1e-3 in every flavour), with no switch to write.
+    "torchtitan": ("cuda_graph_impl",),
+    "maxtext": (),
+}
+
+
+def aux_loss_free(model) -> bool:
+    """The model routes with a learned-free expert bias (DeepSeek-V3 / Kimi-K2 ``noaux_tc``)."""
+    return bool(getattr(model, "num_experts", 0)) and getattr(model, "family", "") in AUX_LOSS_FREE_FAMILIES
+
+
+def _has_dense_layers(m) -> bool:
+    layers = getattr(m, "moe_layers", ()) or ()
+    return not m.num_experts or not all(layers)
+
+
+def _graphs_problem(m, c, t, impl) -> str | None:
+    if impl in (None, "none"):
+        return None
+    if t.trainer == "torchtitan":
+        if c.pp > 1:
+            return "CUDA graphs do not support pipeline parallelism yet. Set --training.disable_cuda_graphs."
+        if m.num_experts and c.ep > 1:
+            return "torchtitan CUDA graphs do not support the all-to-all EP dispatcher (set --training.disable_cuda_graphs)"
+        return None
+    if c.recompute == "full" and impl != "full_iteration":
+        return "full recompute is only supported with full iteration CUDA graph."
+    return None
+
+
+def _modules_problem(m, c, t, impl, modules) -> str | None:
+    if impl in (None, "none") or t.trainer != "megatron":
+        return None
+    if impl == "full_iteration":
+        return "--cuda-graph-modules must be empty when --cuda-graph-impl=full_iteration." if modules else None
+    mods = set(modules)
+    if "moe" in mods and "moe_router" in mods:
+        return "cuda_graph_modules must not contain both moe and moe_router."
+    if "moe_preprocess" in mods and "moe_router" not in mods:
+        return "moe_preprocess cuda graph is only supported with moe_router cuda graph."
+    if not m.num_experts and mods & {"moe", "moe_router"}:
+        return "moe cuda graph is only supported for MoE."
+    if m.num_experts and "mlp" in mods and not _has_dense_layers(m):
+        return "mlp cuda graph is only supported for dense layers, but not found in the model."
+    if m.num_experts and "moe" in mods:
+        return "moe cuda graph is only supported with drop-padding MoE."
+    if impl == "transformer_engine" and "moe" in c.recompute_modules and "moe_router" in mods:
+        return "moe recompute is not supported with moe_router CUDA graph with: --cuda-graph-impl transformer_engine."
+    return None
+
+
+def _a2a_overlap_problem(m, c, t, impl, modules) -> str | None:
+    if t.trainer != "megatron":
+        return "only Megatron has the 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm)"
+    if not m.num_experts or c.ep < 2:
+        return "overlap_moe_expert_parallel_comm is only supported with expert model parallelism"
+    if c.dispatcher is not None and c.dispatcher not in ("alltoall", "flex-deepep", "flex-hybridep"):
+        return "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"
+    if c.recompute == "full":
+        return "disable full recomputation when enabling overlap_moe_expert_parallel_comm"
+    if "moe" in c.recompute_modules:
+        return "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"
+    if c.pp > 1 and c.vpp < 2:
+        return ("If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+                f"pipeline_model_parallel_size > 1 (pp={c.pp}, vpp=1)")
+    if (getattr(m, "mtp_layers", 0) or 0) > 1:
+        return "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."
+    if c.fsdp and c.vpp > 1:
+        return "EP overlap 1F1B with FSDP is not supported for interleaved pipeline parallelism"
+    if impl in ("local", "transformer_engine") and (not modules or {"moe", "mlp"} & set(modules)):
+        return "EP overlap must be disabled when CUDA graph captures the whole MLP/MoE part."
+    return None
+
+
+def _delay_wgrad_problem(m, c, t, a2a, impl, modules) -> str | None:
+    if not a2a:
+        return "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"
+    if impl in ("local", "transformer_engine") and "attn" in modules and (
+            getattr(m, "attention_bias", False) or getattr(m, "mlp_bias", False)):
+        return "CUDA graph with delay_wgrad_compute doesn't support attn bias for now."
+    return None
+
+
+def _tp_overlap_problem(m, c, t) -> str | None:
+    if t.trainer != "megatron":
+        return "only Megatron has --tp-comm-overlap"
+    if c.tp < 2:
+        return ("Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled "
+                f"(tp={c.tp}: Megatron turns sequence parallelism off)")
+    return None
+
+
+def _expert_bias_problem(m, c, t) -> str | None:
+    if not m.num_experts:
+        return "--moe-router-enable-expert-bias needs a MoE model"
+    if not aux_loss_free(m):
+        return ("Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' score functions "
+                f"({m.name} routes without it)")
+    return None
+
+
+def _torch_fsdp2_problem(m, c, t) -> str | None:
+    if c.pp > 1:
+        return "--use-torch-fsdp2 is not supported with pipeline parallelism"
+    if c.ep > 1:
+        return "--use-torch-fsdp2 is not supported with expert parallelism"
+    if getattr(m, "tied_embeddings", False):
+        return "--use-torch-fsdp2 needs --untie-embeddings-and-output-weights (the model ties them)"
+    return None
+
+
+def _graph_setting(m, c, t):
+    """(impl, modules) as the layout runs them: an explicit impl stays (its rules judge it), auto
+    is transformer_engine where the layout allows graphs, else none."""
+    r = t.recipe
+    if t.trainer == "maxtext":
+        return "none", ()
+    impl = r.cuda_graph_impl
+    if impl is None:
+        impl = "transformer_engine"
+        if _graphs_problem(m, c, t, impl):
+            impl = "none"
+    if impl == "none" or t.trainer != "megatron":
+        return impl, ()
+    if r.cuda_graph_modules is not None or impl == "full_iteration":
+        return impl, tuple(r.cuda_graph_modules or ())
+    mods = list(GRAPH_MODULES_MOE if m.num_experts else GRAPH_MODULES_DENSE)
+    if impl == "transformer_engine" and "moe" in c.recompute_modules:
+        mods = [x for x in mods if x not in ("moe_router", "moe_preprocess")]
+    return impl, tuple(mods)
+
+
+def effective_recipe(model, config, training):
+    """The recipe as the trainer runs ``config``: every auto field resolved, knobs the trainer lacks
+    off (False / none), settings the layout makes meaningless normalised (no MoE fusions on a dense
+    model, no FSDP flavour without FSDP). Deterministic and idempotent: the effective recipe of a
+    Training holding an effective recipe is itself. Explicit settings are kept as given (the rules
+    refuse the layouts they do not fit)."""
+    from planner.config import Recipe
+
+    m, c, t = model, config, training
+    r = t.recipe
+    knobs = TRAINER_KNOBS.get(t.trainer, ())
+    impl, modules = _graph_setting(m, c, t)
+
+    def auto(value, problem):
+        return (problem is None) if value is None else bool(value)
+
+    a2a = False
+    if "overlap_moe_expert_parallel_comm" in knobs:
+        a2a = auto(r.overlap_moe_expert_parallel_comm, _a2a_overlap_problem(m, c, t, impl, modules))
+    dw = False
+    if "delay_wgrad_compute" in knobs:
+        dw = auto(r.delay_wgrad_compute, _delay_wgrad_problem(m, c, t, a2a, impl, modules))
+    tpo = auto(r.tp_comm_overlap, _tp_overlap_problem(m, c, t)) if "tp_comm_overlap" in knobs else False
+    moe = bool(m.num_experts)
+    bias = auto(r.moe_router_enable_expert_bias, _expert_bias_problem(m, c, t)) \
+        if "moe_router_enable_expert_bias" in knobs else False
+    mega = t.trainer == "megatron"
+    return Recipe(
+        cuda_graph_impl=impl, cuda_graph_modules=modules, overlap_moe_expert_parallel_comm=a2a,
+        delay_wgrad_compute=dw, tp_comm_overlap=tpo,
+        moe_permute_fusion=bool(r.moe_permute_fusion and moe and mega),
+        moe_router_fusion=bool(r.moe_router_fusion and moe and mega),
+        cross_entropy_loss_fusion=bool(r.cross_entropy_loss_fusion and mega),
+        moe_router_enable_expert_bias=bias,
+        fsdp_impl=r.fsdp_impl if (c.fsdp and mega) else "megatron",
+    )
+
+
+def _explicit(t, name):
+    return getattr(t.recipe, name) is True
+
+
+def _r_graphs(m, c, t, world):
+    impl = t.recipe.cuda_graph_impl
+    if impl not in (None, "none"):
+        return _graphs_problem(m, c, t, impl)
+
+
+def _r_graph_modules(m, c, t, world):
+    impl, modules = _graph_setting(m, c, t)
+    return _modules_problem(m, c, t, impl, modules)
+
+
+def _r_full_iteration_nan(m, c, t, world):
+    return None  # the emitter writes --no-check-for-nan-in-loss-and-grad with full_iteration graphs
+
+
+def _r_a2a_overlap(m, c, t, world):
+    if _explicit(t, "overlap_moe_expert_parallel_comm"):
+        impl, modules = _graph_setting(m, c, t)
+        return _a2a_overlap_problem(m, c, t, impl, modules)
+
+
+def _r_delay_wgrad(m, c, t, world):
+    if _explicit(t, "delay_wgrad_compute"):
+        e = effective_recipe(m, c, t)
+        return _delay_wgrad_problem(m, c, t, e.overlap_moe_expert_parallel_comm, e.cuda_graph_impl,
+                                    e.cuda_graph_modules)
+
+
+def _r_tp_overlap(m, c, t, world):
+    if _explicit(t, "tp_comm_overlap"):
+        return _tp_overlap_problem(m, c, t)
+
+
+def _r_expert_bias(m, c, t, world):
+    if _explicit(t, "moe_router_enable_expert_bias"):
+        return _expert_bias_problem(m, c, t)
+
+
+def _r_torch_fsdp2(m, c, t, world):
+    if c.fsdp and t.recipe.fsdp_impl == "torch":
+        return _torch_fsdp2_problem(m, c, t)
+
+
+RECIPE_RULES = (
+    ("cuda_graphs_vs_recompute", ("megatron", "torchtitan"), _r_graphs),
+    ("cuda_graph_modules", ("megatron",), _r_graph_modules),
+    ("moe_a2a_overlap_layout", ("megatron",), _r_a2a_overlap),
+    ("delay_wgrad_needs_a2a_overlap", ("megatron",), _r_delay_wgrad),
+    ("tp_comm_overlap_needs_sp", ("megatron",), _r_tp_overlap),
+    ("expert_bias_needs_sigmoid_router", ("megatron",), _r_expert_bias),
+    ("torch_fsdp2_layout", ("megatron",), _r_torch_fsdp2),
+)
+
+
 RULES: tuple[Rule, ...] = (
     Rule("world_div_model_parallel", ("megatron", "torchtitan", "maxtext"), _world_div_model_parallel),
     Rule("dp_matches_world", ("megatron", "torchtitan", "maxtext"), _dp_matches),
@@ -237,7 +485,7 @@ RULES: tuple[Rule, ...] = (
     Rule("maxtext_ep_divides_dp", ("maxtext",), _maxtext_ep_in_dp),
     Rule("megatron_interleaved_microbatches", ("megatron",), _mg_interleaved),
     Rule("torchtitan_pipeline_microbatches", ("torchtitan",), _tt_schedule),
-)
+) + tuple(Rule(n, tr, f) for n, tr, f in RECIPE_RULES)
 
 
 def violations(model, config: ParallelConfig, training: Training, world: int,

@@ -123,7 +123,7 @@ def test_emit_writes_every_file_atomically(tmp_path, dsv3_doc):
     rel = sorted(str(p.relative_to(out)) for p in paths)
     assert rel == ["bridge/overrides.txt", "maxtext/overrides.yml", "megatron/args.txt", "megatron/env.sh",
                    "plan.json", "slurm/hostfile", "slurm/sbatch.sh", "slurm/task.sh", "torchtitan/command.txt",
-                   "torchtitan/job.toml"]
+                   "torchtitan/job.toml", "torchtitan/topoplan_config.py"]   # MXFP8 converters: a registry of its own
     assert json.loads((out / "plan.json").read_text()) == dsv3_doc
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
@@ -338,7 +338,11 @@ def test_torchtitan_toml_matches_the_command_line(dsv3_doc):
     flags = {args[i][2:]: args[i + 1] for i in range(len(args) - 1)
              if args[i].startswith("--") and not args[i + 1].startswith("--")}
     for key, value in job["parallelism"].items():
-        if f"parallelism.{key}" in flags:
+        if key == "module_fqns_per_model_part":   # one stage per word on the command line
+            i = args.index(f"--parallelism.{key}")
+            assert [",".join(stage) for stage in value] == args[i + 1:i + 1 + len(value)]
+            assert len(value) == 2 * 8   # PP2 VPP8: the plan's stages, not TorchTitan's default 2 per rank
+        elif f"parallelism.{key}" in flags:
             assert str(value) == flags[f"parallelism.{key}"], key
     assert job["parallelism"]["expert_parallel_degree"] == 32 and job["parallelism"]["pipeline_parallel_degree"] == 2
     assert job["parallelism"]["data_parallel_shard_degree"] == 128  # 256 / (TP1 * CP1 * PP2)

@@ -118,6 +118,20 @@ def memory_warnings(plans, hbm_gib: float) -> list[str]:
     return out
 
 
+def header(training, model_name: str, cluster_name: str, offered: int, used) -> dict:
+    """What a plan / scale / predict answer is for: one dict, printed as the header line and in --json."""
+    return {"stack": training.stack, "trainer": training.trainer, "model": model_name, "cluster": cluster_name,
+            "gpus_offered": offered, "gpus_used": used, "precision": training.precision,
+            "seq_len": training.seq_len, "global_batch": training.global_batch}
+
+
+def header_line(h: dict) -> str:
+    used = h["gpus_used"] if not isinstance(h["gpus_used"], (list, tuple)) else ",".join(map(str, h["gpus_used"]))
+    return (f"stack {h['stack']} | trainer {h['trainer']} | model {h['model']} | cluster {h['cluster']} | "
+            f"GPUs offered {h['gpus_offered']}, used {used} | {h['precision']} | seq {h['seq_len']} | "
+            f"gbs {h['global_batch']}")
+
+
 def _objective(value: str) -> str:
     if value not in _OBJECTIVES:
         raise InputError(f"--objective {value!r}: use one of {', '.join(_OBJECTIVES)}")
@@ -135,7 +149,7 @@ def register(app: typer.Typer) -> None:
         usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
                                             help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
         memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
-        stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
+        stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
         gbs: int = typer.Option(..., "--gbs", min=1, help="global batch in sequences"),
@@ -189,6 +203,8 @@ def register(app: typer.Typer) -> None:
         doc = result.to_dict()
         if compare:
             doc["compare"] = compare_entry(compare, m, c, result, gpus=job.gpus)
+        doc["header"] = header(result.training, m.name, c.name, job.gpus,
+                               result.plans[0].world if result.plans else None)
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
@@ -215,7 +231,7 @@ def register(app: typer.Typer) -> None:
         usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
                                             help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
         memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
-        stack: str = typer.Option("megatron-26.08", "--stack", help="software stack profile"),
+        stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
         gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default: 16 sequences per GPU of the smallest size)"),
@@ -256,7 +272,9 @@ def register(app: typer.Typer) -> None:
             rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
                          time_limit=time_limit,
                          objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance())
-        doc = {"model": m.name, "cluster": cluster, "rows": rows}
+        doc = {"model": m.name, "cluster": cluster, "rows": rows,
+               "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
+                                m.name, cluster, sizes, [r["world"] for r in rows])}
         if report is not None:
             from planner.output.report import write_report
 
@@ -264,6 +282,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
+        from rich.console import Console
+
+        Console().print(header_line(doc["header"]), highlight=False)
         _render_scale(rows)
 
 
@@ -273,6 +294,7 @@ def _render(doc, cluster, result) -> None:
     from planner.output.explain import render_plan
 
     console = Console()
+    console.print(header_line(doc["header"]), highlight=False)
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
     _render_uncertainty(doc, console)
     s = doc["solver"]

@@ -31,10 +31,12 @@ def predict_cmd(
     memory_headroom: str = typer.Option(None, "--memory-headroom",
                                         help="HBM kept free: a share (5%), GiB (8GiB) or both (5%,4GiB: the larger); "
                                              "default 5%"),
-    stack: str = typer.Option("megatron-26.08", "--stack", help="stack profile name or profile YAML path"),
+    stack: str = typer.Option(None, "--stack", help="stack profile name or profile YAML path "
+                              "(its trainer: megatron-*, torchtitan, maxtext; default megatron-26.08, or the "
+                              "files' trainer's own with --from)"),
     precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
     seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length"),
-    gbs: int = typer.Option(..., "--gbs", min=1, help="global batch size (sequences)"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="global batch size (sequences); needed unless --from"),
     mbs: int = typer.Option(1, "--mbs", min=1, help="micro-batch size"),
     tp: int = typer.Option(1, "--tp", min=1), pp: int = typer.Option(1, "--pp", min=1),
     vpp: int = typer.Option(1, "--vpp", min=1), cp: int = typer.Option(1, "--cp", min=1),
@@ -48,6 +50,9 @@ def predict_cmd(
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="the recipe captures CUDA graphs and fuses elementwise ops (default) or runs eagerly"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    from_files: Path = typer.Option(None, "--from", help="price emitted launch files instead of the layout options: "
+                                    "megatron/args.txt (WORLD_SIZE from env.sh next to it) or "
+                                    "torchtitan/command.txt (with --gpus), or their directory"),
 ) -> None:
     """Predict throughput, step-time breakdown and memory of one parallel layout.
 
@@ -65,16 +70,33 @@ def predict_cmd(
     from planner.cli.checks import check_inputs
     from planner.rules import check
 
-    prof = load_profile(stack)
+    prof = load_profile(stack or "megatron-26.08")
     check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
-    cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
-    try:
-        training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
-                            trainer=prof.trainer, cuda_graphs=cuda_graphs,
-                            **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
-    except ValidationError as exc:
-        raise InputError(pydantic_message(exc, "options")) from None
     m = load_model(model)
+    order = None
+    if from_files is not None:   # the layout, batch, precision and recipe come from the files
+        from planner.output.emit.readback import read_files
+
+        cfg, training, order = read_files(from_files, m, gpus, stack=None if stack is None else prof.name)
+        prof = load_profile(training.stack)
+        if cfg.dp is None and gpus:
+            cfg = cfg.model_copy(update={"dp": gpus // cfg.model_parallel})
+    else:
+        if gbs is None:
+            raise InputError("--gbs: give the global batch (or --from megatron/args.txt of an emitted plan)")
+        cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
+        try:
+            training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
+                                trainer=prof.trainer, cuda_graphs=cuda_graphs,
+                                **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
+        except ValidationError as exc:
+            raise InputError(pydantic_message(exc, "options")) from None
+    if memory_headroom is not None and from_files is not None:
+        try:
+            training = training.model_copy(update={"memory_headroom": Training(
+                global_batch=1, memory_headroom=memory_headroom).memory_headroom})
+        except ValidationError as exc:
+            raise InputError(pydantic_message(exc, "options")) from None
     # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
     # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices
     from planner.search.plan import gpd_options
@@ -87,9 +109,10 @@ def predict_cmd(
     world = cfg.world(job.gpus)
     check(m, cfg, training, world)
     p = None
+    custom = order is not None and order != "tp-cp-ep-dp-pp"
     for g in ([gpus_per_domain] if gpus_per_domain else gpd_options(job)):
         try:
-            placement = make_placement(cl, cfg, world, g)
+            placement = make_placement(cl, cfg, world, g, order=order) if custom else make_placement(cl, cfg, world, g)
         except InfeasibleError:
             continue
         q = predict(m, cl, cfg, training, placement=placement, profile=prof)
@@ -97,11 +120,18 @@ def predict_cmd(
             p = q
     if p is None:  # no choice holds the world: the one-line reason
         make_placement(cl, cfg, world, gpus_per_domain)
+    from planner.cli.plan import header, header_line
+
+    h = header(training, m.name, cl.name, gpus or cl.num_gpus, p.world)
     if json_out:
         d = p.to_dict()
         d.pop("placement", None)
+        d["header"] = h
         print(json.dumps(d, indent=2))
     else:
+        from rich.console import Console
+
+        Console().print(header_line(h), highlight=False)
         _render(p, m, cl, training)
     if not p.fits:  # the prediction is shown (JSON too, with fits false); the exit code says infeasible
         raise InfeasibleError(shortfall(p))

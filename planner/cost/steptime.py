@@ -128,6 +128,28 @@ def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Effi
         quant_bytes=C.quant_bytes_per_element(precision))
 
 
+def recipe_pricing(model, config: ParallelConfig, training: Training, profile, arch: str) -> tuple:
+    """(TP overlap, EP overlap, CUDA graphs) the step time prices for ``config``: the recipe as the
+    trainer runs the layout (``planner.rules.effective_recipe``). A Megatron overlap the recipe
+    switches off (by the user, or by a trainer rule for this layout) hides nothing: overlap 0. A
+    trainer without the knob keeps the profile's fitted overlap, which its measured runs reached
+    without it. CUDA graphs price ``mem.elementwise`` (captured and fused) or ``mem.elementwise_eager``;
+    TorchTitan's graph switch is not priced (its profile fits one elementwise factor to eager runs),
+    so there ``Training.cuda_graphs`` decides as before."""
+    from planner.rules import TRAINER_KNOBS, effective_recipe
+
+    rec = effective_recipe(model, config, training)
+    knobs = TRAINER_KNOBS.get(training.trainer, ())
+    o_tp = profile.param("tp.overlap", arch)
+    o_ep = profile.param("ep.overlap", arch)
+    if "tp_comm_overlap" in knobs and not rec.tp_comm_overlap:
+        o_tp = 0.0
+    if "overlap_moe_expert_parallel_comm" in knobs and not rec.overlap_moe_expert_parallel_comm:
+        o_ep = 0.0
+    graphs = rec.cuda_graph_impl != "none" if training.trainer == "megatron" else training.cuda_graphs
+    return o_tp, o_ep, graphs
+
+
 @lru_cache(maxsize=256)
 def _layer_kinds(model) -> tuple:
     kinds = []
@@ -198,10 +220,11 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     tp, cp, pp, vpp, ep, etp, mbs = config.tp, config.cp, config.pp, config.vpp, config.ep, config.etp_eff, config.mbs
     arch = gpu.arch
     par = lambda n: profile.param(n, arch)  # noqa: E731
-    eff = efficiencies(gpu, prec, profile, training.cuda_graphs)
+    o_tp, o_ep, graphs = recipe_pricing(model, config, training, profile, arch)
+    eff = efficiencies(gpu, prec, profile, graphs)
     fabric = profile_fabric(cluster, profile)
-    dp = world // (tp * cp * pp)
-    edp = world // (etp * ep * pp)
+    dp = config.dp_for(world)
+    edp = config.edp_for(world)
     m = training.global_batch / (mbs * dp)
     lp = prec in LOW_PRECISION
     if layout is None:
@@ -242,8 +265,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
         work = C.layer_work(model, kind[0], kind[1], s, mbs, tp, cp, ep, etp, lp)
         lt = eff.layer_time(work, recompute)
-        tp_x = TP.tp_exposed(t_tp_layer, par("tp.overlap"), 3.0 * lt.gemm_fwd)
-        a2a_x = EA.a2a_exposed(t_a2a_layer, par("ep.overlap"), lt.total) if kind[0] == "moe" else 0.0
+        tp_x = TP.tp_exposed(t_tp_layer, o_tp, 3.0 * lt.gemm_fwd)
+        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, lt.total) if kind[0] == "moe" else 0.0
         cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch)
     head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())

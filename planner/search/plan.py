@@ -132,7 +132,8 @@ class PlanResult:
             "cluster": self.cluster.model_dump(mode="json"),
             "training": {"seq_len": t.seq_len, "global_batch": t.global_batch, "precision": t.precision,
                          "stack": t.stack, "trainer": t.trainer, "cuda_graphs": t.cuda_graphs,
-                         "memory_headroom": t.memory_headroom},
+                         "memory_headroom": t.memory_headroom,
+                         "recipe": t.recipe.model_dump(mode="json")},
             "plans": plans,
             "solver": dict(self.solver),
         }
@@ -370,11 +371,23 @@ class _Builder:
         from planner.cost.terms import expert_a2a as EA
         from planner.cost.terms import pipeline as PPL
         from planner.cost.terms import tensor_parallel as TPc
-        P, vals, model, tr, eff = self.prog, self.vals, self.model, self.training, self.eff
+        P, vals, model, tr = self.prog, self.vals, self.model, self.training
         s, h = tr.seq_len, model.hidden_size
         q = self.q
         o_tp, o_ep, o_cp, o_dp, o_pp = (self.par("tp.overlap"), self.par("ep.overlap"), self.par("cp.overlap"),
                                         self.par("dp.overlap"), self.par("pp.overlap"))
+        # the recipe as each layout runs it (planner.cost.steptime.recipe_pricing): TP overlap is on
+        # for every TP > 1 or for none; CUDA graphs follow recompute; the all-to-all overlap is
+        # chosen per layout by the OV node below
+        from planner.cost.steptime import efficiencies, recipe_pricing
+
+        def pricing(**kw):
+            return recipe_pricing(model, ParallelConfig(**kw), tr, self.profile, self.arch)
+
+        o_tp = pricing(tp=2)[0]
+        eff_rc = {rc: efficiencies(self.gpu, tr.precision, self.profile, pricing(recompute=rc)[2])
+                  for rc in vals["recompute"]}
+        rc_priced = len(set(eff_rc.values())) > 1   # graphs on or off depends on the recompute choice
         launch = q(self.par("other.layer_us") * 1e-6)
         kinds = _layer_kinds(model)
         kind_set = set(kinds) | ({(kinds[-1][0], False)} if model.mtp_layers else set())
@@ -395,7 +408,7 @@ class _Builder:
             for ix, a in self.combos(*lvars):
                 etp = a["tp"] if a["etp"] is None else a["etp"]
                 work = C.layer_work(model, kind[0], kind[1], s, a["mbs"], a["tp"], a["cp"], a["ep"], etp, self.lp)
-                lt = eff.layer_time(work, rc_arg(a["recompute"]))
+                lt = eff_rc[a["recompute"]].layer_time(work, rc_arg(a["recompute"]))
                 tabs["comp"][ix] = q(lt.total)
                 tabs["fwd"][ix] = q(lt.fwd)
                 tabs["bwd"][ix] = q(lt.bwd)
@@ -442,6 +455,13 @@ class _Builder:
                     a_t1[ix + (sid,)] = q((1.0 - o_ep) * t)
             A = P.table_t(self.idx(*avars), a_t, nodes=[self.sh["ep"]])
             A1 = P.table_t(self.idx(*avars), a_t1, nodes=[self.sh["ep"]])
+            # 1 where the recipe overlaps the all-to-all for this layout (EP > 1 assumed: with EP = 1
+            # the all-to-all costs nothing either way), else 0: the exposed time is then A itself
+            ovars = ("dispatcher", "recompute", "pp", "vpp", "fsdp")
+            ov = {ix: int(pricing(ep=2, dispatcher=a["dispatcher"], recompute=a["recompute"], pp=a["pp"],
+                                  vpp=a["vpp"], fsdp=a["fsdp"])[1] > 0)
+                  for ix, a in self.combos(*ovars)}
+            A1x = A1 if all(ov.values()) else P.element(P.table_t(self.idx(*ovars), ov), [A, A1], index_is_node=True)
 
         # context-parallel exchange: (tp, cp, mbs) + cp shape (its tier)
         c_t, c_t1 = {}, {}
@@ -463,23 +483,31 @@ class _Builder:
             tpx = P.max([TPT1, P.sum([TPT, t["g3"]], [1, -1]), zero])
             parts = [t["comp"], tpx]
             if kind[0] == "moe":
-                parts.append(P.max([A1, P.sum([A, t["comp"]], [1, -1]), zero]))
+                parts.append(P.max([A1x, P.sum([A, t["comp"]], [1, -1]), zero]))
             parts.append(P.max([CPT1, P.sum([CPT, t["attn"]], [1, -1]), zero]))
             L[kind] = P.sum(parts, const=launch)
 
-        # output head and MTP extras: (tp, cp, mbs)
-        head = {n: {} for n in ("total", "fwd", "bwd")}
-        mtpx = {n: {} for n in ("total", "fwd", "bwd")}
-        for ix, a in self.combos("tp", "cp", "mbs"):
-            ht = eff.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], False), ())
-            for n, v in (("total", ht.total), ("fwd", ht.fwd), ("bwd", ht.bwd)):
-                head[n][ix] = q(v)
-            if model.mtp_layers:
-                mt = eff.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], True), ())
-                for n, v in (("total", mt.total), ("fwd", mt.fwd), ("bwd", mt.bwd)):
-                    mtpx[n][ix] = q(v)
-        H = {n: P.table_t(self.idx("tp", "cp", "mbs"), t) for n, t in head.items()}
-        MX = {n: P.table_t(self.idx("tp", "cp", "mbs"), t) for n, t in mtpx.items()} if model.mtp_layers else None
+        # output head and MTP extras: (tp, cp, mbs), and recompute where it switches CUDA graphs
+        def head_tables(hvars, eff_of):
+            head = {n: {} for n in ("total", "fwd", "bwd")}
+            mtpx = {n: {} for n in ("total", "fwd", "bwd")}
+            for ix, a in self.combos(*hvars):
+                e_ = eff_of(a)
+                ht = e_.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], False), ())
+                for n, v in (("total", ht.total), ("fwd", ht.fwd), ("bwd", ht.bwd)):
+                    head[n][ix] = q(v)
+                if model.mtp_layers:
+                    mt = e_.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], True), ())
+                    for n, v in (("total", mt.total), ("fwd", mt.fwd), ("bwd", mt.bwd)):
+                        mtpx[n][ix] = q(v)
+            return ({n: P.table_t(self.idx(*hvars), t) for n, t in head.items()},
+                    {n: P.table_t(self.idx(*hvars), t) for n, t in mtpx.items()} if model.mtp_layers else None)
+
+        # the bound (bound_factors) reads tables over (tp, cp, mbs): the cheapest regime, a lower bound
+        H, MX = head_tables(("tp", "cp", "mbs"), lambda a: min(eff_rc.values(), key=lambda e_: e_.elem_factor))
+        H_b, MX_b = H, MX
+        if rc_priced:
+            H, MX = head_tables(("tp", "cp", "mbs", "recompute"), lambda a: eff_rc[a["recompute"]])
 
         # pipeline ranks, grouped into slots: distinct per-rank inventories (steptime.rank_inventory)
         # in first-occurrence order, so the first argmax below is steptime's max over ranks
@@ -563,7 +591,7 @@ class _Builder:
         B840 = P.table_t(self.idx("pp", "vpp"), b1)
         CORE = P.product(P.sum([M840, B840]), TMAX)
         # sources of the separable lower bound (_bound_factors)
-        self._src = dict(per=per, TPT=TPT, TPT1=TPT1, CPT=CPT, CPT1=CPT1, launch=launch, H=H, MX=MX,
+        self._src = dict(per=per, TPT=TPT, TPT1=TPT1, CPT=CPT, CPT1=CPT1, launch=launch, H=H_b, MX=MX_b,
                          slots_of=slots_of, kind_list=kind_list, mt=mt, b1=b1, lvars=lvars)
         if model.is_moe:
             self._src.update(A=A, A1=A1, avars=avars)
@@ -617,7 +645,7 @@ class _Builder:
         for lix, (la, _, _) in self.layouts.items():
             ids_by_pp.setdefault(la["pp"], []).append(lix)
         del tp_i
-        hbm = eff.hbm_bps
+        hbm = self.eff.hbm_bps
         dpx_nodes, opt_nodes = [], []
         fs_vals = vals["fsdp"]
         dp_memo: dict = {}
@@ -1081,7 +1109,13 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     if objective not in OBJECTIVES:
         raise InputError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
     trainer = trainer or training.trainer
-    training = training.model_copy(update={"trainer": trainer})
+    if trainer != training.trainer:   # priced with the trainer's own profile unless a stack was chosen
+        from planner.config import DEFAULT_STACKS
+
+        update = {"trainer": trainer}
+        if training.stack == DEFAULT_STACKS.get(training.trainer):
+            update["stack"] = DEFAULT_STACKS[trainer]
+        training = training.model_copy(update=update)
     prof = load_profile(profile if profile is not None else training.stack)
     # issue 11 item 5: a topologies.loader.Job is the cluster's racks and the GPUs the job uses;
     # the planner chooses the GPUs per NVLink domain unless the job fixes them (--usable-per-rack)

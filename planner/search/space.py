@@ -70,6 +70,14 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "moe_bias_needs_etp1": ("tp", "etp"),
     # dp = world / (tp*pp*cp) is the dp variable: reads dp, ep.
     "maxtext_ep_divides_dp": ("dp", "ep"),
+    # Recipe settings (planner.rules RECIPE_RULES) read only these layout choices; the model is fixed.
+    "cuda_graphs_vs_recompute": ("recompute", "pp", "ep"),
+    "cuda_graph_modules": ("recompute",),
+    "moe_a2a_overlap_layout": ("ep", "dispatcher", "recompute", "pp", "vpp", "fsdp"),
+    "delay_wgrad_needs_a2a_overlap": ("ep", "dispatcher", "recompute", "pp", "vpp", "fsdp"),
+    "tp_comm_overlap_needs_sp": ("tp",),
+    "expert_bias_needs_sigmoid_router": ("ep",),
+    "torch_fsdp2_layout": ("fsdp", "pp", "ep"),
     # M = gbs / (mbs * dp), dp = world / (tp*pp*cp) is the dp variable; the schedule reads pp, vpp, M.
     "megatron_interleaved_microbatches": ("pp", "vpp", "dp", "mbs", "gbs"),
     "torchtitan_pipeline_microbatches": ("pp", "vpp", "dp", "mbs", "gbs"),

@@ -76,10 +76,40 @@ AXES = {"tp": "tp", "cp": "cp", "pp": "pp", "ep": "ep", "dp_shard": "dp_shard", 
         "efsdp": "efsdp", "batch": "batch"}
 
 
+def low_precision(cfg) -> dict:
+    """Counts of Linear / grouped-expert configs by the converter torchtitan applied (0.3.0 applies
+    converters inside model_registry, so the precision lives only in cfg.model_spec)."""
+    from torchtitan.components.quantization.float8 import Float8Linear, _float8_experts_cache
+    from torchtitan.components.quantization.mx import MXFP8Linear, _mxfp8_experts_cache
+    from torchtitan.models.common.linear import Linear
+    from torchtitan.models.common.moe import GroupedExperts
+
+    linear = {"bf16": 0, "float8": 0, "mxfp8": 0}
+    recipes = set()
+    for _fqn, lc, _p, _a in cfg.model_spec.traverse(Linear.Config):
+        if isinstance(lc, Float8Linear.Config):
+            linear["float8"] += 1
+            gran = lc._torchao_config.cast_config_input.scaling_granularity.name
+            recipes.add("tensorwise" if gran == "TENSORWISE" else "rowwise")
+        elif isinstance(lc, MXFP8Linear.Config):
+            linear["mxfp8"] += 1
+        else:
+            linear["bf16"] += 1
+    experts = {"bf16": 0, "float8": 0, "mxfp8": 0}
+    f8e = tuple(c.Config for c in _float8_experts_cache.values())
+    mxe = tuple(c.Config for c in _mxfp8_experts_cache.values())
+    for _fqn, ec, _p, _a in cfg.model_spec.traverse(GroupedExperts.Config):
+        kind = "float8" if f8e and isinstance(ec, f8e) else ("mxfp8" if mxe and isinstance(ec, mxe) else "bf16")
+        experts[kind] += 1
+    return {"linear": linear, "float8_recipes": sorted(recipes), "experts": experts}
+
+
 def check(job: dict) -> dict:
     out = {"id": job["id"], "ok": False, "stage": "parse_args", "error": None}
     _SM["sm"] = int(job.get("sm", 90))
-    if job.get("path") and job["path"] not in sys.path:
+    if job.get("path"):   # each plan's own topoplan_config.py: first on the path, imported afresh
+        if job["path"] in sys.path:
+            sys.path.remove(job["path"])
         sys.path.insert(0, job["path"])
         sys.modules.pop("topoplan_config", None)
     try:
@@ -120,6 +150,8 @@ def check(job: dict) -> dict:
         out["training"] = {"local_batch_size": t.local_batch_size, "global_batch_size": t.global_batch_size,
                            "seq_len": t.seq_len}
         out["ac"] = type(cfg.activation_checkpoint).__qualname__
+        out["precision"] = low_precision(cfg)
+        out["cuda_graphs"] = not cfg.training.disable_cuda_graphs
         out["stage"] = "done"
         out["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - tyro exits with SystemExit(2)

@@ -51,8 +51,8 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     if c.pp > 1:
         from planner.model.pipeline import pipeline_layout
 
-        o["model.pipeline_model_parallel_layout"] = pipeline_layout(m, c.pp, c.vpp, c.pp_first,
-                                                                     c.pp_last).megatron_layout()
+        o["model.pipeline_model_parallel_layout"] = pipeline_layout(
+            m, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len).megatron_layout()
     if c.recompute == "full":
         o.update({"model.recompute_granularity": "full", "model.recompute_method": "uniform",
                   "model.recompute_num_layers": 1})
@@ -73,6 +73,22 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     if c.fsdp:
         o["ddp.data_parallel_sharding_strategy"] = "optim_grads_params"
         o["checkpoint.ckpt_format"] = "fsdp_dtensor"
+    # the recipe settings, the same values megatron/args.txt passes (TransformerConfig field names;
+    # comm_overlap.* is Bridge's CommOverlapConfig, which would otherwise re-decide the overlaps)
+    from planner.output.emit.megatron import recipe_of
+
+    r = recipe_of(ctx)
+    o["model.cuda_graph_impl"] = r.cuda_graph_impl
+    o["model.cuda_graph_scope"] = list(r.cuda_graph_modules)
+    o["comm_overlap.tp_comm_overlap"] = r.tp_comm_overlap
+    o["comm_overlap.overlap_moe_expert_parallel_comm"] = r.overlap_moe_expert_parallel_comm
+    o["comm_overlap.delay_wgrad_compute"] = r.delay_wgrad_compute
+    o["model.cross_entropy_loss_fusion"] = r.cross_entropy_loss_fusion
+    o["model.cross_entropy_fusion_impl"] = "native"
+    if m.num_experts:
+        o["model.moe_permute_fusion"] = r.moe_permute_fusion
+        o["model.moe_router_fusion"] = r.moe_router_fusion
+        o["model.moe_router_enable_expert_bias"] = r.moe_router_enable_expert_bias
     return o
 
 

@@ -23,12 +23,42 @@ PRECISION_FLAGS = {
     "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
 }
 
+_D, _B = "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"
 DISPATCHER_FLAGS = {
-    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
-    "allgather": ["--moe-token-dispatcher-type", "allgather"],
-    "flex-deepep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"],
-    "flex-hybridep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"],
+    "alltoall": [_D, "alltoall"],
+    "allgather": [_D, "allgather"],
+    "flex-deepep": [_D, "flex", _B, "deepep"],
+    "flex-hybridep": [_D, "flex", _B, "hybridep"],
 }
+
+
+# Layout and batch flags: the one place their names are written (the emitter and planner.output.emit.
+# readback both use these).
+LAYOUT_FLAGS = {
+    "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size", "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size", "mbs": "--micro-batch-size",
+    "gbs": "--global-batch-size", "seq_len": "--seq-length", "layout": "--pipeline-model-parallel-layout",
+    "sp": "--sequence-parallel", "tp_pp_dp": "--use-tp-pp-dp-mapping",
+    "recompute_granularity": "--recompute-granularity", "recompute_method": "--recompute-method",
+    "recompute_num_layers": "--recompute-num-layers", "recompute_modules": "--recompute-modules",
+    "megatron_fsdp": "--use-megatron-fsdp", "torch_fsdp2": "--use-torch-fsdp2",
+    "dist_opt": "--use-distributed-optimizer", "dispatcher": "--moe-token-dispatcher-type",
+    "flex_backend": "--moe-flex-dispatcher-backend",
+}
+# Recipe settings (planner.config.Recipe field -> megatron-core 0.19.2 flag); booleans are store_true.
+RECIPE_FLAGS = {
+    "cuda_graph_impl": "--cuda-graph-impl",
+    "cuda_graph_modules": "--cuda-graph-modules",
+    "overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
+    "delay_wgrad_compute": "--delay-wgrad-compute",
+    "tp_comm_overlap": "--tp-comm-overlap",
+    "moe_permute_fusion": "--moe-permute-fusion",
+    "moe_router_fusion": "--moe-router-fusion",
+    "cross_entropy_loss_fusion": "--cross-entropy-loss-fusion",
+    "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
+}
+RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
+                "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias")
 
 
 def hf_extras(model) -> dict:
@@ -85,6 +115,9 @@ def model_args(ctx: EmitContext) -> list[str]:
         "--normalization", "RMSNorm",
         "--norm-epsilon", _num(hf.get("rms_norm_eps", 1e-5)),
         "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
+        # pretraining without dropout (the HF configs' 0.0); Megatron's 0.1 default also forbids graphed
+        # recompute of attention/MLP (TransformerConfig: "... dropout is not supported with graphed ...")
+        "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
     ]
     if m.gated_mlp and m.activation == "silu":
         a.append("--swiglu")
@@ -139,8 +172,8 @@ def model_args(ctx: EmitContext) -> list[str]:
                       "--moe-aux-loss-coeff", "1e-4"])
         else:
             a.extend(["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-3"])
-        if m.router_bias and hf.get("scoring_func") == "sigmoid":
-            a.extend(["--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "1e-3"])
+        if recipe_of(ctx).moe_router_enable_expert_bias:  # aux-loss-free routing (noaux_tc)
+            a.extend([RECIPE_FLAGS["moe_router_enable_expert_bias"], "--moe-router-bias-update-rate", "1e-3"])
         if hf.get("routed_scaling_factor"):
             a.extend(["--moe-router-topk-scaling-factor", _num(hf["routed_scaling_factor"])])
         if m.n_group > 1:
@@ -158,40 +191,70 @@ def pipeline_args(ctx: EmitContext) -> list[str]:
         return []
     from planner.model.pipeline import pipeline_layout
 
-    layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last).megatron_layout()
-    return ["--pipeline-model-parallel-layout", layout]
+    layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last,
+                             seq_len=ctx.training.seq_len).megatron_layout()
+    return [LAYOUT_FLAGS["layout"], layout]
+
+
+def recipe_of(ctx: EmitContext):
+    """The recipe as Megatron runs this layout (planner.rules.effective_recipe): what is written and priced."""
+    from planner.rules import effective_recipe
+
+    return effective_recipe(ctx.model, ctx.config, ctx.training)
+
+
+def recipe_args(ctx: EmitContext) -> list[str]:
+    """The recipe settings (docs/emitters.md, table of recipe settings): CUDA graphs and their scope,
+    the all-to-all and TP overlaps, the fused kernels. Expert bias goes with the router flags."""
+    r = recipe_of(ctx)
+    a: list[str] = []
+    if r.cuda_graph_impl != "none":
+        a.extend([RECIPE_FLAGS["cuda_graph_impl"], r.cuda_graph_impl])
+        if r.cuda_graph_modules:   # none given = the whole layer (megatron-core's default)
+            a.extend([RECIPE_FLAGS["cuda_graph_modules"], *r.cuda_graph_modules])
+        if r.cuda_graph_impl == "full_iteration":
+            a.append("--no-check-for-nan-in-loss-and-grad")   # validate_args requires it
+    for name in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap",
+                 "moe_permute_fusion", "moe_router_fusion"):
+        if getattr(r, name):
+            a.append(RECIPE_FLAGS[name])
+    if r.cross_entropy_loss_fusion:   # megatron-core 0.19.2 refuses the TE implementation
+        a.extend([RECIPE_FLAGS["cross_entropy_loss_fusion"], "--cross-entropy-fusion-impl", "native"])
+    return a
 
 
 def parallel_args(ctx: EmitContext) -> list[str]:
     c, m = ctx.config, ctx.model
-    a = [
-        "--tensor-model-parallel-size", str(c.tp),
-        "--pipeline-model-parallel-size", str(c.pp),
-        "--context-parallel-size", str(c.cp),
-    ]
+    F = LAYOUT_FLAGS
+    a = [F["tp"], str(c.tp), F["pp"], str(c.pp), F["cp"], str(c.cp)]
     if m.num_experts:
-        a.extend(["--expert-model-parallel-size", str(c.ep), "--expert-tensor-parallel-size", str(c.etp_eff)])
+        a.extend([F["ep"], str(c.ep), F["etp"], str(c.etp_eff)])
     if c.tp > 1:
-        a.append("--sequence-parallel")
+        a.append(F["sp"])
     a.extend(pipeline_args(ctx))
     if ctx.order == "tp-cp-ep-pp-dp":
-        a.append("--use-tp-pp-dp-mapping")
-    a.extend(["--micro-batch-size", str(c.mbs), "--global-batch-size", str(ctx.training.global_batch)])
+        a.append(F["tp_pp_dp"])
+    a.extend([F["mbs"], str(c.mbs), F["gbs"], str(ctx.training.global_batch)])
     if c.recompute == "full":
-        a.extend(["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"])
+        a.extend([F["recompute_granularity"], "full", F["recompute_method"], "uniform", F["recompute_num_layers"], "1"])
     elif c.recompute != "none":
-        a.extend(["--recompute-granularity", "selective", "--recompute-modules", *c.recompute_modules])
-    if c.fsdp:
-        a.extend(["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+        a.extend([F["recompute_granularity"], "selective", F["recompute_modules"], *c.recompute_modules])
+    r = recipe_of(ctx)
+    if c.fsdp and r.fsdp_impl == "torch":
+        a.extend([F["torch_fsdp2"], "--no-gradient-accumulation-fusion", "--ckpt-format", "torch_dist",
+                  "--overlap-grad-reduce"])
+    elif c.fsdp:
+        a.extend([F["megatron_fsdp"], "--data-parallel-sharding-strategy", "optim_grads_params",
                   "--ckpt-format", "fsdp_dtensor", "--overlap-grad-reduce", "--overlap-param-gather"])
     else:
-        a.extend(["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"])
+        a.extend([F["dist_opt"], "--overlap-grad-reduce", "--overlap-param-gather"])
     if m.num_experts:
         a.extend(DISPATCHER_FLAGS[c.dispatcher])
     a.append("--bf16")
     a.extend(PRECISION_FLAGS[ctx.training.precision])
     if ctx.training.precision in ("fp8", "fp8-block", "mxfp8", "nvfp4") and m.num_experts:
         a.append("--moe-router-padding-for-quantization")
+    a.extend(recipe_args(ctx))
     return a
 
 

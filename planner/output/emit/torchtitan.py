@@ -32,6 +32,25 @@ MODELS = {
 # a registry function of the same module whose recipe the custom flavour starts from
 BASE_CONFIG = {"qwen3": "qwen3_30b_a3b"}
 CUSTOM_MODULE = "topoplan_config"
+# The low-precision recipe a built-in registry function already applies (torchtitan 0.3.0:
+# llama3_405b carries a rowwise Float8Linear converter; the others train in BF16).
+BASE_PRECISION = {"llama3.1-405b": "fp8-block"}
+# model_registry keyword arguments the built-in functions pass besides the flavour
+REGISTRY_KWARGS = {"deepseek_v3": 'attn_backend="flex", '}
+# planner precision -> torchtitan 0.3.0 converters (torchtitan.components.quantization) for the
+# Linear layers and, on MoE models, the grouped experts. FP8 tensorwise is torchao's recipe name
+# (accepted though 0.3.0 documents only the rowwise ones); per-block FP8 has no torchao recipe, so
+# fp8-block uses rowwise scaling, the nearest.
+CONVERTERS = {
+    "fp8": ('Float8LinearConverter.Config(recipe_name="tensorwise", filter_fqns=["lm_head", "router.gate"], '
+            "model_compile_enabled=COMPILED)", "Float8GroupedExpertsConverter.Config(model_compile_enabled=COMPILED)"),
+    "fp8-block": ('Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head", "router.gate"], '
+                  "model_compile_enabled=COMPILED)",
+                  "Float8GroupedExpertsConverter.Config(model_compile_enabled=COMPILED)"),
+    "mxfp8": ("MXFP8LinearConverter.Config(fqns=FQNS, model_compile_enabled=COMPILED)",
+              "MXFP8GroupedExpertsConverter.Config(pad_multiple=128, model_compile_enabled=COMPILED)"),
+    "nvfp4": ("NVFP4LinearConverter.Config(model_compile_enabled=COMPILED)", None),
+}
 
 
 def model_entry(ctx: EmitContext) -> tuple[str, str | None, str]:
@@ -74,55 +93,115 @@ def parallelism(ctx: EmitContext) -> dict[str, object]:
     if c.pp > 1:
         p["pipeline_parallel_schedule"] = "Interleaved1F1B" if c.vpp > 1 else "1F1B"
         p["pipeline_parallel_microbatch_size"] = c.mbs
-        stages = c.pp * c.vpp
-        if ctx.model.num_layers % stages == 0:
-            p["pipeline_parallel_layers_per_stage"] = ctx.model.num_layers // stages
+        # the plan's own split, stage by stage (stage v*pp + r runs on rank r, as in Megatron):
+        # pipeline_parallel_layers_per_stage cannot say it (TorchTitan adds one layer's weight for the
+        # embedding and one for the output, so an even split gets one stage too many) and without
+        # it looped schedules get 2 stages per rank whatever the plan's VPP
+        p["module_fqns_per_model_part"] = stage_fqns(ctx)
     return p
+
+
+def stage_fqns(ctx: EmitContext) -> list[list[str]]:
+    """TorchTitan module names per pipeline stage, from planner.model.pipeline's layout."""
+    from planner.model.pipeline import pipeline_layout
+
+    c = ctx.config
+    layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len)
+    out = []
+    for st in layout.stages:
+        names = (["tok_embeddings"] if st.embedding else []) + [f"layers.{i}" for i in st.layers]
+        if st.loss:
+            names += ["norm", "lm_head"]
+        out.append(names)
+    return out
 
 
 def command_args(ctx: EmitContext) -> list[str]:
     """Arguments after ``-m torchtitan.train`` (0.3.0)."""
     module, config, _ = model_entry(ctx)
-    if config is None:
+    if config is None or needs_converters(ctx):
         module, config = CUSTOM_MODULE, _custom_name(ctx)
     local, gbs, _ = batch(ctx)
     a = ["--module", module, "--config", config]
     for k, v in parallelism(ctx).items():
         if isinstance(v, bool):  # tyro booleans are flags: --x / --no-x
             a.append(f"--parallelism.{k}" if v else f"--parallelism.no_{k}")
+        elif isinstance(v, list):  # list[list[str]]: stages space-separated, modules comma-separated
+            a += [f"--parallelism.{k}", *(",".join(stage) for stage in v)]
         else:
             a += [f"--parallelism.{k}", str(v)]
     a += ["--training.local_batch_size", str(local), "--training.global_batch_size", str(gbs),
           "--training.seq_len", str(ctx.training.seq_len)]
-    if ctx.config.pp > 1 or (ctx.model.num_experts and ctx.config.ep > 1):
-        # Trainer.Config._validate_cuda_graphs: CUDA graphs support neither PP nor the all-to-all EP dispatcher
-        a.append("--training.disable_cuda_graphs")
+    # explicit both ways: some registry functions (deepseek_v3_671b) switch graphs off themselves
+    a.append("--training.no_disable_cuda_graphs" if cuda_graphs(ctx) else "--training.disable_cuda_graphs")
     a.append(f"activation-checkpoint:{ac_mode(ctx)}")
     return a
 
 
+def cuda_graphs(ctx: EmitContext) -> bool:
+    """TorchTitan captures CUDA graphs (``training.disable_cuda_graphs`` off): the recipe as TorchTitan
+    runs the layout (planner.rules.effective_recipe with trainer torchtitan). Trainer.Config.
+    _validate_cuda_graphs refuses graphs with PP or with the all-to-all EP dispatcher, so those layouts
+    run without them whatever the plan's recipe asked for."""
+    from planner.rules import _graphs_problem, effective_recipe
+
+    tr = ctx.training.model_copy(update={"trainer": "torchtitan"})
+    impl = effective_recipe(ctx.model, ctx.config, tr).cuda_graph_impl
+    return impl != "none" and _graphs_problem(ctx.model, ctx.config, tr, impl) is None
+
+
+def needs_converters(ctx: EmitContext) -> bool:
+    """The plan's precision differs from what the built-in registry function trains in."""
+    return ctx.training.precision != BASE_PRECISION.get(ctx.model.name.lower(), "bf16")
+
+
 def _custom_name(ctx: EmitContext) -> str:
-    return ctx.model.name.lower().replace("-", "_").replace(".", "_")
+    name = ctx.model.name.lower().replace("-", "_").replace(".", "_")
+    return name if not needs_converters(ctx) else f"{name}_{ctx.training.precision.replace('-', '_')}"
+
+
+def converters(ctx: EmitContext) -> list[str]:
+    """The converter constructors (Python source) the plan's precision needs."""
+    if ctx.training.precision == "bf16":
+        return []
+    linear, experts = CONVERTERS[ctx.training.precision]
+    out = [linear]
+    if ctx.model.num_experts:
+        if experts is None:
+            raise InputError(f"--trainer torchtitan: torchtitan 0.3.0 has no {ctx.training.precision} converter for "
+                             "grouped experts; plan this MoE model with --precision mxfp8 or fp8")
+        out.append(experts)
+    return out
 
 
 def custom_registry(ctx: EmitContext) -> str | None:
     module, config, flavour = model_entry(ctx)
-    if config is not None:
+    if config is not None and not needs_converters(ctx):
         return None
-    base = BASE_CONFIG[module]
-    return f'''"""TorchTitan 0.3.0 config registry written by topoplan: {ctx.model.name} has a model flavour
-({flavour!r}) in torchtitan.models.{module} but no registry function. It starts from {base}() and swaps
-the model; put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
+    base = config or BASE_CONFIG[module]
+    conv = converters(ctx)
+    names = sorted({c.split(".", 1)[0] for c in conv})
+    imports = f"from torchtitan.components.quantization import {', '.join(names)}\n" if names else ""
+    why = (f"the plan trains in {ctx.training.precision}, so the model gets the converters below" if conv else
+           "the plan trains in BF16, so the model is built without converters")
+    # MX layers: the attention and MLP/expert projections (not the router gate or the output head,
+    # torchtitan's deepseek_v3_debugmodel_mxfp8 choice)
+    fqns = '["attention", "shared_experts", "feed_forward"]' if ctx.model.num_experts else '["attention", "feed_forward"]'
+    conv_src = ("[" + ", ".join(c.replace("COMPILED", "compiled").replace("FQNS", fqns) for c in conv) + "]"
+                if conv else "None")
+    return f'''"""TorchTitan 0.3.0 config registry written by topoplan for {ctx.model.name} ({flavour!r} in
+torchtitan.models.{module}): it starts from {base}() and rebuilds the model spec; {why}.
+Put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
 
-from torchtitan.models.{module} import model_registry
+{imports}from torchtitan.models.{module} import model_registry
 from torchtitan.models.{module}.config_registry import {base}
 
 
 def {_custom_name(ctx)}():
     config = {base}()
-    config.model_spec = model_registry({flavour!r})
-    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"
-    return config
+    compiled = config.compile.enable and "model" in config.compile.components
+    config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, "")}converters={conv_src})
+{"" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"{chr(10)}'}    return config
 '''
 
 
@@ -172,6 +251,10 @@ def parse_command(text: str) -> list[str]:
 
 
 def _toml(v) -> str:
+    if isinstance(v, list):
+        import json
+
+        return json.dumps(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
