@@ -394,3 +394,20 @@ def test_bad_memory_headroom_is_refused(text):
 
     with pytest.raises(ValidationError, match="memory headroom|memory_headroom"):
         Training(global_batch=8, memory_headroom=text)
+
+
+def test_a_measured_run_is_not_refused_on_an_assumed_graph_regime():
+    # Llama 3.1 405B on 256 GB200 (Megatron-Bridge 26.04/26.08, TP4 PP16 VPP4, recompute not
+    # published, recipe sets no cuda_graph_impl): 195 GiB with the CUDA-graph buffers, 185.5 without.
+    from planner.cost.validate import fits_as_run, predict_case, row_case
+
+    row = {"id": "l405", "stack": "megatron-26.08", "model": "llama3.1-405b", "gpu": "GB200", "num_gpus": "256",
+           "precision": "fp8", "seq_len": "8192", "gbs": "1536", "mbs": "1", "tp": "4", "pp": "16", "vpp": "4"}
+    case = row_case(dict(row))
+    p = predict_case(case)
+    assert p.config.recompute == "none" and fits_as_run(p, case)
+    assert not p.fits and p.memory["cuda_graphs"] > p.memory_gib_per_gpu - p.hbm_gib
+    # a row that says graphs were on is held to the buffers: the cheapest recompute that fits with them
+    stated = row_case(dict(row, cuda_graphs="true"))
+    q = predict_case(stated)
+    assert q.config.recompute != "none" and q.fits and fits_as_run(q, stated)
