@@ -199,9 +199,11 @@ def _render(p, model, cluster, training) -> None:
 
 
 def validate_cmd(
-    csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv; optional columns "
-                                    "cuda_graphs (true/false) and dispatcher"),
+    csv_path: Path = typer.Argument(..., help="CSV in the schema of calibration.csv (optional columns cuda_graphs, "
+                                    "dispatcher, log), or a trainer log, or a directory of logs"),
     stack: str = typer.Option(None, "--stack", help="predict every row with this profile (default: the row's stack column)"),
+    model: str = typer.Option(None, "--model", help="logs: the model when the log cannot tell (catalog name or config.json)"),
+    cluster: str = typer.Option(None, "--cluster", help="logs: the GPU (a preset such as dgx-h100, or H100, GB200, ...)"),
     usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
                                         help="NVL72 rows: GPUs used per rack where the row's usable_per_rack column "
                                              "is empty (default: keep the inner groups whole)"),
@@ -214,7 +216,7 @@ def validate_cmd(
     from planner.cli.progress import progress
     from planner.cost.validate import read_rows, validate_rows
 
-    rows = read_rows(csv_path)
+    rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress("validating rows", total=len(rows), json_output=json_out) as bar:
         res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar, usable_per_rack=usable_per_rack)
     if json_out:
@@ -242,10 +244,13 @@ def validate_cmd(
 
 
 def calibrate_cmd(
-    csv_path: Path = typer.Argument(..., help="CSV of measured rows in the schema of calibration.csv; optional "
-                                    "columns cuda_graphs (true/false) and dispatcher"),
+    csv_path: Path = typer.Argument(..., help="CSV of measured rows in the schema of calibration.csv (optional "
+                                    "columns cuda_graphs, dispatcher, log), or a trainer log, or a directory of "
+                                    "logs (a trial directory after its runs)"),
     stack: str = typer.Option(..., "--stack", help="profile name to fit (rows of this stack are used)"),
     out: Path = typer.Option(..., "-o", "--out", help="profile YAML to write"),
+    model: str = typer.Option(None, "--model", help="logs: the model when the log cannot tell (catalog name or config.json)"),
+    cluster: str = typer.Option(None, "--cluster", help="logs: the GPU (a preset such as dgx-h100, or H100, GB200, ...)"),
     json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
@@ -261,7 +266,7 @@ def calibrate_cmd(
     from planner.io import check_output
 
     check_output(out, "--out")   # before the fit runs
-    rows = read_rows(csv_path)
+    rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar)
     atomic_write_text(out, dump_profile(prof), option="--out")

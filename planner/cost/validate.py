@@ -53,17 +53,29 @@ class Case:
     graphs_stated: bool = True   # the row's cuda_graphs column says whether the run captured graphs
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None = None,
+              stack: str | None = None) -> list[dict]:
+    """Rows of a CSV in calibration.csv's schema; a trainer log or a directory of logs (issue 13: read
+    by ``planner.cost.runs``, ``model``/``cluster``/``stack`` fill what a log cannot tell); a CSV with a
+    ``log`` column needs only ``id, stack, model, gpu, num_gpus`` and reads the rest from each log."""
     path = Path(path)
     if not path.exists():
-        raise InputError(f"{path}: no such file; give a CSV in the schema of calibration.csv")
+        raise InputError(f"{path}: no such file; give a CSV in the schema of calibration.csv, a trainer log or a "
+                         "directory of logs")
+    if path.is_dir() or path.suffix.lower() != ".csv":
+        from planner.cost.runs import rows_from_logs
+
+        return rows_from_logs([path], model=model, cluster=cluster, stack=stack)
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         cols = reader.fieldnames or []
-        missing = [c for c in REQUIRED if c not in cols]
+        from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs
+
+        missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
         if missing:
             raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
-        return [dict(r) for r in reader]
+        rows = [dict(r) for r in reader]
+    return rows_from_csv_logs(rows, path) if "log" in cols else rows
 
 
 def _int(row, key, default=None, path="CSV"):

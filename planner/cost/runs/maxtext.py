@@ -1,0 +1,68 @@
+"""MaxText logs: the ``Config param`` lines and the step lines.
+
+Format strings (AI-Hypercomputer/maxtext, ``MetricLogger.log_metrics`` in metric_logger.py; the
+``Config param`` lines are pyconfig's listing of the resolved configuration)::
+
+    f"completed step: {step}, seconds: {metrics['scalar']['perf/step_time_seconds']:.3f}, "
+    f"TFLOP/s/device: {metrics['scalar']['perf/per_device_tflops_per_sec']:.3f}, "
+    f"Tokens/s/device: {metrics['scalar']['perf/per_device_tokens_per_sec']:.3f}, "
+"""
+
+from __future__ import annotations
+
+import re
+
+from planner.errors import InputError
+
+_STEP = re.compile(r"completed step: (\d+), seconds: ([0-9.]+), TFLOP/s/device: ([0-9.]+)"
+                   r"(?:, Tokens/s/device: ([0-9.]+))?")
+_PARAM = re.compile(r"Config param ([A-Za-z0-9_]+): (.*)$")
+
+
+def detect(text: str) -> bool:
+    return "completed step: " in text
+
+
+def parse(text: str, source: str) -> dict:
+    steps, params = [], {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if "completed step: " in line:
+            m = _STEP.search(line)
+            if not m:
+                raise InputError(f"{source}:{n}: cannot read MaxText's step line (expected 'completed step: N, "
+                                 f"seconds: S, TFLOP/s/device: F, ...'): {line.strip()[:120]}")
+            steps.append((int(m.group(1)), float(m.group(2)), float(m.group(3)),
+                          float(m.group(4)) if m.group(4) else None, n))
+            continue
+        m = _PARAM.search(line)
+        if m:
+            params[m.group(1)] = m.group(2).strip()
+    return {"steps": steps, "params": params}
+
+
+def _p(params: dict, key: str, default: int = 1) -> int:
+    try:
+        return int(float(params.get(key, default)))
+    except ValueError:
+        return default
+
+
+def row_fields(parsed: dict) -> dict:
+    p = parsed["params"]
+    if not p:
+        return {}
+    deg = {ax: _p(p, f"ici_{ax}_parallelism") * _p(p, f"dcn_{ax}_parallelism")
+           for ax in ("tensor", "pipeline", "context", "expert", "fsdp", "data")}
+    out = {"tp": deg["tensor"], "pp": deg["pipeline"], "cp": deg["context"], "ep": deg["expert"], "vpp": 1,
+           "fsdp": 1 if deg["fsdp"] > 1 else 0}
+    if "max_target_length" in p:
+        out["seq_len"] = _p(p, "max_target_length")
+    if "per_device_batch_size" in p:
+        dev = 1
+        for v in deg.values():
+            dev *= v
+        out["num_gpus"] = dev
+        pdb = float(p["per_device_batch_size"])
+        out["gbs"] = int(round(pdb * dev * max(1, _p(p, "gradient_accumulation_steps"))))
+        out["mbs"] = max(1, int(pdb))
+    return out
