@@ -492,8 +492,8 @@ def memory_per_gpu(
         layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
     elif (layout.pp, layout.vpp) != (pp, vpp):
         raise InputError(f"pipeline layout has pp={layout.pp} vpp={layout.vpp} but the config has pp={pp} vpp={vpp}")
-    dp = max(1, config.dp if config.dp is not None else world // (tp * cp * pp))
-    edp = max(1, world // (config.etp_eff * config.ep * pp))
+    dp = max(1, config.dp if config.dp is not None else config.dp_for(world))
+    edp = max(1, config.edp_for(world))
     d_dense = dp * cp
     micro = max(1, math.ceil(training.global_batch / (config.mbs * dp)))
 

@@ -198,12 +198,11 @@ def axis_stride_size(config: ParallelConfig, world: int, axis: str, order: str =
     """(stride, size) of a single axis on its grid: a group is ``base + k * stride`` for k < size."""
     tokens = _check_order(order)
     if axis in _DENSE_AXES:
-        sizes = {"tp": config.tp, "cp": config.cp, "ep": 1, "dp": world // (config.tp * config.cp * config.pp),
-                 "pp": config.pp}
+        sizes = {"tp": config.tp, "cp": config.cp, "ep": 1, "dp": config.dp_for(world), "pp": config.pp}
         name = _DENSE_AXES[axis]
     elif axis in _EXPERT_AXES:
         sizes = {"tp": config.etp_eff, "cp": 1, "ep": config.ep,
-                 "dp": world // (config.etp_eff * config.ep * config.pp), "pp": config.pp}
+                 "dp": config.edp_for(world), "pp": config.pp}
         name = _EXPERT_AXES[axis]
     else:
         raise InputError(f"axis {axis!r}: use one of {', '.join(AXES)}")

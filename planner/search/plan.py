@@ -101,7 +101,7 @@ class PlanResult:
             cfg = {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "etp": c.etp_eff,
                    "dp": c.dp, "mbs": c.mbs, "gbs": e.gbs, "fsdp": c.fsdp, "recompute": c.recompute,
                    "dispatcher": c.dispatcher, "pp_first": c.pp_first, "pp_last": c.pp_last,
-                   "edp": e.world // (c.etp_eff * c.ep * c.pp), "world": e.world}
+                   "edp": c.edp_for(e.world), "world": e.world}
             r2g = list(e.placement.rank_to_gpu)
             placement = {"order": e.placement.order, "gpus_per_domain": e.placement.gpus_per_domain,
                          "rank_to_gpu": r2g,
@@ -1058,7 +1058,7 @@ def _maxtext_mesh_ok(cluster, model, cfg, world, gpd) -> bool:
     if len(set(used)) != 1:
         return False
     per_slice, n_slices = used[0], len(used)
-    dp = world // (cfg.tp * cfg.cp * cfg.pp)
+    dp = cfg.dp_for(world)
     ep = cfg.ep if model.is_moe else 1
     if dp % ep:
         return False
@@ -1235,11 +1235,11 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         rm = b.rank_maps[gi]
         e = cfg.etp_eff
         shapes = {"tp": rm.worst_shape(1, cfg.tp, world), "cp": rm.worst_shape(cfg.tp, cfg.cp, world),
-                  "dp": rm.worst_shape(cfg.tp * cfg.cp, world // (cfg.tp * cfg.cp * cfg.pp), world),
+                  "dp": rm.worst_shape(cfg.tp * cfg.cp, cfg.dp_for(world), world),
                   "pp": rm.worst_shape(world // cfg.pp, cfg.pp, world)}
         if model.is_moe:
             shapes["ep"] = rm.worst_shape(e, cfg.ep, world)
-            shapes["edp"] = rm.worst_shape(e * cfg.ep, world // (e * cfg.ep * cfg.pp), world)
+            shapes["edp"] = rm.worst_shape(e * cfg.ep, cfg.edp_for(world), world)
         step_prog = sol.node_value / b.band_scale_of(sol.choice) / BUBBLE * NS
         if pred.step_time_s > 0:
             max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)

@@ -45,12 +45,17 @@ class EmitContext:
     trainers: tuple[str, ...] = ()  # the emitters render_files runs, in order (the Slurm task launches one)
 
     @property
+    def layout(self):
+        """The layout on this world (``planner.config.Layout``): every derived degree."""
+        return self.config.on(self.world)
+
+    @property
     def dp(self) -> int:
-        return self.world // self.config.model_parallel
+        return self.layout.dp
 
     @property
     def edp(self) -> int:
-        return self.config.edp_for(self.world)
+        return self.layout.edp
 
     @property
     def plan(self) -> dict:
@@ -102,12 +107,10 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
     if len(set(rank_to_gpu)) != world or any(not (0 <= g < len(gpus)) for g in rank_to_gpu):
         raise InputError(f"plan.json plans[{index}].placement.rank_to_gpu: must name {world} distinct healthy GPUs "
                          f"out of {len(gpus)}")
-    if config.dp is not None and config.world() != world:
-        raise InputError(f"plan.json plans[{index}]: config {config.short()} needs {config.world()} GPUs but the "
-                         f"placement has {world} ranks")
-    if world % config.model_parallel:
-        raise InputError(f"plan.json plans[{index}]: {world} ranks are not divisible by tp*cp*pp "
-                         f"({config.model_parallel})")
+    try:
+        config.on(world)   # the layout fills the placement's ranks on both grids
+    except ValueError as exc:
+        raise InputError(f"plan.json plans[{index}]: {exc} (the placement has {world} ranks)") from None
     hosts = tuple(gpus[g].node for g in rank_to_gpu)
     local = tuple(gpus[g].local for g in rank_to_gpu)
     domains = tuple(gpus[g].domain for g in rank_to_gpu)
