@@ -47,7 +47,7 @@ def _register() -> None:
         return
     from planner.cli import emit, experts, models, plan, predict, schema, topology
 
-    for mod in (topology, models, predict, plan, emit, experts, schema):
+    for mod in (topology, models, predict, plan, emit, experts, schema, __import__("planner.cli.trial").cli.trial):
         mod.register(app)
     _STATE["registered"] = True
 

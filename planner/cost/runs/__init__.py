@@ -254,6 +254,10 @@ def rows_from_logs(paths: list, *, model: str | None = None, cluster: str | None
         raise InputError(f"--cluster {cluster!r}: name a preset (dgx-h100, gb200-nvl72, ...) or a GPU (H100, GB200, ...)")
     rows, seen = [], set()
     for p in paths:
+        if (Path(p) / TRIALS_MANIFEST).is_file():   # a directory written by topoplan trial
+            rows += [dict(r, stack=stack or r["stack"], **({"model": model} if model else {}))
+                     for r in rows_from_trials(p)]
+            continue
         for f in log_files(p):
             rid = f.parent.name if f.parent.name and f.stem in ("log", "train", "rank0", "stdout") else f.stem
             while rid in seen:
@@ -282,3 +286,27 @@ def rows_from_csv_logs(rows: list[dict], csv_path: str | Path) -> list[dict]:
         base = {k: v for k, v in r.items() if k not in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "log")}
         out.append(run_row(read_log(p), base))
     return out
+
+
+TRIALS_MANIFEST = "trials.json"
+
+
+def rows_from_trials(out: str | Path) -> list[dict]:
+    """Rows for the trials of a ``topoplan trial`` directory whose logs exist: the manifest
+    (``trials.json``) gives the model, GPU, stack and GPUs, each ``trial-*/logs/`` the rest."""
+    import json
+
+    man = json.loads((Path(out) / TRIALS_MANIFEST).read_text())
+    rows = []
+    for t in man["trials"]:
+        logs = Path(out) / t["id"] / "logs"
+        try:
+            files = log_files(logs)
+        except InputError:
+            continue   # not run yet
+        base = {"id": t["id"], "stack": t["stack"], "model": t["model"], "gpu": t["gpu"],
+                "num_gpus": str(t["num_gpus"])}
+        rows.append(run_row(read_log(files[-1]), base))
+    if not rows:
+        raise InputError(f"{out}: no trial has logs yet (trial-*/logs/ is empty); run submit_all.sh first")
+    return rows

@@ -1,0 +1,108 @@
+"""topoplan trial / trial-report: launch files for a plan's leading layouts with the logging the log
+readers need, and the logs read back (predicted against measured, refitted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.output.emit.readback import read_megatron
+from planner.model.spec import load_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trial")
+    p = _cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "128", "--top", "3",
+             "--save-plan", d / "plan.json", cwd=d)
+    assert p.returncode == 0, p.stderr
+    p = _cli("trial", d / "plan.json", "--top", "2", "--iters", "12", "--out", d / "tr", "--compare", "TP2,PP2", cwd=d)
+    assert p.returncode == 0, p.stderr
+    return d
+
+
+def _words(path: Path) -> list[str]:
+    return path.read_text().replace("\\\n", " ").split()
+
+
+def test_trial_files_run_the_plans_layouts_with_logging(trials):
+    doc = json.loads((trials / "plan.json").read_text())
+    man = json.loads((trials / "tr" / "trials.json").read_text())["trials"]
+    assert [t["compare"] for t in man] == [False, False, True]
+    model = load_model("llama3-8b")
+    for t, want in zip(man, doc["plans"][:2]):
+        assert t["label"] == want["label"]
+        cfg, training, _ = read_megatron(trials / "tr" / t["id"] / "megatron" / "args.txt", model)
+        # the emitters' own reader gets the plan's layout back
+        assert (cfg.tp, cfg.pp, cfg.cp, cfg.mbs, training.global_batch) == (
+            want["config"]["tp"], want["config"]["pp"], want["config"]["cp"], want["config"]["mbs"],
+            want["config"]["gbs"])
+    cmp_cfg, _, _ = read_megatron(trials / "tr" / man[2]["id"] / "megatron" / "args.txt", model)
+    assert (cmp_cfg.tp, cmp_cfg.pp) == (2, 2)
+    for t in man:
+        w = _words(trials / "tr" / t["id"] / "megatron" / "args.txt")
+        assert w[w.index("--train-iters") + 1] == "12" and w.count("--train-iters") == 1
+        assert w[w.index("--log-interval") + 1] == "1" and "--log-throughput" in w
+        assert w[w.index("--log-memory-interval") + 1] == "12"
+    submit = (trials / "tr" / "submit_all.sh").read_text()
+    assert all(t["id"] in submit for t in man) and submit.count(" sbatch --job-name") == 1
+
+
+def _fake_log(args_txt: Path, step_ms: float, iters: int = 12) -> str:
+    """A Megatron rank log in megatron-core 0.19.2's formats (see tests/test_runs_logs.py) for args.txt."""
+    w = _words(args_txt)
+    val = lambda f: w[w.index(f) + 1]  # noqa: E731
+    a = {"tensor_model_parallel_size": val("--tensor-model-parallel-size"),
+         "pipeline_model_parallel_size": val("--pipeline-model-parallel-size"),
+         "context_parallel_size": val("--context-parallel-size"), "micro_batch_size": val("--micro-batch-size"),
+         "global_batch_size": val("--global-batch-size"), "seq_length": val("--seq-length"), "world_size": 16,
+         "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_experts": None}
+    lines = ["------------------------ arguments ------------------------"]
+    lines += sorted(("  {} {} {}".format(k, "." * (48 - len(k)), v) for k, v in a.items()), key=str.lower)
+    lines.append("-------------------- end of arguments ---------------------")
+    gbs = int(a["global_batch_size"])
+    for i in range(1, iters + 1):
+        ms = step_ms * (5 if i == 1 else 1)
+        lines.append(" [t] iteration {:8d}/{:8d} |".format(i, iters) + " consumed samples: {:12d} |".format(i * gbs)
+                     + " elapsed time per iteration (ms): {:.1f} |".format(ms) + f" global batch size: {gbs:5d} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_logs_back_report_and_refit(trials):
+    man = json.loads((trials / "tr" / "trials.json").read_text())["trials"]
+    for t in man:
+        d = trials / "tr" / t["id"]
+        # each trial ran 10% slower than predicted
+        (d / "logs" / "slurm-1.out").write_text(_fake_log(d / "megatron" / "args.txt",
+                                                          1100.0 * t["predicted"]["step_time_s"]))
+    p = _cli("trial-report", trials / "tr", "--json", cwd=trials)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    for t, r in zip(man, rep["trials"]):
+        # measured = predicted / 1.1, so the planned prediction is 10% high
+        assert r["error_pct"] == pytest.approx(10.0, abs=0.2)
+        assert r["iters_used"] == 9
+    p = _cli("calibrate", trials / "tr", "--stack", "my-h100", "-o", trials / "fitted.yaml", "--json", cwd=trials)
+    assert p.returncode == 0, p.stderr
+    fit = json.loads(p.stdout)
+    assert fit["rows"] == 3 and fit["mape_pct"] < 10.0
+    p = _cli("trial-report", trials / "tr", "--profile", trials / "fitted.yaml", "--json", cwd=trials)
+    rep = json.loads(p.stdout)
+    assert rep["refitted_mape_pct"] < rep["mape_pct"]
+
+
+def test_trial_refuses_too_few_iterations(trials):
+    p = _cli("trial", trials / "plan.json", "--iters", "3", "--out", trials / "short", cwd=trials)
+    assert p.returncode == 2 and "--iters 3" in p.stderr and not (trials / "short").exists()
