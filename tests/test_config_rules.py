@@ -128,3 +128,148 @@ def test_interleaved_schedule_needs_pp_microbatch_groups():
     assert violations(DSV3, plain, Training(global_batch=8), 768) == []
     assert "torchtitan_pipeline_microbatches" in names(violations(DSV3, plain, Training(global_batch=8), 768,
                                                                   trainer="torchtitan"))
+
+
+# --- recipe settings (issue 11 item 1): megatron-core 0.19.2's rules as named predicates --------
+
+from planner.config import Recipe  # noqa: E402
+from planner.rules import RECIPE_RULES, effective_recipe  # noqa: E402
+
+
+def _req(**kw) -> Training:
+    return T.model_copy(update={"recipe": Recipe(**kw)})
+
+
+def _model(name):
+    from planner.model.spec import load_model
+
+    return load_model(name)
+
+
+@pytest.mark.parametrize("name, cfg, recipe, rule", [
+    # TransformerConfig: "full recompute is only supported with full iteration CUDA graph."
+    ("deepseek-v3", ParallelConfig(pp=2, vpp=8, ep=32, recompute="full"), dict(cuda_graph_impl="transformer_engine"),
+     "cuda_graphs_vs_recompute"),
+    # "moe cuda graph is only supported with drop-padding MoE." (topoplan emits dropless MoE)
+    ("deepseek-v3", ParallelConfig(pp=2, vpp=8, ep=32), dict(cuda_graph_modules=("attn", "moe")), "cuda_graph_modules"),
+    # "moe recompute is not supported with moe_router CUDA graph with: --cuda-graph-impl transformer_engine."
+    ("deepseek-v3", ParallelConfig(pp=2, vpp=8, ep=32, recompute="moe"),
+     dict(cuda_graph_modules=("attn", "moe_router", "moe_preprocess")), "cuda_graph_modules"),
+    # "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified ..."
+    ("deepseek-v3", ParallelConfig(pp=4, ep=32), dict(overlap_moe_expert_parallel_comm=True), "moe_a2a_overlap_layout"),
+    # "disable full recomputation when enabling overlap_moe_expert_parallel_comm"
+    ("deepseek-v3", ParallelConfig(pp=2, vpp=8, ep=32, recompute="full"),
+     dict(overlap_moe_expert_parallel_comm=True, cuda_graph_impl="none"), "moe_a2a_overlap_layout"),
+    # "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"
+    ("deepseek-v3", ParallelConfig(pp=2, vpp=8, ep=32), dict(overlap_moe_expert_parallel_comm=False,
+                                                            delay_wgrad_compute=True), "delay_wgrad_needs_a2a_overlap"),
+    # validate_args: "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled"
+    ("llama3-8b", ParallelConfig(tp=1, pp=1), dict(tp_comm_overlap=True), "tp_comm_overlap_needs_sp"),
+    # "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' score functions."
+    ("qwen3-30b-a3b", ParallelConfig(ep=8), dict(moe_router_enable_expert_bias=True), "expert_bias_needs_sigmoid_router"),
+    # "--use-torch-fsdp2 is not supported with pipeline parallelism"
+    ("llama3-8b", ParallelConfig(pp=2, fsdp=True), dict(fsdp_impl="torch"), "torch_fsdp2_layout"),
+])
+def test_required_recipe_settings_break_megatron_rules(name, cfg, recipe, rule):
+    m = _model(name)
+    world = 256 if m.num_experts else 8 * cfg.model_parallel
+    tr = _req(**recipe)
+    assert rule in names(violations(m, cfg, tr, world))
+    # auto (the default) never refuses: the setting is switched off for this layout instead
+    assert not {r for r in names(violations(m, cfg, T, world)) if r in {n for n, _, _ in RECIPE_RULES}}
+
+
+def test_defaults_follow_the_trainer_and_the_model():
+    assert Training(global_batch=8, trainer="torchtitan").stack == "torchtitan"
+    assert Training(global_batch=8, trainer="maxtext").stack == "maxtext"
+    assert Training(global_batch=8).stack == "megatron-26.08"
+    assert Training(global_batch=8, cuda_graphs=False).recipe.cuda_graph_impl == "none"
+    assert Training(global_batch=8, recipe={"cuda_graph_impl": "none"}).cuda_graphs is False
+    with pytest.raises(ValidationError, match="contradicts"):
+        Training(global_batch=8, cuda_graphs=False, recipe={"cuda_graph_impl": "transformer_engine"})
+    ds, qwen, llama = _model("deepseek-v3"), _model("qwen3-30b-a3b"), _model("llama3-8b")
+    e = effective_recipe(ds, ParallelConfig(pp=2, vpp=8, ep=32, dispatcher="flex-hybridep"), T)
+    # NVIDIA's DeepSeek-V3 perf recipes: TE graphs over attn + moe_router + moe_preprocess, the 1F1B
+    # all-to-all overlap with delayed wgrad, fused permute/router/loss; noaux_tc routing: expert bias
+    assert (e.cuda_graph_impl, e.cuda_graph_modules) == ("transformer_engine", ("attn", "moe_router", "moe_preprocess"))
+    assert e.overlap_moe_expert_parallel_comm and e.delay_wgrad_compute and e.moe_router_enable_expert_bias
+    assert not e.tp_comm_overlap   # TP = 1
+    assert not effective_recipe(qwen, ParallelConfig(ep=8), T).moe_router_enable_expert_bias
+    d = effective_recipe(llama, ParallelConfig(tp=2), T)
+    assert d.cuda_graph_modules == ("attn", "mlp") and d.tp_comm_overlap and not d.moe_permute_fusion
+    # TorchTitan: graphs only without PP and EP; the Megatron-only knobs are off
+    tt = T.model_copy(update={"trainer": "torchtitan"})
+    assert effective_recipe(llama, ParallelConfig(pp=2), tt).cuda_graph_impl == "none"
+    assert effective_recipe(llama, ParallelConfig(tp=2), tt).tp_comm_overlap is False
+
+
+LAYOUTS = st.builds(
+    lambda tp, pp, vpp, ep, rc, disp, fsdp: ParallelConfig(tp=tp, pp=pp, vpp=vpp if pp > 1 else 1, ep=ep, recompute=rc,
+                                                           dispatcher=disp, fsdp=fsdp),
+    st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 8, 32]),
+    st.sampled_from(["none", "core_attn", "moe", "moe_act", "full", "mla_up_proj+moe_act"]),
+    st.sampled_from(["alltoall", "allgather", "flex-hybridep"]), st.booleans())
+RECIPES = st.fixed_dictionaries({}, optional={
+    "cuda_graph_impl": st.sampled_from(["none", "transformer_engine", "local", "full_iteration"]),
+    "cuda_graph_modules": st.sampled_from([(), ("attn",), ("attn", "moe_router", "moe_preprocess"), ("attn", "mlp")]),
+    "overlap_moe_expert_parallel_comm": st.sampled_from([None, False]),
+    "delay_wgrad_compute": st.sampled_from([None, False]),
+    "tp_comm_overlap": st.sampled_from([None, False]),
+    "moe_permute_fusion": st.booleans(),
+    "moe_router_enable_expert_bias": st.sampled_from([None, False]),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(cfg=LAYOUTS, recipe=RECIPES, name=st.sampled_from(["deepseek-v3", "qwen3-30b-a3b", "llama3-8b", "gpt-oss-20b"]),
+       trainer=st.sampled_from(["megatron", "torchtitan", "maxtext"]))
+def test_effective_recipe_is_idempotent_and_never_breaks_a_recipe_rule(cfg, recipe, name, trainer):
+    m = _model(name)
+    if not m.num_experts:
+        cfg = cfg.model_copy(update={"ep": 1})
+    tr = T.model_copy(update={"trainer": trainer, "recipe": Recipe(**recipe)})
+    world = cfg.model_parallel * 8
+    recipe_rules = {n for n, _, _ in RECIPE_RULES}
+    given_broken = names(violations(m, cfg, tr, world)) & recipe_rules
+    e = effective_recipe(m, cfg, tr)
+    fixed = tr.model_copy(update={"recipe": e})
+    assert effective_recipe(m, cfg, fixed) == e                          # idempotent: files read back price the same
+    # switched-on settings are legal for the layout unless the user forced an illegal graph setting
+    forced = {"cuda_graphs_vs_recompute", "cuda_graph_modules"} & given_broken
+    assert names(violations(m, cfg, fixed, world)) & recipe_rules <= forced | (
+        {"torch_fsdp2_layout"} & given_broken)
+    if e.overlap_moe_expert_parallel_comm:   # the megatron-core conditions, restated
+        assert trainer == "megatron" and cfg.ep > 1 and cfg.recompute != "full" and "moe" not in cfg.recompute_modules
+        assert cfg.pp == 1 or cfg.vpp > 1
+        assert cfg.dispatcher in ("alltoall", "flex-hybridep")
+    if e.delay_wgrad_compute:
+        assert e.overlap_moe_expert_parallel_comm
+    if e.tp_comm_overlap:
+        assert cfg.tp > 1 and trainer == "megatron"
+
+
+@settings(max_examples=8, deadline=None)
+@given(recipe=st.fixed_dictionaries({}, optional={
+    "cuda_graph_impl": st.sampled_from(["transformer_engine", "none"]),
+    "overlap_moe_expert_parallel_comm": st.sampled_from([True, False]),
+    "delay_wgrad_compute": st.just(True), "tp_comm_overlap": st.just(True),
+    "fsdp_impl": st.just("torch")}), data=st.data())
+def test_recipe_rule_tables_equal_the_rules_for_required_settings(recipe, data):
+    # the search's tables (planner.search.space.RULE_VARS) admit exactly the layouts the rules accept
+    # when the user requires settings, so the search never combines what Megatron refuses
+    from planner.search.space import VARIABLES, build_space, config_of, rule_tables, structural_ok
+
+    m = _model("qwen3-30b-a3b")
+    tr = Training(seq_len=4096, global_batch=64, precision="mxfp8", recipe=Recipe(**recipe))
+    space = build_space(m, tr, 16, [8, 8], trainer="megatron", dispatchers=("alltoall", "flex-hybridep"))
+    tables = [(v, set(a)) for v, a in rule_tables(space, m, tr)]
+    for _ in range(60):
+        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
+        a = {v: space.values[v][i] for v, i in idx.items()}
+        if not structural_ok(space, a):
+            continue
+        cfg, world, g, _ = config_of(space, a)
+        t = tr.model_copy(update={"global_batch": g})
+        want = not violations(m, cfg, t, world)
+        got = all(tuple(idx[v] for v in vars_) in allowed for vars_, allowed in tables)
+        assert got == want, (cfg, violations(m, cfg, t, world))

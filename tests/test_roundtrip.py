@@ -1,73 +1,39 @@
 """Emit, read back, predict: the launch files run what the plan priced (issue 11 items 1-3).
 
-``assert_round_trip(doc)`` renders a plan's Megatron arguments, reads them back with
-``planner.output.emit.readback`` (no megatron-core), and checks that the layout, the training setup
-with its recipe (as the trainer runs it: ``planner.rules.effective_recipe``) and the predicted
-throughput equal the plan's. tests/test_plan.py calls it on the plans it makes; here it runs on the
-README/example plan, on hypothesis-random feasible layouts, and on mutants that drop one flag.
+``roundtrip_check.assert_round_trip(doc)`` renders a plan's launch files, reads them back with
+``planner.output.emit.readback`` (no trainer installed), and checks that the layout, the training
+setup with its recipe (as the trainer runs it: ``planner.rules.effective_recipe``) and the predicted
+throughput equal the plan's. tests/conftest.py applies it to every plan the test suite makes; here it
+runs on the examples' launch files, the README plan, NVIDIA's layout, hypothesis-random feasible
+layouts with random recipe switches, TorchTitan plans, and on mutants that drop one flag (each must
+fail the check).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
+from planner.errors import InputError
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import RECIPE_FLAGS, megatron_args, parse_args_file, render_args
-from planner.output.emit import render_files
-from planner.output.emit.readback import megatron_setup, torchtitan_setup
-from planner.output.emit.torchtitan import parse_command
+from planner.output.emit.megatron import RECIPE_FLAGS, megatron_args
+from planner.output.emit.readback import read_files
 from planner.rules import effective_recipe, violations
 from planner.search.plan import plan
+from roundtrip_check import assert_round_trip
 from topologies.loader import load_cluster
-
-
-def _key(c: ParallelConfig) -> tuple:
-    return (c.tp, c.pp, c.vpp, c.cp, c.ep, c.etp_eff, c.mbs, c.fsdp, c.recompute, c.dispatcher, c.pp_first, c.pp_last)
-
-
-def read_back(doc: dict, index: int = 0, args: list[str] | None = None):
-    """(plan context, config and training read back from the emitted files, prediction from them):
-    Megatron's args.txt for a megatron plan, TorchTitan's command.txt (+ topoplan_config.py) for a
-    torchtitan one."""
-    ctx = load_context(doc, index)
-    if ctx.training.trainer == "torchtitan":
-        files = render_files(ctx, ["torchtitan"])
-        if args is None:
-            args = parse_command(files["torchtitan/command.txt"])
-        cfg, tr, order = torchtitan_setup(args, ctx.model, ctx.world,
-                                          registry_text=files.get("torchtitan/topoplan_config.py"))
-    else:
-        if args is None:
-            args = parse_args_file(render_args(megatron_args(ctx)))
-        cfg, tr, order = megatron_setup(args, ctx.model, ctx.world)
-    gpd = doc["plans"][index]["placement"].get("gpus_per_domain")
-    placement = make_placement(ctx.cluster, cfg, ctx.world, gpd, order=order)
-    return ctx, cfg, tr, predict(ctx.model, ctx.cluster, cfg, tr, placement=placement)
-
-
-def assert_round_trip(doc: dict, index: int = 0, args: list[str] | None = None) -> None:
-    ctx, cfg, tr, pred = read_back(doc, index, args)
-    want = ctx.config
-    if not ctx.model.num_experts:   # a dense model has no dispatcher to write
-        want = want.model_copy(update={"dispatcher": None})
-        cfg = cfg.model_copy(update={"dispatcher": None})
-    assert _key(cfg) == _key(want)
-    assert tr.stack == ctx.training.stack
-    assert (tr.seq_len, tr.global_batch, tr.precision) == (ctx.training.seq_len, ctx.training.global_batch,
-                                                           ctx.training.precision)
-    assert tr.recipe == effective_recipe(ctx.model, ctx.config, ctx.training)
-    assert not violations(ctx.model, cfg, tr, ctx.world)
-    want = doc["plans"][index]["prediction"]["tflops_per_gpu"]
-    assert pred.tflops_per_gpu == pytest.approx(want, rel=1e-9)
 
 
 def _doc_for(model_name, preset, gpus, training, config, usable=None):
@@ -112,19 +78,25 @@ def test_nvidia_layout_files_run_at_the_planned_speed():
                                                                        "--moe-flex-dispatcher-backend",
                                                                        "--fp8-recipe"}))
 def test_a_flag_the_reader_cannot_see_fails_the_round_trip(dsv3_doc, flag):
-    # mutant: the emitted text without one flag (and its values) must not pass the round trip
-    cfg = ParallelConfig(tp=1, pp=2, vpp=8, ep=32, dp=128, dispatcher="flex-hybridep")
-    doc = dsv3_doc if flag != "--pipeline-model-parallel-layout" else _doc_for(
-        "deepseek-v3", "gb300-nvl72", 256, Training(seq_len=4096, global_batch=4096, precision="mxfp8"), cfg, usable=64)
+    # mutant: the emitted text without one flag (and its values) must not pass the round trip, while
+    # the text as emitted does (the control)
+    if flag == "--pipeline-model-parallel-layout":
+        doc = _doc_for("deepseek-v3", "gb300-nvl72", 256, Training(seq_len=4096, global_batch=4096, precision="mxfp8"),
+                       ParallelConfig(tp=1, pp=2, vpp=8, ep=32, dp=128, dispatcher="flex-hybridep"), usable=64)
+    elif flag == "--tp-comm-overlap":
+        doc = _doc_for("qwen3-30b-a3b", "gb200-nvl72", 64, Training(seq_len=4096, global_batch=512, precision="mxfp8"),
+                       ParallelConfig(tp=2, pp=1, ep=8, etp=1, dp=32, dispatcher="alltoall"))
+    else:   # the README plan: graphs, the all-to-all overlap, the fusions, expert bias, MXFP8, HybridEP
+        doc = dsv3_doc
     args = megatron_args(load_context(doc, 0))
-    if flag not in args:
-        pytest.skip(f"{flag} is not written for this plan")
+    assert flag in args, f"{flag} is not written for this plan"
+    assert_round_trip(doc, 0, args)   # control
     i = args.index(flag)
     j = i + 1
     while j < len(args) and not args[j].startswith("--"):
         j += 1
     mutant = args[:i] + args[j:]
-    with pytest.raises((AssertionError, Exception)):
+    with pytest.raises((AssertionError, InputError)):
         assert_round_trip(doc, 0, mutant)
 
 
@@ -215,3 +187,29 @@ def test_torchtitan_plans_read_back_to_their_prediction(model_name, preset, gpus
     doc = plan(load_model(model_name), load_cluster(preset, gpus=gpus), tr, top=2).to_dict()
     for i in range(len(doc["plans"])):
         assert_round_trip(doc, i)
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.parametrize("script,files", [("deepseek_v3_gb300_megatron.py", "megatron/args.txt"),
+                                          ("llama405b_h100_torchtitan.py", "torchtitan/command.txt"),
+                                          ("launcher_api.py", "megatron/args.txt")])
+def test_examples_launch_files_read_back_to_their_plan(tmp_path, script, files):
+    # the example writes plan.json and the files; reading the files back predicts plan #1's figure
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, str(EXAMPLES / script), "--out", str(out)], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    plan_json = next(out.rglob("plan.json"))
+    doc = json.loads(plan_json.read_text())
+    ctx = load_context(doc, 0)
+    cfg, tr, order = read_files(plan_json.parent / files, ctx.model, ctx.world)
+    assert tr.recipe == effective_recipe(ctx.model, ctx.config, ctx.training)
+    assert (cfg.tp, cfg.pp, cfg.vpp, cfg.cp, cfg.ep, cfg.mbs, cfg.recompute) == (
+        ctx.config.tp, ctx.config.pp, ctx.config.vpp, ctx.config.cp, ctx.config.ep, ctx.config.mbs, ctx.config.recompute)
+    tr = tr.model_copy(update={"memory_headroom": ctx.training.memory_headroom})
+    placement = make_placement(ctx.cluster, cfg, ctx.world, doc["plans"][0]["placement"].get("gpus_per_domain"),
+                               order=order)
+    pred = predict(ctx.model, ctx.cluster, cfg, tr, placement=placement)
+    assert pred.tflops_per_gpu == pytest.approx(doc["plans"][0]["prediction"]["tflops_per_gpu"], rel=1e-9)
