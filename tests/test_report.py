@@ -1,12 +1,14 @@
 """The HTML report and the terminal explanations: figures written, referenced and non-empty, the page
 opens in a headless browser, explanations add up, rank arithmetic matches Megatron's RankGenerator.
 
-The plan documents here are built by hand in the plan.json shape of docs/architecture.md, so these
-tests do not depend on the planner's own numbers.
+The plan documents here are real ``PlanDocument``s (the model spec, cluster and training setup as the
+planner writes them, validated) whose plans carry hand-set figures, so that these tests do not depend
+on the planner's own numbers.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -37,37 +39,59 @@ def _bd(**seconds) -> dict:
     return {t: float(seconds.get(t, 0.0)) for t in TERMS}
 
 
-def _entry(cfg, tflops, step, breakdown, mem, domains, rank_to_gpu, per_stage=None):
-    pred = {"tflops_per_gpu": tflops, "tokens_per_s_per_gpu": tflops * 3.85, "step_time_s": step,
-            "memory_gib_per_gpu": mem, "breakdown": breakdown}
-    if per_stage is not None:
-        pred["memory"] = {"per_stage": per_stage}
-    return {"config": cfg, "prediction": pred,
+@functools.lru_cache(maxsize=None)
+def _parts() -> str:
+    """The model, cluster (four full GB300 NVL72 racks) and training parts, as JSON."""
+    from planner.config import Training
+    from planner.model.spec import load_model
+    from topologies.loader import load_cluster
+
+    model = load_model("deepseek-v3")
+    return json.dumps({
+        "model": {"name": model.name, "spec": model.model_dump(mode="json")},
+        "cluster": load_cluster("gb300-nvl72", gpus=288).model_dump(mode="json"),
+        "training": Training(seq_len=4096, global_batch=4096, precision="mxfp8").model_dump(mode="json")})
+
+
+def _entry(cfg, tflops, step, breakdown, mem, domains, rank_to_gpu):
+    world = len(rank_to_gpu)
+    cfg = {**cfg, "edp": world // (cfg["etp"] * cfg["ep"] * cfg["pp"]), "world": world}
+    components = {"weights": 0.25 * mem, "grads": 0.1 * mem, "optimizer": 0.15 * mem, "activations": 0.5 * mem}
+    pred = {"tflops_per_gpu": tflops, "tokens_per_s_per_gpu": tflops * 3.85, "tokens_per_s": tflops * 3.85 * world,
+            "step_time_s": step, "memory_gib_per_gpu": mem, "hbm_gib": 288.0, "fits": mem <= 288.0,
+            "breakdown": breakdown, "memory": components}
+    hosts = [f"gb300-r{g // 72 + 1:02d}-t{g % 72 // 4 + 1:02d}" for g in rank_to_gpu]
+    return {"label": "", "config": cfg, "prediction": pred,
             "placement": {"order": "tp-cp-ep-dp-pp", "gpus_per_domain": 64, "rank_to_gpu": rank_to_gpu,
-                          "domains": domains}}
+                          "hosts": hosts, "local_ranks": [g % 4 for g in rank_to_gpu], "domains": domains,
+                          "domains_used": len({g // 72 for g in rank_to_gpu})}}
 
 
 def plan_doc() -> dict:
     """DeepSeek-V3-like plan on four NVL72 racks run with 64 of 72 GPUs each (256 GPUs)."""
     r2g = [d * 72 + j for d in range(4) for j in range(64)]
     base = dict(tp=1, pp=2, vpp=8, cp=1, ep=32, etp=1, dp=128, mbs=1, gbs=4096, fsdp=False,
-                recompute="none", dispatcher="flex-deepep")
-    stages = [{"weights": 41.0, "grads": 20.5, "optimizer": 31.0, "activations": 96.0},
-              {"weights": 39.0, "grads": 19.5, "optimizer": 29.0, "activations": 60.0}]
+                recompute="none", dispatcher="flex-deepep", pp_first=None, pp_last=None)
     p1 = _entry(base, 1650, 10.2, _bd(compute=8.0, ep_a2a=0.9, pp_bubble=0.6, dp_comm=0.3, optimizer=0.4),
-                188.5, {"tp": 1, "ep": 1, "pp": 2}, r2g, stages)
+                188.5, {"tp": 1, "ep": 1, "pp": 2}, r2g)
     p2 = _entry({**base, "pp": 4, "vpp": 4, "dp": 64}, 1560, 10.8,
                 _bd(compute=8.0, ep_a2a=0.9, pp_bubble=1.2, dp_comm=0.3, optimizer=0.4),
                 150.0, {"ep": 1, "pp": 4}, r2g)
     p3 = _entry({**base, "ep": 64}, 1500, 11.2,
                 _bd(compute=8.0, ep_a2a=2.0, pp_bubble=0.6, dp_comm=0.2, optimizer=0.4),
                 170.0, {"ep": 2, "pp": 2}, r2g)
-    return {"version": 1, "model": {"name": "deepseek-v3"},
-            "cluster": {"name": "gb300-nvl72", "gpu": "gb300", "nvlink_domains": [72, 72, 72, 72],
-                        "gpu_spec": {"hbm_gib": 268.0}},
-            "training": {"seq_len": 4096, "global_batch": 4096, "precision": "mxfp8", "stack": "megatron-26.08",
-                         "trainer": "megatron"},
-            "plans": [p1, p2, p3], "solver": {"status": "OPTIMAL", "wall_s": 1.3, "objective": 1650, "bound": 1650}}
+    for p in (p1, p2, p3):
+        p["label"] = explain.config_label(p["config"])
+    return {"version": 1, **json.loads(_parts()), "plans": [p1, p2, p3],
+            "solver": {"status": "OPTIMAL", "wall_s": 1.3, "objective": 1650.0 * 3.85 * 256,
+                       "objective_name": "tokens_per_s", "bound": 1650.0 * 3.85 * 256, "method": "enumerate"}}
+
+
+def test_the_fixture_is_a_plan_document():
+    from planner.search.document import PlanDocument
+
+    doc = plan_doc()
+    assert PlanDocument.model_validate(doc).dump() == doc
 
 
 def scale_doc() -> dict:
@@ -232,7 +256,7 @@ def test_why_not_names_the_cause():
     rej = [{"config": {"tp": 2, "pp": 8, "ep": 32}, "prediction": {"memory_gib_per_gpu": 300.0}},
            {"config": {"tp": 4, "pp": 1}, "reason": "breaks a rule: heads not divisible"}]
     more = explain.why_not_lines(doc, n=5, rejected=rej)
-    assert more[2] == "TP2 PP8 EP32: does not fit, 300 GiB per GPU > 268 GiB HBM"
+    assert more[2] == "TP2 PP8 EP32: does not fit, 300 GiB per GPU > 288 GiB HBM"
     assert more[3] == "TP4 PP1: breaks a rule: heads not divisible"
 
 
@@ -240,16 +264,16 @@ def test_render_plan_prints_everything():
     console = Console(record=True, width=140, force_terminal=False)
     explain.render_plan(plan_doc(), console=console)
     out = console.export_text()
-    for needle in ("TP1 PP2 VPP8 EP32 MBS1", "1,650", "exposed EP all-to-all", "188.5 / 268 GiB",
+    for needle in ("TP1 PP2 VPP8 EP32 MBS1", "1,650", "exposed EP all-to-all", "188.5 / 288 GiB",
                    "racks 0-1", "why not", "solver: OPTIMAL"):
         assert needle in out
 
 
-def test_domain_sizes_fallbacks():
+def test_render_plan_refuses_a_document_that_is_not_a_plan_document():
     doc = plan_doc()
-    assert explain.domain_sizes_of(doc) == [72] * 4
-    doc["cluster"] = {}
-    assert explain.domain_sizes_of(doc) == [64] * 4  # from gpus_per_domain and the world size
+    del doc["plans"][1]["prediction"]["breakdown"]
+    with pytest.raises(InputError, match="field 'plans.1.prediction.breakdown'"):
+        explain.render_plan(doc, console=Console(record=True))
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -277,12 +301,6 @@ def test_plan_report_files(tmp_path):
     page = _check_report(out, paths, {"breakdown.png", "memory.png", "placement.png"})
     assert json.loads((out / "data.json").read_text()) == plan_doc()
     assert "TP1 PP2 VPP8 EP32 MBS1" in page and "EP all-to-all crosses racks" in page
-    # the memory figure shows both stages: a wider image than a one-stage figure
-    one = tmp_path / "one"
-    doc = plan_doc()
-    del doc["plans"][0]["prediction"]["memory"]
-    write_report("plan", doc, one)
-    assert imread(out / "memory.png").shape[1] >= imread(one / "memory.png").shape[1]
 
 
 def test_scale_report_files(tmp_path):
@@ -312,9 +330,20 @@ def test_experts_report_files(tmp_path):
     assert "1.045" in page
 
 
+def _without(path):
+    doc = plan_doc()
+    *head, last = path
+    cur = doc
+    for k in head:
+        cur = cur[k]
+    del cur[last]
+    return doc
+
+
 @pytest.mark.parametrize("kind,doc,needle", [
-    ("plan", {"plans": []}, "'plans' is missing or empty"),
-    ("plan", {"plans": [{"config": {}}]}, "plans[0] has no 'prediction'"),
+    ("plan", {"plans": []}, "field 'model'"),
+    ("plan", _without(("plans", 0, "prediction")), "field 'plans.0.prediction'"),
+    ("plan", _without(("cluster",)), "field 'cluster'"),
     ("scale", {"points": [{"gpus": 8}]}, "needs 'tokens_per_s'"),
     ("scale", {"foo": 1}, "no 'points'"),
     ("place-experts", {"layers": [{}]}, "no per-layer 'balance'"),
@@ -396,7 +425,8 @@ def test_domain_sizes_from_a_real_cluster_dump():
     data.setdefault("health", {})["failed_trays"] = [c.nodes[0].name]
     dumped = cluster_from_dict(data, "test").model_dump()
     assert explain.domain_sizes_of({"cluster": dumped, "plans": []}) == [68, 72, 72, 40]
-    assert explain.hbm_of({"cluster": dumped}) == pytest.approx(c.gpu_spec.hbm_gib)
+    assert explain.domain_sizes_of(plan_doc()) == [72] * 4
+    assert explain.hbm_of(plan_doc()) == 288.0
 
 
 def test_expert_series_accepts_a_flat_per_layer_metrics_list():

@@ -1,8 +1,10 @@
 """Terminal explanations of a plan: why the winner wins, where its time and memory go, where it sits.
 
-Everything here reads the **plan.json document** (``PlanResult.to_dict()``, see docs/architecture.md)
-or parts of it, so the same code explains a fresh ``topoplan plan`` and a saved plan file. Nothing
-here predicts or solves; it only renders numbers that the planner already computed.
+Everything here reads the **plan document** (``planner.search.document.PlanDocument``, what
+``PlanResult.to_dict()`` writes; see docs/architecture.md) or parts of it, so the same code explains
+a fresh ``topoplan plan`` and a saved plan file; ``render_plan`` validates the document first (a bad
+one is refused naming the field). Nothing here predicts or solves; it only renders numbers that the
+planner already computed.
 
 The API, for ``topoplan plan`` and friends (all renderables are ``rich`` objects; ``.plain`` gives
 the text without colour):
@@ -30,7 +32,7 @@ the text without colour):
     A compact map: one row per NVLink domain (rack or node), one glyph per GPU showing its
     pipeline stage (0-9, a-z), unused or failed GPUs as ``.``; runs of identical rows collapse.
 ``domain_sizes_of(doc) -> list[int]``
-    Healthy GPUs per NVLink domain from the document's ``cluster`` (several shapes accepted).
+    Healthy GPUs per NVLink domain of the document's ``cluster`` (``Cluster.domain_sizes()``).
 ``render_plan(doc, console=None, top=None, hbm_gib=None, rejected=None)``
     Prints all of the above for the top plans: a table, then per plan its bar, memory and map,
     then the "why not" lines.
@@ -225,13 +227,16 @@ def plan_labels(entries: Sequence[Mapping]) -> list[str]:
 
 
 def _grid_sizes(config: Mapping, world: int, grid: str) -> dict[str, int]:
-    tp, pp, cp, ep = (int(config.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
+    """Axis sizes of the attention or the expert grid: the degrees of ``config`` (a plan's config or
+    any subset of ParallelConfig's fields) on ``world`` ranks, derived by ``ParallelConfig.on``."""
+    from planner.config import ParallelConfig
+
+    lay = ParallelConfig.model_validate({k: config[k] for k in ("tp", "pp", "cp", "ep", "etp")
+                                         if config.get(k) is not None}).on(world)
+    c = lay.config
     if grid == "attention":
-        dp = int(config.get("dp") or world // (tp * cp * pp))
-        return {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
-    etp = int(config.get("etp") or tp)
-    edp = world // (etp * ep * pp)
-    return {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+        return {"tp": c.tp, "cp": c.cp, "ep": 1, "dp": lay.dp, "pp": c.pp}
+    return {"tp": c.etp_eff, "cp": 1, "ep": c.ep, "dp": lay.edp, "pp": c.pp}
 
 
 def rank_coords(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-pp",
@@ -262,34 +267,14 @@ def ep_group(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-p
     return idx
 
 
-def domain_sizes_of(doc: Mapping) -> list[int]:
-    """Healthy GPUs per NVLink domain for the plan document's cluster.
+def domain_sizes_of(doc) -> list[int]:
+    """Healthy GPUs per NVLink domain of the plan document's cluster (a PlanDocument or its JSON)."""
+    from planner.search.document import PlanDocument
+    from topologies.cluster import Cluster
 
-    Accepts ``cluster["nvlink_domains"]`` (as ``topology show --json`` prints), a full
-    ``Cluster.model_dump()`` (validated through ``topologies.cluster.Cluster`` when that module is
-    present), or falls back to the first plan's ``placement["gpus_per_domain"]`` and world size."""
-    cluster = doc.get("cluster") or {}
-    sizes = cluster.get("nvlink_domains") or cluster.get("domain_sizes")
-    if isinstance(sizes, list) and sizes and all(isinstance(s, int) for s in sizes):
-        return list(sizes)
-    if cluster:
-        try:
-            from topologies.cluster import Cluster  # type: ignore
-
-            return list(Cluster.model_validate(cluster).domain_sizes())
-        except Exception:  # noqa: BLE001 - a partial cluster dict: fall back below
-            pass
-    plans = doc.get("plans") or []
-    if plans:
-        pl = plans[0].get("placement") or {}
-        world = len(pl.get("rank_to_gpu") or []) or int(plans[0].get("world") or 0)
-        per = pl.get("gpus_per_domain")
-        if world and per:
-            per = int(per)
-            return [per] * (world // per) + ([world % per] if world % per else [])
-        if world:
-            return [world]
-    return []
+    if isinstance(doc, PlanDocument):
+        return list(doc.cluster.domain_sizes())
+    return list(Cluster.model_validate(doc["cluster"]).domain_sizes())
 
 
 def _stage_glyph(stage: int) -> str:
@@ -477,30 +462,15 @@ def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None =
     sizes = domain_sizes_of(doc)
     word = domain_word(sizes) if sizes else "domains"
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
-    alts = (plans[1:] + list(rejected or doc.get("rejected") or []))[:n]
+    alts = (plans[1:] + list(rejected or []))[:n]
     labels = plan_labels([plans[0], *alts])[1:]
     return [why_not(plans[0], a, word, cap, label) for a, label in zip(alts, labels)]
 
 
 def hbm_of(doc: Mapping) -> float | None:
-    """HBM per GPU (GiB) for the document's cluster, from the prediction or the GPU catalog."""
-    for entry in doc.get("plans") or []:
-        cap = _pred(entry).get("hbm_gib")
-        if cap:
-            return float(cap)
-    cluster = doc.get("cluster") or {}
-    spec = cluster.get("gpu_spec")
-    if isinstance(spec, Mapping) and spec.get("hbm_gib"):
-        return float(spec["hbm_gib"])
-    gpu = cluster.get("gpu")
-    if isinstance(gpu, str):
-        try:
-            from topologies.gpus import get_gpu  # type: ignore
-
-            return float(get_gpu(gpu).hbm_gib)
-        except Exception:  # noqa: BLE001 - unknown GPU or catalog not present: no capacity shown
-            return None
-    return None
+    """HBM per GPU (GiB) of the document's plans (what each prediction compared its memory with)."""
+    plans = doc.get("plans") or []
+    return float(_pred(plans[0])["hbm_gib"]) if plans and _pred(plans[0]).get("hbm_gib") else None
 
 
 # ---------------------------------------------------------------------------------------- render
@@ -548,7 +518,11 @@ def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: 
 
 def render_plan(doc: Mapping, console: Console | None = None, top: int | None = None,
                 hbm_gib: float | None = None, rejected: Sequence[Mapping] | None = None) -> None:
-    """Print the whole explanation of a plan document to ``console`` (stdout by default)."""
+    """Print the whole explanation of a plan document (a ``PlanDocument`` or its JSON object, which
+    is validated first) to ``console`` (stdout by default)."""
+    from planner.search.document import load_document
+
+    doc = load_document(doc, "plan document").dump()
     console = console or Console()
     plans = doc.get("plans") or []
     if not plans:

@@ -21,48 +21,13 @@ def _num(x) -> float | None:
         return None
 
 
-def check_plan_doc(doc: Mapping, what: str = "plan document") -> list[Mapping]:
-    """The ``plans`` list of a plan.json document, each with a ``prediction``; InputError if not."""
-    if not isinstance(doc, Mapping):
-        raise InputError(f"{what}: expected a JSON object with 'plans', got {type(doc).__name__}")
-    plans = doc.get("plans")
-    if not isinstance(plans, list) or not plans:
-        raise InputError(f"{what}: key 'plans' is missing or empty; pass the output of 'topoplan plan --json'")
-    for i, entry in enumerate(plans):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("prediction"), Mapping):
-            raise InputError(f"{what}: plans[{i}] has no 'prediction' object")
-        if not isinstance(entry.get("config"), Mapping):
-            raise InputError(f"{what}: plans[{i}] has no 'config' object")
-    return plans
-
-
 def stage_memory(prediction: Mapping) -> list[dict[str, float]]:
-    """Memory per pipeline stage as a list of {component: GiB} (one dict per stage).
-
-    Reads ``prediction["memory_per_stage"]`` or ``prediction["memory"]["per_stage"]`` (a list of
-    numbers or of component dicts); otherwise one stage from ``prediction["memory"]`` components or
-    from ``memory_gib_per_gpu`` (the worst stage)."""
-    mem = prediction.get("memory")
-    per_stage = prediction.get("memory_per_stage")
-    if per_stage is None and isinstance(mem, Mapping):
-        per_stage = mem.get("per_stage")
-    out: list[dict[str, float]] = []
-    if isinstance(per_stage, list) and per_stage:
-        for st in per_stage:
-            if isinstance(st, Mapping):
-                comps = st.get("components") if isinstance(st.get("components"), Mapping) else st
-                out.append({k: float(v) for k, v in comps.items()
-                            if _num(v) is not None and k not in ("stage", "total", "peak_gib", "peak")})
-            elif _num(st) is not None:
-                out.append({"total": float(st)})
-        if out:
-            return out
-    if isinstance(mem, Mapping):
-        comps = mem.get("components") if isinstance(mem.get("components"), Mapping) else mem
-        d = {k: float(v) for k, v in comps.items()
-             if _num(v) is not None and k not in ("total", "peak_gib", "peak", "hbm_gib", "per_stage")}
-        if d:
-            return [d]
+    """The memory components (GiB) of a plan's prediction, as one stage: the worst pipeline stage,
+    which is what ``predict`` reports (``prediction["memory"]``); ``memory_gib_per_gpu`` when it
+    carries no components."""
+    comps = {k: float(v) for k, v in (prediction.get("memory") or {}).items() if _num(v) is not None}
+    if comps:
+        return [comps]
     total = _num(prediction.get("memory_gib_per_gpu"))
     return [{"total": total}] if total is not None else []
 

@@ -59,7 +59,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1) -> s
 
 def validate(kind: str, data) -> None:
     if kind == "plan":
-        rd.check_plan_doc(data)
+        from planner.search.document import load_document
+
+        load_document(data, "plan document")
     elif kind == "scale":
         rd.scale_points(data)
     else:
@@ -99,7 +101,7 @@ def _plan_rows(plans: Sequence[Mapping], cap: float | None) -> list[list]:
 
 
 def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
-    plans = rd.check_plan_doc(doc)
+    plans = doc["plans"]   # validated by ``validate`` (a PlanDocument's JSON)
     top = plans[:8]
     cap = explain.hbm_of(doc)
     mname, cname = _model_cluster(doc)
@@ -117,10 +119,10 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
     stages = rd.stage_memory(plans[0]["prediction"])
     if stages:
         figs.append(fg.memory_figure(stages, cap, stage / "memory.png",
-                                     f"Memory per GPU by pipeline stage: #1 {explain.config_label(plans[0]['config'])}"))
-        body.append(_figure("memory.png", "memory per pipeline stage",
-                            "Memory per GPU on each pipeline stage of the best plan, by component, against "
-                            "the HBM capacity (dashed)."))
+                                     f"Memory per GPU, fullest pipeline stage: #1 {explain.config_label(plans[0]['config'])}"))
+        body.append(_figure("memory.png", "memory per GPU",
+                            "Memory per GPU on the fullest pipeline stage of the best plan (the peak the plan "
+                            "is checked against), by component, against the HBM capacity (dashed)."))
     sizes = explain.domain_sizes_of(doc)
     if world and sizes:
         word = explain.domain_word(sizes)
