@@ -131,3 +131,12 @@ def test_emit_reads_the_same_models(tmp_path, real_docs):
     with pytest.raises(InputError, match="field 'training.seq_len'"):
         emit_plan(bad, ["megatron"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_plan_result_gives_the_typed_document():
+    res = planner.plan(planner.load_model("llama3-8b"), load_cluster("dgx-h100", gpus=8),
+                       Training(seq_len=4096, global_batch=16), top=1)
+    doc = res.document()
+    assert isinstance(doc, D.PlanDocument)
+    assert doc.plans[0].config.parallel_config() == res.plans[0].config.model_copy(update={"etp": res.plans[0].config.etp_eff})
+    assert doc.dump() == json.loads(json.dumps(res.to_dict()))

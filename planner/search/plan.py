@@ -91,8 +91,14 @@ class PlanResult:
     cluster: object
     training: Training
 
+    def document(self):
+        """The plan document as its typed value (``planner.search.document.PlanDocument``)."""
+        from planner.search.document import PlanDocument
+
+        return PlanDocument.model_validate(self.to_dict())
+
     def to_dict(self) -> dict:
-        """The plan.json document (docs/architecture.md)."""
+        """The plan.json document (docs/architecture.md; ``document()`` is the same, typed)."""
         gpus = self.cluster.gpus()
         plans = []
         for e in self.plans:
