@@ -825,32 +825,102 @@ def _score(phy, rank_domain, K, load, dispatch, home):
                for f in _fallbacks(phy, rank_domain, K, home, len(load)))
 
 
+def _expert_gpu_load(gpus, doms, load_e, n_row, w, dispatch, prim, P):
+    """What one expert adds to each GPU's load (``expert_metrics.slot_loads`` for one expert):
+    its replicas on ``gpus`` (in domains ``doms``) under replica counts ``n_row`` and fallback ``prim``."""
+    out = np.zeros(P)
+    if not len(gpus):
+        return out
+    n = n_row.astype(float)
+    if dispatch == "even":
+        share = n / n.sum()
+    else:
+        has = n > 0
+        share = has * w
+        if dispatch == "local":
+            share += w[~has].sum() * n / n.sum()
+        else:
+            share[prim] += w[~has].sum()
+    out[gpus] = load_e * share[doms] / np.maximum(n[doms], 1)     # one replica per GPU
+    return out
+
+
 def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_moves):
     """From ``prev``, apply single-slot rewrites toward ``target`` (a slot on GPU g whose expert the
     target does not want there takes an expert the target wants there), best first by the busiest
     GPU's load, while they help and at most ``max_moves`` of them. A rewrite never removes an
-    expert's last replica nor puts a second replica of an expert on one GPU."""
+    expert's last replica nor puts a second replica of an expert on one GPU.
+
+    A rewrite changes two experts' replicas only, so each trial is priced incrementally: the GPU
+    loads of the current placement under each fallback option, less the two experts' old share,
+    plus their new one. The trials within rounding of the best are then priced in full (``_score``)
+    in scan order, so the choice is exactly the full scan's (tests/test_expert_migration.py)."""
     cur = np.asarray(prev, dtype=np.int64).copy()
+    rank_domain = np.asarray(rank_domain, dtype=np.int64)
+    load = np.asarray(load, dtype=float)
     E = len(load)
     P = len(cur) // K
+    D = int(rank_domain.max()) + 1
+    w = np.bincount(rank_domain, minlength=D) / len(rank_domain)
     for _ in range(max_moves):
         base = _score(cur, rank_domain, K, load, dispatch, home)
         counts = np.bincount(cur, minlength=E)
-        best = None
+        n = np.zeros((E, D), dtype=np.int64)
+        np.add.at(n, (cur, rank_domain[np.arange(len(cur)) // K]), 1)
+        options = _fallbacks(cur, rank_domain, K, home, E)
+        totals = [gpu_loads(cur, rank_domain, K, load, dispatch, f) for f in options]
+        gpus_of = [np.nonzero(cur == e)[0] // K for e in range(E)]
+        old_part: dict = {}
+
+        def part(e, nrow, gpus, opt):
+            prim = options[opt][e] if opt is not None else None
+            if prim is None:   # the trial's own fallback options for this expert (as _fallbacks)
+                alt = int(np.argmax(nrow))
+                return [_expert_gpu_load(gpus, rank_domain[gpus], load[e], nrow, w, dispatch,
+                                         (home[e] if nrow[home[e]] > 0 else alt) if i == 0 else alt, P)
+                        for i in range(2)]
+            return _expert_gpu_load(gpus, rank_domain[gpus], load[e], nrow, w, dispatch, prim, P)
+
+        def old(e):
+            if e not in old_part:
+                old_part[e] = [part(e, n[e], gpus_of[e], i) for i in range(2)]
+            return old_part[e]
+
+        trials = []
         for g in range(P):
             have = list(cur[g * K:(g + 1) * K])
             want = list(target[g * K:(g + 1) * K])
             add = [x for x in want if x not in have]
+            d = rank_domain[g]
             for pos, a in enumerate(have):
                 if a in want or counts[a] <= 1:
                     continue
+                na = n[a].copy()
+                na[d] -= 1
+                ga = gpus_of[a][gpus_of[a] != g]
+                new_a = part(a, na, ga, None)
                 for b in add:
-                    trial = cur.copy()
-                    trial[g * K + pos] = b
-                    val = _score(trial, rank_domain, K, load, dispatch, home)
-                    if best is None or val < best[0]:
-                        best = (val, trial)
-        if best is None or best[0] >= base - 1e-12:
+                    nb = n[b].copy()
+                    nb[d] += 1
+                    new_b = part(b, nb, np.append(gpus_of[b], g), None)
+                    val = min((totals[i] - old(a)[i] - old(b)[i] + new_a[i] + new_b[i]).max() for i in range(2))
+                    trials.append((val, g * K + pos, b))
+        if not trials:
+            break
+        vmin = min(t[0] for t in trials)
+        tol = 1e-9 * max(1.0, abs(vmin))
+        if vmin >= base - 1e-12 + tol:
+            break
+        best = None
+        for val, slot, b in trials:
+            if val > vmin + tol:
+                continue
+            trial = cur.copy()
+            trial[slot] = b
+            exact = _score(trial, rank_domain, K, load, dispatch, home)
+            if best is None or exact < best[0]:
+                best = (exact, trial)
+        if best[0] >= base - 1e-12:
             break
         cur = best[1]
     return cur

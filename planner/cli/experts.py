@@ -132,9 +132,15 @@ def register(app: typer.Typer) -> None:
         prev = _read_previous(previous, n_layers, ep * K) if previous is not None else None
         if max_moves is not None and prev is None:
             raise InputError("--max-moves needs --previous (the placement the moves are counted against)")
-        pl = place(arr, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
-                   previous=prev, max_moves=max_moves, time_limit=time_limit, seed=seed,
-                   routing=None if rec is None else list(rec), workers=workers)
+        import sys
+
+        from planner.cli.progress import progress
+
+        # a bar on stderr while a person watches it, even when stdout goes to a pipe or a file
+        with progress(f"placing {n_layers} MoE layers", total=n_layers, stream=sys.stderr) as bar:
+            pl = place(arr, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
+                       previous=prev, max_moves=max_moves, time_limit=time_limit, seed=seed,
+                       routing=None if rec is None else list(rec), workers=workers, on_layer=bar.advance)
         l2p, cnt = pl.logical_maps()
         summary = pl.summary()
         tokens = tokens_per_step or 4096 * ep
@@ -153,7 +159,7 @@ def register(app: typer.Typer) -> None:
                             fallback_domain=pl.fallback_domain[i].tolist(), **pl.metrics[i])
                        for i in range(n_layers)],
         }
-        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed)
+        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed, previous=prev, max_moves=max_moves)
         if out is not None:
             from planner.io import atomic_dir
 
@@ -185,19 +191,26 @@ def register(app: typer.Typer) -> None:
         print(f"  solve time: {s['solve_s']:.1f} s (summed over layers); routing: {pl.routing}")
         for policy, b in doc["eplb"].items():
             if "balance" in b:
-                print(f"  EPLB-{policy} on the same loads: balance {b['balance']:.3f}, "
+                moved = (f" (rebuilt from scratch, not move-capped: {b['moves']} moves vs --previous)"
+                         if b.get("moves") is not None else "")
+                print(f"  EPLB-{policy} on the same loads{moved}: balance {b['balance']:.3f}, "
                       f"remote domains per token {b['remote_domains_per_token']:.2f}")
         if out is not None:
             print(f"  wrote {out}/ (physical_to_logical.npy, logical_to_physical.npy, logical_count.npy, "
                   "fallback_domain.npy, ep_rank_domain.npy, placement.json)")
 
 
-def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, tokens: int = 2048) -> dict:
+def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, tokens: int = 2048,
+                    previous=None, max_moves=None) -> dict:
     """EPLB's hierarchical and global placements of the same loads, measured on the same routing model
     (the sampled tokens place() used, or the recorded selections) under EPLB's own even split of an
-    expert's tokens over its replicas: the baseline printed beside topoplan's placement."""
+    expert's tokens over its replicas: the baseline printed beside topoplan's placement.
+
+    EPLB ignores a previous placement: with ``previous`` each entry says so (``moves_capped``
+    false, ``moves``: expert copies its placement needs against ``previous``, all layers), so a
+    move-capped topoplan placement is not read as if EPLB had worked under the same cap."""
     from planner.search.eplb import rebalance_experts
-    from planner.search.experts import evaluate_placement, sample_routing
+    from planner.search.experts import evaluate_placement, moves_between, sample_routing
 
     ep = len(rank_domain)
     domains = int(rank_domain.max()) + 1
@@ -216,5 +229,9 @@ def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, token
         out[policy] = {"balance": float(np.mean([m["balance"] for m in metrics])),
                        "remote_domains_per_token": float(np.mean([m["remote_domains_per_token"] for m in metrics])),
                        "layers": metrics}
+        if previous is not None:
+            out[policy].update(moves=int(sum(moves_between(previous[i], p2l[i], K) for i in range(L))),
+                               moves_capped=False,
+                               note="EPLB rebuilds the placement from scratch; it is not held to "
+                                    + (f"--max-moves {max_moves}" if max_moves is not None else "--previous"))
     return out
-

@@ -295,9 +295,10 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
           topk_group: int = 1, top_k: int = 8, previous: np.ndarray | None = None,
           max_moves: int | None = None, time_limit: float = 0.1, seed: int = 0, dispatch: str = "home",
           routing: Sequence[np.ndarray] | None = None, tokens: int = 2048,
-          workers: int | None = None) -> ExpertPlacement:
+          workers: int | None = None, on_layer=None) -> ExpertPlacement:
     """Place every MoE layer (layers in parallel processes, ``workers`` default: the CPU count).
-    ``loads[L, E]``; ``previous[L, slots]`` and ``max_moves`` (per layer) bound the migration."""
+    ``loads[L, E]``; ``previous[L, slots]`` and ``max_moves`` (per layer) bound the migration.
+    ``on_layer()`` is called as each layer is done (a progress bar's ``advance``)."""
     loads = np.asarray(loads, dtype=float)
     L, E = loads.shape
     rank_domain = np.asarray(rank_domain, dtype=np.int64)
@@ -310,9 +311,17 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            out = list(pool.map(_place_one, jobs))
+            out = []
+            for o in pool.map(_place_one, jobs):
+                out.append(o)
+                if on_layer:
+                    on_layer()
     else:
-        out = [_place_one(j) for j in jobs]
+        out = []
+        for j in jobs:
+            out.append(_place_one(j))
+            if on_layer:
+                on_layer()
     return ExpertPlacement(physical_to_logical=np.stack([o[0] for o in out]), slots_per_gpu=slots_per_gpu,
                      rank_domain=rank_domain, metrics=[o[2] for o in out], policy="topoplan",
                      routing=_routing_label(routing is not None, n_group, topk_group, top_k, tokens, seed),
