@@ -290,3 +290,74 @@ def test_megatron_print_args_output_reads_back(tmp_path):
             cfg.tp, cfg.pp, cfg.vpp, cfg.ep, cfg.mbs, tr.global_batch, tr.seq_len, 16)
         assert fl["precision"] == tr.precision and fl["recompute"] == cfg.recompute
         assert run_row(run, {"gpu": "H100"})["model"].startswith(model.split("-")[0])
+
+
+# --- memory: measured peaks fit the reserve terms (planner.cost.runs.memfit) -----------------------------
+def _mem_rows():
+    base = {"stack": "megatron-26.08", "model": "llama3-8b", "gpu": "H100", "num_gpus": "8", "precision": "bf16",
+            "seq_len": "8192", "gbs": "64", "tp": "1", "pp": "1", "vpp": "1", "cp": "1", "ep": "1", "etp": "",
+            "fsdp": "", "recompute": "none", "tokens_per_s_per_gpu": "10000", "model_tflops_per_gpu": "500"}
+    return [dict(base, id=f"m{mbs}-{tp}", mbs=str(mbs), tp=str(tp)) for mbs, tp in ((1, 1), (1, 2), (2, 2))]
+
+
+def _split(row, profile):
+    from planner.cost.validate import predict_case, row_case
+
+    comp = predict_case(row_case(row, profile=profile), profile).memory
+    return sum(v for k, v in comp.items() if k != "reserve"), comp["activations"] + comp["expert_imbalance"] + comp["logits"]
+
+
+def test_memory_fit_recovers_reserve_and_fragmentation():
+    from planner.cost.predict import predict
+    from planner.cost.profiles import dump_profile, load_profile, parse_profile
+    from planner.cost.runs.memfit import fit_memory
+    from planner.cost.validate import row_case
+
+    prof = load_profile("megatron-26.08")
+    rows = []
+    for r in _mem_rows():
+        modelled, acts = _split(r, prof)
+        rows.append(dict(r, device_used_gib=f"{modelled + 6.0 + 0.25 * acts:.4f}"))
+    acts_seen = {round(_split(r, prof)[1], 2) for r in rows}
+    assert len(acts_seen) == 3          # the runs differ in activation size: both terms are identified
+    fit = fit_memory(rows, prof)
+    assert fit.runs == 3
+    assert fit.reserve_gib == pytest.approx(6.0, abs=0.15) and fit.fragmentation == pytest.approx(0.25, abs=0.01)
+    fitted = prof.model_copy(update={"memory": fit})
+    assert parse_profile(dump_profile(fitted), "x.yaml").memory == fit       # the YAML keeps it
+    for r in rows:   # predict uses it: the measured peak back within 0.15 GiB
+        c = row_case(r, profile=fitted)
+        p = predict(c.model, c.cluster, c.config, c.training, profile=fitted)
+        assert p.memory_gib_per_gpu == pytest.approx(float(r["device_used_gib"]), abs=0.15)
+        assert p.memory["reserve"] == pytest.approx(fit.reserve_gib + fit.fragmentation * _split(r, prof)[1])
+
+
+def test_memory_fit_from_max_reserved_and_without_memory():
+    from planner.cost.profiles import load_profile
+    from planner.cost.runs.memfit import NON_ALLOCATOR_GIB, fit_memory, measured_peak_gib
+
+    assert measured_peak_gib({"peak_reserved_gib": "40.0"}) == 40.0 + NON_ALLOCATOR_GIB
+    assert measured_peak_gib({"peak_reserved_gib": "40.0", "device_used_gib": "45.5"}) == 45.5
+    prof = load_profile("megatron-26.08")
+    assert fit_memory(_mem_rows(), prof) is None        # no run printed memory: the defaults stay
+    one = _mem_rows()[0]
+    modelled, acts = _split(one, prof)
+    fit = fit_memory([dict(one, device_used_gib=str(modelled + 10.0))], prof)
+    # one run fixes the sum only: reserve + fragmentation * activations = 10 GiB
+    assert fit.reserve_gib + fit.fragmentation * acts == pytest.approx(10.0, abs=0.1)
+
+
+def test_plan_keeps_the_fitted_reserve():
+    import planner
+    import topologies
+    from planner.cost.profiles import MemoryFit, load_profile
+
+    model = planner.load_model("llama3-8b")
+    cluster = topologies.load_cluster("dgx-h100", gpus=8)
+    tr = planner.Training(seq_len=8192, global_batch=64, precision="bf16", stack="megatron-26.08")
+    prof = load_profile("megatron-26.08")
+    big = prof.model_copy(update={"memory": MemoryFit(reserve_gib=40.0, fragmentation=0.05)})
+    plain = planner.plan(model, cluster, tr, top=1, profile=prof).to_dict()["plans"][0]["prediction"]
+    tight = planner.plan(model, cluster, tr, top=1, profile=big).to_dict()["plans"][0]["prediction"]
+    assert tight["memory"]["reserve"] >= 40.0 and tight["memory_gib_per_gpu"] <= tight["usable_gib"]
+    assert plain["memory"]["reserve"] < tight["memory"]["reserve"] - 30.0

@@ -269,18 +269,27 @@ def calibrate_cmd(
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar)
-    atomic_write_text(out, dump_profile(prof), option="--out")
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
+    from planner.cost.runs.memfit import fit_memory   # issue 13: measured peaks fit the memory reserve
+
+    mem = fit_memory(mine, prof, source=str(csv_path))
+    if mem is not None:
+        prof = prof.model_copy(update={"memory": mem})
+    atomic_write_text(out, dump_profile(prof), option="--out")
     res = validate_rows(mine, stack=stack, profile=prof, source=str(csv_path))
     doc = {"profile": str(out), "rows": info["rows"], "mape_pct": res["mape_pct"],
            "max_abs_error_pct": res["max_abs_error_pct"],
-           "params": {k: p.value for k, p in prof.params.items() if p.fit}}
+           "params": {k: p.value for k, p in prof.params.items() if p.fit},
+           "memory": None if mem is None else mem.model_dump()}
     if json_out:
         print(json.dumps(doc, indent=2))
     else:
         print(f"wrote {out}: {info['rows']} rows, MAPE {res['mape_pct']:.2f}% (worst {res['max_abs_error_pct']:.1f}%)")
         for k, v in doc["params"].items():
             print(f"  {k:28s} {v:.4g}")
+        if mem is not None:
+            print(f"  memory: reserve {mem.reserve_gib:.2f} GiB, fragmentation {mem.fragmentation:.3f} of the "
+                  f"activations ({mem.runs} measured peaks)")
 
 
 def register(app: typer.Typer) -> None:

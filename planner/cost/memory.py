@@ -137,13 +137,17 @@ class MemoryOptions:
     fragmentation: float = FRAGMENTATION
 
 
-def options_for(training: Training) -> MemoryOptions:
+def options_for(training: Training, profile=None) -> MemoryOptions:
     """Defaults per trainer. Megatron: NVIDIA's Megatron-Bridge performance recipes (the runs in
     calibration.csv) set ``grad_reduce_in_fp32=False``, so gradients are bf16; Adam moments fp32.
-    TorchTitan / MaxText keep fp32 weights and gradients (sharded); see ``memory_per_gpu``."""
+    TorchTitan / MaxText keep fp32 weights and gradients (sharded); see ``memory_per_gpu``.
+    A stack profile with fitted memory terms (``Profile.memory``, written by ``topoplan calibrate``
+    from measured peaks, issue 13) replaces the reserve and the fragmentation share."""
+    fit = getattr(profile, "memory", None)
+    extra = {} if fit is None else {"reserve_gib": fit.reserve_gib, "fragmentation": fit.fragmentation}
     if training.trainer == "megatron":
-        return MemoryOptions(grad_bytes=2.0)
-    return MemoryOptions(grad_bytes=4.0)
+        return MemoryOptions(grad_bytes=2.0, **extra)
+    return MemoryOptions(grad_bytes=4.0, **extra)
 
 
 @dataclass(frozen=True)

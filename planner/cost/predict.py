@@ -91,14 +91,17 @@ def _flops_per_token(model, seq_len: int, tp: int, formula: str) -> float:
 _MEM_CACHE: dict = {}
 
 
-def _memory(model, config, training, world, gpu_spec, layout, balance=None):
-    from planner.cost.memory import memory_per_gpu
+def _memory(model, config, training, world, gpu_spec, layout, balance=None, profile=None):
+    from planner.cost.memory import memory_per_gpu, options_for
 
     # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
-    key = (model, config, training, world, gpu_spec.name, balance)
+    # and the profile's fitted memory terms (issue 13)
+    opts = options_for(training, profile)
+    key = (model, config, training, world, gpu_spec.name, balance, opts)
     hit = _MEM_CACHE.get(key)
     if hit is None:
-        hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout, expert_balance=balance)
+        hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout, expert_balance=balance,
+                             options=opts)
         if len(_MEM_CACHE) > 4096:
             _MEM_CACHE.clear()
         _MEM_CACHE[key] = hit
@@ -144,7 +147,7 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     unc = band(model, cluster, config, training, prof.name, ep_domains=shapes["ep"].domains)
     low, high = unc.bounds(tokens_per_s / world * fpt / 1e12)
     bal = None if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
-    mem = _memory(model, config, training, world, gpu, layout, bal)
+    mem = _memory(model, config, training, world, gpu, layout, bal, prof)
     peak = float(mem.peak_gib)
     from planner.cost.memory import usable_hbm_gib
 

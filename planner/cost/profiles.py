@@ -81,6 +81,19 @@ class Param(BaseModel):
         return self
 
 
+class MemoryFit(BaseModel):
+    """The memory model's reserve terms fitted to measured peaks (issue 13: ``topoplan calibrate`` on
+    runs whose logs print memory; ``planner.cost.runs.memfit``); absent = the defaults of
+    ``planner.cost.memory`` (RESERVE_GIB, FRAGMENTATION)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reserve_gib: float = Field(..., ge=0.0, le=64.0, description="GiB per GPU outside the modelled tensors")
+    fragmentation: float = Field(..., ge=0.0, le=1.0, description="allocator overhead per GiB of activations")
+    runs: int = Field(0, ge=0, description="measured peaks the values were fitted to")
+    source: str = Field("", description="where the measured peaks came from")
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -90,6 +103,7 @@ class Profile(BaseModel):
     flops_formula: str = Field("current", description="'current' or 'legacy' (Megatron-Bridge <= 26.04)")
     dispatcher: str = Field("alltoall", description="MoE dispatcher the stack's recipes use")
     fit_rows: str = Field("", description="rows the parameters were fitted to (file and stack)")
+    memory: MemoryFit | None = Field(None, description="fitted memory reserve terms (None: the model's defaults)")
     params: dict[str, Param]
 
     @model_validator(mode="after")
@@ -206,6 +220,9 @@ def dump_profile(profile: Profile) -> str:
         f"flops_formula: {profile.flops_formula}",
         f"dispatcher: {profile.dispatcher}",
         f"fit_rows: {json.dumps(profile.fit_rows)}",
+        *([f"memory: {{reserve_gib: {_num(profile.memory.reserve_gib)}, fragmentation: "
+           f"{_num(profile.memory.fragmentation)}, runs: {profile.memory.runs}, source: "
+           f"{json.dumps(profile.memory.source)}}}"] if profile.memory is not None else []),
         "params:",
     ]
     for key in sorted(profile.params, key=lambda k: (_ORDER.index(k.partition('@')[0]), k)):

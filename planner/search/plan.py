@@ -874,10 +874,10 @@ class _Builder:
         Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
         ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
         from planner.model.flops import layer_costs, param_counts
-        from planner.cost.memory import RESERVE_GIB, WEIGHT_COPY_BYTES, options_for
+        from planner.cost.memory import WEIGHT_COPY_BYTES, options_for
 
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
-        opt = options_for(tr)
+        opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
         megatron = tr.trainer == "megatron"
         pc = param_counts(model)
         # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
@@ -890,7 +890,7 @@ class _Builder:
         GiB = float(1 << 30)
         from planner.cost.memory import usable_hbm_gib  # issue 11 item 6: HBM less the headroom
 
-        budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - RESERVE_GIB) * GiB / 1e3)  # kB
+        budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - opt.reserve_gib) * GiB / 1e3)  # kB
         # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
@@ -1105,7 +1105,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     """
     if method not in METHODS:
         raise InputError(f"--method {method!r}: use one of {', '.join(METHODS)}")
-    from planner.cost.memory import memory_per_gpu
+    from planner.cost.memory import memory_per_gpu, options_for
     from planner.cost.placement import make_placement
     from planner.cost.predict import predict
     from planner.cost.profiles import load_profile
@@ -1179,7 +1179,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         if hit is None:
             cfg, world, gbs, _, lay = b.config_of(choice)
             tr = training.model_copy(update={"global_batch": gbs})
-            est = memory_per_gpu(model, cfg, tr, world, gpu, layout=lay)
+            est = memory_per_gpu(model, cfg, tr, world, gpu, layout=lay, options=options_for(tr, prof))
             hit = (est.fits(usable), est.peak_gib, cfg.short())
             checked[key] = hit
         if hit[0]:
