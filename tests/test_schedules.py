@@ -167,16 +167,16 @@ def test_no_plan_breaks_the_schedule_rules(model, nodes, gbs, trainer, seq):
 
 
 def test_without_the_rules_the_search_breaks_them(monkeypatch):
-    """The qwen case of issue 11: the same request with the two rules removed gives PP2 VPP8 with
-    one micro-batch (megatron-core refuses it); with them, a schedule megatron accepts."""
+    """The qwen case of issue 11: with the two rules removed, the search returns interleaved schedules
+    with too few micro-batches (before the rules its best was PP2 VPP8 DP512 MBS2, M = 1, which
+    megatron-core refuses); with them, none of its top plans does."""
     qwen = load_model("qwen3-30b-a3b")
     from topologies.loader import load_cluster
 
     cluster = load_cluster("dgx-h100", gpus=1024)
     tr = Training(global_batch=1024, precision="fp8")
-    best = plan(qwen, cluster, tr, top=1).plans[0]
-    assert not _breaks_schedule(best, tr), best.config.short()
-    assert best.config.vpp == 1 or _m(best, tr) >= best.config.pp
+    kept = plan(qwen, cluster, tr, top=10).plans
+    assert kept and not [e.config.short() for e in kept if _breaks_schedule(e, tr)]
     monkeypatch.setattr(rules, "RULES", tuple(r for r in rules.RULES if r.name not in SCHEDULE_RULES))
-    loose = plan(qwen, cluster, tr, top=1).plans[0]
-    assert _breaks_schedule(loose, tr), loose.config.short()
+    loose = plan(qwen, cluster, tr, top=10).plans
+    assert [e.config.short() for e in loose if _breaks_schedule(e, tr)]
