@@ -26,7 +26,8 @@ def _run(name: str, out: Path, env: dict | None = None) -> str:
 def test_every_example_has_a_test():
     scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     tested = {"deepseek_v3_gb300_megatron.py", "llama405b_h100_torchtitan.py", "qwen3_gb200_failed_tray.py",
-              "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py", "calibrate_own_runs.py"}
+              "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py", "calibrate_own_runs.py",
+              "closed_loop.py"}
     assert scripts == tested
 
 

@@ -237,7 +237,12 @@ def _flops_per_token(row: dict) -> float:
     from planner.model.flops import flops_per_token
     from planner.model.spec import load_model
 
-    prof = load_profile(row["stack"])
+    try:
+        prof = load_profile(row["stack"])
+    except InputError:   # a stack no profile describes yet (calibrate starts it from the priors)
+        from planner.cost.calibrate import base_profile
+
+        prof = base_profile(row["stack"])
     return flops_per_token(load_model(row["model"]), int(row["seq_len"]), tp=int(row.get("tp") or 1),
                            formula=prof.flops_formula)
 
