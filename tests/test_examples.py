@@ -117,3 +117,30 @@ def test_calibrate_own_runs(tmp_path):
                                                     stdout).groups())
     assert fitted < shipped                      # the fit explains its own runs better than the shipped profile
     assert len(re.findall(r"^Qwen3-235B on 128 GB200 with ", stdout, re.M)) == 2
+
+
+@pytest.mark.slow
+def test_closed_loop(tmp_path):
+    import re
+
+    from planner.cost.profiles import load_profile
+
+    logs = EXAMPLES / "logs"
+    shipped = sorted(logs.glob("*.log"))
+    assert len(shipped) == 6 and all(p.name.endswith(".synthesized.log") for p in shipped)
+    assert all(p.read_text().startswith("# SYNTHESIZED") for p in shipped)
+    out = tmp_path / "loop"
+    stdout = _run("closed_loop.py", out)
+    man = json.loads((out / "trials" / "trials.json").read_text())["trials"]
+    assert len(man) == 3 and man[2]["compare"] and man[2]["label"].startswith("TP1 PP1 EP8")
+    for t in man:   # every trial runs 20 iterations with per-iteration logging
+        args = (out / "trials" / t["id"] / "megatron" / "args.txt").read_text()
+        assert "--train-iters 20" in args and "--log-interval 1" in args and "--log-throughput" in args
+    prof = load_profile(str(out / "my-megatron.yaml"))
+    assert prof.name == "my-megatron" and prof.fit_rows.startswith("runs.csv: 6 rows")
+    rep = json.loads((out / "trial-report.json").read_text())
+    cmp_ = rep["trials"][2]
+    assert abs(cmp_["refitted_error_pct"]) < abs(cmp_["error_pct"])   # the refit explains the measured trial better
+    held = float(re.search(r"unseen runs of the stack: 12, MAPE ([\d.]+)%", stdout).group(1))
+    assert held < 15.0
+    assert json.loads((out / "plan-fitted.json").read_text())["training"]["stack"] == "my-megatron"
