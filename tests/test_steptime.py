@@ -249,3 +249,71 @@ def test_dense_gradients_are_reduced_over_data_times_context_parallel():
     rs8, ag8 = DP.dp_time(fab, group_shapes(cluster, ParallelConfig(tp=1), make_placement(cluster, ParallelConfig(tp=1), 8))["dp"],
                           8.03e9, grad_bytes=2.0)
     assert (rs, ag) == pytest.approx((rs8, ag8))
+
+
+# ---- host floor (planner/cost/terms/host.py) --------------------------------------------------
+def test_host_time_by_hand():
+    from planner.cost.terms import host as HOST
+
+    # 12 launches per local expert and 150 for the rest of an eager layer, 25 us each (hardware.md s2.4)
+    assert HOST.host_time("moe", 16, True, True) == pytest.approx(25e-6 * (12 * 16 + 150))
+    assert HOST.host_time("moe", 16, False, True) == pytest.approx(25e-6 * 12 * 16)   # partial graphs
+    assert HOST.host_time("moe", 16, False, False) == 0.0                               # full-iteration graph
+    assert HOST.host_time("dense", 16, True, True) == pytest.approx(25e-6 * 150)
+    assert HOST.host_exposed(3e-3, 5e-3) == 0.0 and HOST.host_exposed(5e-3, 3e-3) == pytest.approx(2e-3)
+
+
+def test_host_regime_follows_the_recipe():
+    from planner.config import Recipe
+    from planner.cost.steptime import host_regime
+
+    m = planner.load_model("qwen3-30b-a3b")
+    cfg = ParallelConfig(ep=8)
+    base = dict(seq_len=4096, global_batch=64, precision="mxfp8")
+    assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_impl="none"))) == (True, True)
+    assert host_regime(m, cfg, Training(**base, cuda_graphs=False)) == (True, True)
+    assert host_regime(m, cfg, Training(**base)) == (False, True)          # attn/router graphs: experts launched
+    assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_impl="full_iteration",
+                                                              cuda_graph_modules=()))) == (False, False)
+    assert host_regime(m, cfg, Training(**base, trainer="torchtitan", stack="torchtitan")) == (False, False)
+
+
+def test_host_floor_binds_only_where_the_host_is_slower():
+    # Qwen3-30B-A3B on 8 B200, EP8: 16 experts per GPU. At MBS 1 in an eager recipe a MoE layer's host
+    # time (25 us x (12 x 16 + 150) = 8.55 ms) exceeds its GPU time, so every MoE layer costs at least
+    # that; at MBS 8 the GPU work covers it and only the 25 us launch term remains.
+    from planner.cost.terms import host as HOST
+
+    m = planner.load_model("qwen3-30b-a3b")
+    cl = load_cluster("dgx-b200", gpus=8)
+    host = HOST.host_time("moe", 16, True, True)
+    launch = load_profile("megatron-26.08").param("other.layer_us", "blackwell") * 1e-6
+    eager = dict(seq_len=4096, global_batch=64, precision="mxfp8", cuda_graphs=False)
+    small = predict(m, cl, ParallelConfig(ep=8, mbs=1), Training(**eager))
+    assert small.details["t_microbatch_max"] >= m.num_layers * host
+    assert small.breakdown["other"] > small.details["microbatches"] * m.num_layers * launch * 10
+    big = predict(m, cl, ParallelConfig(ep=8, mbs=8), Training(**eager))
+    assert big.breakdown["other"] == pytest.approx(big.details["microbatches"] * m.num_layers * launch, rel=1e-9)
+    # graph-captured (the default recipe): only the expert launches count, 4.8 ms, still above the
+    # MBS-1 GPU work; the floor is what separates the two regimes at MBS 1
+    graphs = predict(m, cl, ParallelConfig(ep=8, mbs=1), Training(seq_len=4096, global_batch=64, precision="mxfp8"))
+    assert graphs.details["t_microbatch_max"] >= m.num_layers * HOST.host_time("moe", 16, False, True)
+    assert graphs.step_time_s < small.step_time_s
+
+
+def test_plan_program_prices_the_host_floor_as_predict_does():
+    # a layout space where the floor binds (EP1: all 128 experts on every GPU, 38 ms of launches per
+    # MoE layer): the solver's program (planner/search/plan.py) must restate it exactly
+    from planner.cost.terms import host as HOST
+    from planner.search.plan import plan
+
+    m = planner.load_model("qwen3-30b-a3b")
+    cl = load_cluster("dgx-h100", gpus=8)
+    tr = Training(seq_len=4096, global_batch=16, precision="bf16", cuda_graphs=False)
+    res = plan(m, cl, tr, top=3, restrict=dict(tp=[1, 2], cp=[1], pp=[1, 2], vpp=[1], ep=[1, 2], mbs=[1],
+                                              recompute=["full"], fsdp=[False]))
+    assert res.plans
+    for e in res.plans:
+        assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
+        per_layer = HOST.host_time("moe", 128 / e.config.ep, True, True)
+        assert e.prediction.details["t_microbatch_max"] >= per_layer * m.num_layers / e.config.pp * 0.99

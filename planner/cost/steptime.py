@@ -8,7 +8,8 @@ One training step of a layout is the slowest pipeline rank's micro-batches plus 
               + bubble((pp-1)/vpp * max_r t_mb[r]) + exposed p2p + exposed DP + optimizer
 
 The breakdown splits the same sum into terms (seconds, exposed part only): ``compute`` (mean rank),
-``tp_comm``, ``ep_a2a``, ``cp_comm``, ``other`` (per-layer launch overhead), ``imbalance`` (slowest
+``tp_comm``, ``ep_a2a``, ``cp_comm``, ``other`` (per-layer launch overhead and the host floor of
+``terms/host.py``: host time to issue a layer's kernels that its GPU work does not cover), ``imbalance`` (slowest
 rank over the mean rank, and the busiest expert GPU over the mean), ``pp_bubble``, ``pp_p2p``,
 ``dp_comm``, ``optimizer``. The terms add up to ``step_time_s``.
 """
@@ -24,6 +25,7 @@ from planner.cost.terms import compute as C
 from planner.cost.terms import context_parallel as CP
 from planner.cost.terms import data_parallel as DP
 from planner.cost.terms import expert_a2a as EA
+from planner.cost.terms import host as HOST
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
 from planner.cost.terms import tensor_parallel as TP
@@ -150,6 +152,24 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     return o_tp, o_ep, graphs
 
 
+def host_regime(model, config: ParallelConfig, training: Training) -> tuple[bool, bool]:
+    """(layer runs eagerly, experts launched per step) for the host floor (``terms/host.py``), from the
+    recipe as the trainer runs ``config`` (``planner.rules.effective_recipe``): no CUDA graphs is an
+    eager layer; a full-iteration graph, or graph modules that take the whole layer or the MoE block,
+    capture the expert launches too. Megatron only: other trainers have no host floor."""
+    if training.trainer != "megatron":
+        return False, False
+    from planner.rules import effective_recipe
+
+    rec = effective_recipe(model, config, training)
+    impl, mods = rec.cuda_graph_impl, rec.cuda_graph_modules
+    if impl == "full_iteration":
+        return False, False
+    if impl == "none":
+        return True, True
+    return False, not (mods == () or "moe" in (mods or ()))
+
+
 @lru_cache(maxsize=256)
 def _layer_kinds(model) -> tuple:
     kinds = []
@@ -260,6 +280,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
     launch = par("other.layer_us") * 1e-6
 
+    n_local = model.num_experts / ep if model.is_moe else 0.0   # routed experts per GPU
+    eager, experts_launched = host_regime(model, config, training)
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
@@ -268,7 +290,10 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
         tp_x = TP.tp_exposed(t_tp_layer, o_tp, 3.0 * lt.gemm_fwd)
         a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, lt.total) if kind[0] == "moe" else 0.0
         cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
-        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch)
+        # host floor (terms/host.py): the host time that the layer's GPU work does not cover
+        floor = HOST.host_exposed(HOST.host_time(kind[0], n_local, eager, experts_launched),
+                                  lt.total + tp_x + a2a_x + cp_x)
+        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)
     head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())
     mtp_extra = eff.layer_time(C.head_work(model, s, mbs, tp, cp, True), ()) if model.mtp_layers else None
 

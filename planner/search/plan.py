@@ -375,6 +375,8 @@ class _Builder:
         from planner.cost.terms import compute as C
         from planner.cost.terms import context_parallel as CPc
         from planner.cost.terms import expert_a2a as EA
+        from planner.cost.terms import host as HOST
+        from planner.cost.steptime import host_regime
         from planner.cost.terms import pipeline as PPL
         from planner.cost.terms import tensor_parallel as TPc
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
@@ -491,7 +493,15 @@ class _Builder:
             if kind[0] == "moe":
                 parts.append(P.max([A1x, P.sum([A, t["comp"]], [1, -1]), zero]))
             parts.append(P.max([CPT1, P.sum([CPT, t["attn"]], [1, -1]), zero]))
-            L[kind] = P.sum(parts, const=launch)
+            # host floor (steptime.host_regime, terms/host.py): L_k = launch + max(layer, host time)
+            hk = {}
+            for ix, a in self.combos("ep", "recompute"):
+                eager, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
+                hk[ix] = q(HOST.host_time(kind[0], model.num_experts / a["ep"] if model.is_moe else 0.0, eager, launched))
+            if any(hk.values()):
+                L[kind] = P.sum([P.max([P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)])], const=launch)
+            else:
+                L[kind] = P.sum(parts, const=launch)
 
         # output head and MTP extras: (tp, cp, mbs), and recompute where it switches CUDA graphs
         def head_tables(hvars, eff_of):
