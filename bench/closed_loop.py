@@ -7,8 +7,10 @@ and keeps only the conventions a user knows about their own stack: the trainer a
 their recipes use. Measured TFLOP/s are re-expressed in the fresh profile's FLOP convention from the
 measured tokens/s (a throughput error, whatever convention the table used). The rows, sorted by id,
 are split three ways (row i in fold i mod 3); each fold is fitted and the other two predicted.
-Prints the MAPE of every fold, per stack and pooled, and the shipped profile's MAPE on the same rows
-for scale. From logs instead of the CSV: ``--logs DIR`` (rows read by planner.cost.runs).
+Two starts: the published priors, and (``calibrate --from``) the shipped profile of the *other*
+stack of the CSV, fitted on none of this stack's rows (a user's Megatron starting from the nearest
+Megatron topoplan knows). Prints the MAPE of every fold, per stack and pooled, and the shipped
+profile's MAPE on the same rows for scale (that profile was fitted on all of them).
 
     python bench/closed_loop.py [--csv ../shared/reference/calibration.csv] [--folds 0,1,2]
 """
@@ -47,11 +49,11 @@ def unseen_rows(rows: list[dict], stack: str) -> list[dict]:
     return sorted(out, key=lambda r: r["id"])
 
 
-def fold(rows: list[dict], k: int, stack: str) -> dict:
+def fold(rows: list[dict], k: int, stack: str, start=None) -> dict:
     fit = [r for i, r in enumerate(rows) if i % 3 == k]
     test = [r for i, r in enumerate(rows) if i % 3 != k]
     t0 = time.perf_counter()
-    prof, info = calibrate_rows(fit, stack, source="calibration.csv")
+    prof, info = calibrate_rows(fit, stack, source="calibration.csv", start=start)
     res = validate_rows(test, stack=stack, profile=prof, source="calibration.csv")
     return {"fold": k, "fit": len(fit), "test": len(test), "mape": res["mape_pct"],
             "worst": res["max_abs_error_pct"], "errors": [r["error_pct"] for r in res["rows"]],
@@ -67,21 +69,30 @@ def main() -> None:
     rows = read_rows(args.csv)
     stacks = args.stacks.split(",") if args.stacks else sorted({r["stack"] for r in rows})
     folds = [int(x) for x in args.folds.split(",")]
-    pooled, pooled_shipped = [], []
-    print(f"{'stack':22s} {'fold':>4s} {'fit':>4s} {'test':>4s} {'MAPE':>7s} {'worst':>7s} {'shipped':>8s}  time")
+    all_stacks = sorted({r["stack"] for r in rows})
+    pooled, pooled_shipped = {"priors": [], "other stack": []}, []
+    print(f"{'stack':16s} {'start':20s} {'fold':>4s} {'fit':>4s} {'test':>4s} {'MAPE':>7s} {'worst':>7s} "
+          f"{'shipped':>8s}  time")
     for stack in stacks:
         mine = unseen_rows(rows, stack)
+        other = next((s for s in all_stacks if s != stack), None)
         for k in folds:
-            r = fold(mine, k, f"unseen-{stack}")
             test_ids = {x["id"] for i, x in enumerate(mine) if i % 3 != k}
             shipped = validate_rows([x for x in rows if x["id"] in test_ids], source="calibration.csv")
-            pooled += [abs(e) for e in r["errors"] if e is not None]
             pooled_shipped.append(shipped["mape_pct"])
-            print(f"{stack:22s} {k:4d} {r['fit']:4d} {r['test']:4d} {r['mape']:6.2f}% {r['worst']:6.1f}% "
-                  f"{shipped['mape_pct']:7.2f}%  {r['s']:.0f} s", flush=True)
-    print(f"pooled: MAPE {statistics.mean(pooled):.2f}% over {len(pooled)} predictions "
-          f"(median |error| {statistics.median(pooled):.2f}%); target 8%; "
-          f"shipped profiles on the same rows: {statistics.mean(pooled_shipped):.2f}%")
+            for mode, start in (("priors", None), ("other stack", load_profile(other) if other else None)):
+                if mode != "priors" and start is None:
+                    continue
+                r = fold(mine, k, f"unseen-{stack}", start)
+                pooled[mode] += [abs(e) for e in r["errors"] if e is not None]
+                label = "priors" if start is None else f"from {start.name}"
+                print(f"{stack:16s} {label:20s} {k:4d} {r['fit']:4d} {r['test']:4d} {r['mape']:6.2f}% "
+                      f"{r['worst']:6.1f}% {shipped['mape_pct']:7.2f}%  {r['s']:.0f} s", flush=True)
+    for mode, errs in pooled.items():
+        if errs:
+            print(f"pooled, start {mode}: MAPE {statistics.mean(errs):.2f}% over {len(errs)} predictions "
+                  f"(median |error| {statistics.median(errs):.2f}%); target 8%")
+    print(f"shipped profiles (fitted on all rows) on the same rows: {statistics.mean(pooled_shipped):.2f}%")
 
 
 if __name__ == "__main__":

@@ -361,3 +361,22 @@ def test_plan_keeps_the_fitted_reserve():
     tight = planner.plan(model, cluster, tr, top=1, profile=big).to_dict()["plans"][0]["prediction"]
     assert tight["memory"]["reserve"] >= 40.0 and tight["memory_gib_per_gpu"] <= tight["usable_gib"]
     assert plain["memory"]["reserve"] < tight["memory"]["reserve"] - 30.0
+
+
+def test_calibrate_from_a_known_stack(tmp_path):
+    from planner.cost.calibrate import base_profile, start_profile
+    from planner.cost.profiles import load_profile
+
+    start = load_profile("megatron-26.04")
+    p = start_profile("my-new-stack", start)
+    assert p.name == "my-new-stack" and p.flops_formula == base_profile("my-new-stack").flops_formula
+    assert all(p.params[k].prior == start.params[k].value and p.params[k].value == start.params[k].value
+               for k in start.params)
+    out = tmp_path / "fitted.yaml"
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "calibrate", str(REPO / "examples" / "logs" / "runs.csv"),
+                        "--stack", "my-megatron", "--from", "megatron-26.04", "-o", str(out), "--json"],
+                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    assert r.returncode == 0, r.stderr
+    fitted = load_profile(str(out))
+    assert fitted.name == "my-megatron" and "megatron-26.04's value" in fitted.params["gemm.bf16"].source
+    assert json.loads(r.stdout)["rows"] == 6 and json.loads(r.stdout)["memory"] is None   # the logs print no memory

@@ -251,6 +251,8 @@ def calibrate_cmd(
     out: Path = typer.Option(..., "-o", "--out", help="profile YAML to write"),
     model: str = typer.Option(None, "--model", help="logs: the model when the log cannot tell (catalog name or config.json)"),
     cluster: str = typer.Option(None, "--cluster", help="logs: the GPU (a preset such as dgx-h100, or H100, GB200, ...)"),
+    start: str = typer.Option(None, "--from", help="start from this known profile's values (name or YAML) instead of "
+                              "the published priors: for a stack close to one topoplan knows"),
     json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
@@ -259,7 +261,7 @@ def calibrate_cmd(
     """
     from planner.cost.calibrate import calibrate_rows
     from planner.io import atomic_write_text
-    from planner.cost.profiles import dump_profile
+    from planner.cost.profiles import dump_profile, load_profile
     from planner.cli.progress import progress
     from planner.cost.validate import read_rows, validate_rows
 
@@ -268,7 +270,8 @@ def calibrate_cmd(
     check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
-        prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar)
+        prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar,
+                                    start=None if start is None else load_profile(start))
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
     from planner.cost.runs.memfit import fit_memory   # issue 13: measured peaks fit the memory reserve
 

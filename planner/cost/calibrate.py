@@ -175,9 +175,22 @@ def base_profile(stack: str) -> Profile:
                          doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"), overrides)
 
 
+def start_profile(stack: str, start: Profile) -> Profile:
+    """A profile for ``stack`` whose priors are another stack's values (``calibrate --from``, issue 13):
+    a stack topoplan has not seen starts from the nearest one it knows instead of the published priors;
+    bounds, fit flags and sources stay, the FLOP convention and dispatcher are ``stack``'s own
+    (``base_profile``: the priors' for a name no profile describes)."""
+    own = base_profile(stack)
+    params = {k: p.model_copy(update={"prior": p.value, "source": f"{p.source} (prior: {start.name}'s value)"})
+              for k, p in start.params.items()}
+    return own.model_copy(update={"params": params, "trainer": start.trainer,
+                                  "description": own.description or f"started from {start.name}"})
+
+
 def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude_model: str | None = None,
-                   progress=None) -> tuple[Profile, dict]:
-    """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column)."""
+                   progress=None, start: Profile | None = None) -> tuple[Profile, dict]:
+    """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column);
+    ``start``: a known stack whose values are the priors (``start_profile``), else the published priors."""
     from planner.errors import InputError
     from planner.cost.validate import resolve_case, row_case
 
@@ -190,7 +203,7 @@ def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude
     missing = [r.get("id", "?") for r in mine if not (r.get("model_tflops_per_gpu") or "").strip()]
     if missing:
         raise InputError(f"{source}: row {missing[0]}: model_tflops_per_gpu is empty; calibration needs measured rows")
-    base = base_profile(stack)
+    base = base_profile(stack) if start is None else start_profile(stack, start)
     cases = [resolve_case(row_case(r, stack, source, profile=base), base) for r in mine]
     prof, info = fit_profile(cases, base, progress=progress)
     name = source.rsplit("/", 1)[-1]
