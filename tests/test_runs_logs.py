@@ -380,3 +380,20 @@ def test_calibrate_from_a_known_stack(tmp_path):
     fitted = load_profile(str(out))
     assert fitted.name == "my-megatron" and "megatron-26.04's value" in fitted.params["gemm.bf16"].source
     assert json.loads(r.stdout)["rows"] == 6 and json.loads(r.stdout)["memory"] is None   # the logs print no memory
+
+
+def test_megatron_bridge_memory_report(tmp_path):
+    """Megatron-Bridge's report (train_utils.training_log): GB of 1e9 bytes under memory_stats names."""
+    lines = _megatron_text([1000.0] * 10).splitlines()
+    for rank, peak in ((0, 50.25), (3, 61.5)):
+        memory_string = "(after 2 iterations) memory (GB)"
+        for metric, value in {"mem-allocated-bytes": 20.0, "mem-max-allocated-bytes": peak - 4.0,
+                              "mem-reserved-bytes": 30.0, "mem-max-reserved-bytes": peak,
+                              "mem-alloc-retires": 0}.items():
+            memory_string += f" | {metric}: {value}"
+        lines.append("[Rank {}] {}".format(rank, memory_string))
+    f = tmp_path / "bridge.log"
+    f.write_text("\n".join(lines) + "\n")
+    run = read_log(f)
+    assert run.peak_reserved_gib == pytest.approx(61.5e9 / 2**30)
+    assert run.peak_allocated_gib == pytest.approx(57.5e9 / 2**30)

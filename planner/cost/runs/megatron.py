@@ -50,6 +50,13 @@ _GBS = re.compile(r" global batch size: +(\d+) \|")
 _MEM = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([0-9.]+) \| "
                   r"max allocated: ([0-9.]+) \| reserved: ([0-9.]+) \| max reserved: ([0-9.]+)"
                   r"(?: \| total device memory used: ([0-9.]+))?")
+# Megatron-Bridge's training_log (src/megatron/bridge/training/utils/train_utils.py) prints the same
+# iteration line and its own memory report, in GB (1e9 bytes) under torch.cuda.memory_stats names:
+#   memory_string = f"(after {iteration} iterations) memory (GB)"
+#   memory_string += f" | {metric}: {value}"      (mem-max-allocated-bytes, mem-max-reserved-bytes, ...)
+#   print("[Rank {}] {}".format(torch.distributed.get_rank(), memory_string), flush=True)
+_MEM_GB = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(GB\)((?: \| [A-Za-z0-9_-]+: [-+0-9.eE]+)*)")
+_GB = 1e9 / 2**20   # MB (2**20 bytes, Megatron-LM's unit) per GB (1e9 bytes, Megatron-Bridge's)
 # srun --label ("12: "), or a logger's "[time] " in front of the whole line
 _PREFIX = re.compile(r"^(?:\s*\d+:\s?)")
 
@@ -100,6 +107,17 @@ def parse(text: str, source: str) -> dict:
             gb = _GBS.search(line)
             iters.append((int(it.group(1)), int(it.group(2)), float(el.group(1)),
                           float(tp.group(1)) if tp else None, int(gb.group(1)) if gb else None, n))
+            continue
+        if "memory (GB)" in line and "[Rank " in line:
+            m = _MEM_GB.search(line)
+            if not m:
+                raise InputError(f"{source}:{n}: cannot read Megatron-Bridge's memory report (expected '[Rank R] (after "
+                                 f"N iterations) memory (GB) | name: value | ...'): {line.strip()[:120]}")
+            vals = {k.strip(): float(v) for k, v in (kv.split(":", 1) for kv in m.group(3).split(" | ")[1:])}
+            if "mem-max-allocated-bytes" in vals and "mem-max-reserved-bytes" in vals:
+                memory.append((int(m.group(1)), int(m.group(2)), vals.get("mem-allocated-bytes", 0.0) * _GB,
+                               vals["mem-max-allocated-bytes"] * _GB, vals.get("mem-reserved-bytes", 0.0) * _GB,
+                               vals["mem-max-reserved-bytes"] * _GB, None))
             continue
         if "memory (MB)" in line and "[Rank " in line:
             m = _MEM.search(line)
