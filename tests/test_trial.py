@@ -106,3 +106,47 @@ def test_logs_back_report_and_refit(trials):
 def test_trial_refuses_too_few_iterations(trials):
     p = _cli("trial", trials / "plan.json", "--iters", "3", "--out", trials / "short", cwd=trials)
     assert p.returncode == 2 and "--iters 3" in p.stderr and not (trials / "short").exists()
+
+
+@pytest.mark.trainers
+def test_trainers_accept_the_trial_flags(trials, tmp_path):
+    """torchtitan 0.3.0's ConfigManager and megatron-core 0.19.2's parse_args read the trial files'
+    run length and logging flags (the harnesses in tests/trainers apply the CPU shims)."""
+    import shlex
+
+    harness = REPO / "tests" / "trainers"
+    p = _cli("plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "128", "--top", "1",
+             "--trainer", "torchtitan", "--save-plan", tmp_path / "pt.json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    p = _cli("trial", tmp_path / "pt.json", "--top", "1", "--iters", "10", "--out", tmp_path / "tt", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cmd = next((tmp_path / "tt").glob("trial-00-*/torchtitan/command.txt")).read_text()
+    args = shlex.split(next(ln for ln in cmd.splitlines() if ln.startswith("python ")))[3:]
+    script = ("import json, sys\nsys.argv = ['x']\nimport torchtitan_check\n"
+              "from torchtitan.config import ConfigManager\n"
+              "cfg = ConfigManager().parse_args(json.loads(sys.stdin.read()))\n"
+              "print(json.dumps([cfg.training.steps, cfg.metrics.log_freq, cfg.debug.print_config]))\n")
+    r = subprocess.run([sys.executable, "-c", script], input=json.dumps(args), capture_output=True, text=True,
+                       cwd=harness, env={**os.environ, "PYTHONPATH": str(harness)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [10, 1, True]
+
+    mcore = Path(os.environ.get("TOPOPLAN_MCORE_DIR") or REPO / ".cache" / "megatron-core-0.19.2")
+    if not (mcore / "megatron").exists():
+        pytest.skip("megatron-core 0.19.2 is fetched by tests/test_emit_trainers.py")
+    from trainers.sites import bash_words
+
+    man = json.loads((trials / "tr" / "trials.json").read_text())["trials"]
+    d = trials / "tr" / man[0]["id"] / "megatron"
+    env = dict(ln[7:].split("=", 1) for ln in (d / "env.sh").read_text().splitlines() if ln.startswith("export "))
+    script = ("import json, os, sys\njob = json.loads(sys.stdin.read())\nimport megatron_check\n"
+              "from megatron.training.arguments import parse_args, validate_args\n"
+              "os.environ.update({'RANK': '0', 'LOCAL_RANK': '0', **job['env']})\n"
+              "sys.argv = ['pretrain_gpt.py', *job['args']]\na = parse_args(); validate_args(a)\n"
+              "print(json.dumps([a.train_iters, a.log_interval, a.log_throughput, a.log_memory_interval, "
+              "a.log_device_memory_used]))\n")
+    r = subprocess.run([sys.executable, "-c", script], input=json.dumps({"args": bash_words(d / "args.txt"), "env": env}),
+                       capture_output=True, text=True, cwd=harness,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(mcore), str(harness)])}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [12, 1, True, 12, True]
