@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from planner import rules
@@ -29,6 +30,7 @@ def test_every_rule_has_a_variable_map():
         assert set(vars_) <= set(VARIABLES)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(layers=st.integers(2, 20), heads=st.sampled_from([4, 6, 8, 12]), experts=st.sampled_from([0, 4, 6, 8]),
        gpus=st.sampled_from([8, 12, 16, 24]), trainer=st.sampled_from(["megatron", "torchtitan"]),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,7 @@ def test_example_csv_rows_come_from_the_reference():
             assert r == ref[r["id"]], r["id"]
 
 
+@pytest.mark.slow
 def test_readme_validate_and_calibrate_run(tmp_path):
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "runs.csv").write_text((ROOT / "examples" / "runs.csv").read_text())

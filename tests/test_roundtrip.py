@@ -192,6 +192,7 @@ def test_torchtitan_plans_read_back_to_their_prediction(model_name, preset, gpus
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,files", [("deepseek_v3_gb300_megatron.py", "megatron/args.txt"),
                                           ("llama405b_h100_torchtitan.py", "torchtitan/command.txt"),
                                           ("launcher_api.py", "megatron/args.txt")])

@@ -93,6 +93,7 @@ def _torchtitan_line(step, mem_gib, tps, tflops, mfu, color):
                                   device_mem_stats=stats, tps=tps, tflops=tflops, mfu_str=mfu_str))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("colored", [False, True])
 def test_torchtitan_steps_from_its_own_format(tmp_path, colored):
     from torchtitan.tools.utils import Color, NoColor
@@ -363,6 +364,7 @@ def test_plan_keeps_the_fitted_reserve():
     assert plain["memory"]["reserve"] < tight["memory"]["reserve"] - 30.0
 
 
+@pytest.mark.slow
 def test_calibrate_from_a_known_stack(tmp_path):
     from planner.cost.calibrate import base_profile, start_profile
     from planner.cost.profiles import load_profile

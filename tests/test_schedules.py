@@ -119,6 +119,7 @@ def _torchtitan_accepts(pp: int, vpp: int, m: int) -> bool:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_torchtitan_rule_equals_torchtitan_schedules():
     pytest.importorskip("torchtitan")
     seen = set()
@@ -150,6 +151,7 @@ def _breaks_schedule(entry, training) -> bool:
     return m % max(1, m // c.pp) != 0
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(model=st.sampled_from(["llama3-8b", "qwen3-30b-a3b", "mixtral-8x7b"]), nodes=st.sampled_from([2, 4, 8]),
        gbs=st.sampled_from([4, 8, 12, 16, 24, 32, 64]), trainer=st.sampled_from(["megatron", "torchtitan"]),

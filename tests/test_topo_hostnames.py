@@ -56,6 +56,7 @@ def test_cli_exit_2_one_line(tmp_path):
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {p}: ") and "'gpü-01'" in r.stderr
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab9-._ü"), min_size=1, max_size=12)
        | st.from_regex(RFC1123, fullmatch=True))

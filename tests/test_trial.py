@@ -80,6 +80,7 @@ def _fake_log(args_txt: Path, step_ms: float, iters: int = 12) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_logs_back_report_and_refit(trials):
     man = json.loads((trials / "tr" / "trials.json").read_text())["trials"]
     for t in man:
