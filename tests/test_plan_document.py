@@ -140,3 +140,23 @@ def test_plan_result_gives_the_typed_document():
     assert isinstance(doc, D.PlanDocument)
     assert doc.plans[0].config.parallel_config() == res.plans[0].config.model_copy(update={"etp": res.plans[0].config.etp_eff})
     assert doc.dump() == json.loads(json.dumps(res.to_dict()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["launcher_api.py", "llama405b_h100_torchtitan.py", "slurm_topology_plan.py"])
+def test_the_examples_plan_json_validates(tmp_path, script):
+    """The examples write plan.json through emit: those documents validate against the shipped schema."""
+    import os
+    import subprocess
+    import sys
+
+    root = D.SCHEMA_FILE.parents[2]
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, str(root / "examples" / script), "--out", str(out)], capture_output=True,
+                         text=True, timeout=600, cwd=tmp_path, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    found = list(out.rglob("plan.json"))
+    assert found
+    schema = json.loads(D.SCHEMA_FILE.read_text())
+    for path in found:
+        _validate_with_schema(json.loads(path.read_text()), schema)
