@@ -123,14 +123,28 @@ def test_trainers_accept_the_trial_flags(trials, tmp_path):
     assert p.returncode == 0, p.stderr
     cmd = next((tmp_path / "tt").glob("trial-00-*/torchtitan/command.txt")).read_text()
     args = shlex.split(next(ln for ln in cmd.splitlines() if ln.startswith("python ")))[3:]
+    dump = tmp_path / "titan.log"
     script = ("import json, sys\nsys.argv = ['x']\nimport torchtitan_check\n"
               "from torchtitan.config import ConfigManager\n"
+              "from torchtitan.tools.logging import init_logger\n"
               "cfg = ConfigManager().parse_args(json.loads(sys.stdin.read()))\n"
+              "init_logger()\ncfg.maybe_log()\n"   # the trainer's own config dump (--debug.print_config)
               "print(json.dumps([cfg.training.steps, cfg.metrics.log_freq, cfg.debug.print_config]))\n")
     r = subprocess.run([sys.executable, "-c", script], input=json.dumps(args), capture_output=True, text=True,
                        cwd=harness, env={**os.environ, "PYTHONPATH": str(harness)}, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [10, 1, True]
+    # the dump and the mesh / step lines (torchtitan's formats) read back as the plan's batch and sequence
+    steps = "\n".join(f"[titan] - root - INFO - step: {i:2}  loss:  7.00000  grad_norm:  1.0000  memory: 40.00GiB(50.00%)"
+                      f"  tps: 4,000  tflops: 200.00  mfu: 20.00%" for i in range(1, 11))
+    dump.write_text(r.stdout + "[titan] - root - INFO - Building device mesh with parallelism: pp=1, dp_replicate=1, "
+                    "dp_shard=16, cp=1, tp=1, ep=1\n" + steps + "\n")
+    from planner.cost.runs import read_log
+
+    plan_cfg = json.loads((tmp_path / "pt.json").read_text())["plans"][0]["config"]
+    fl = read_log(dump).fields
+    assert (fl["seq_len"], fl["gbs"], fl["mbs"], fl["num_gpus"], fl["recompute"]) == (
+        4096, plan_cfg["gbs"], plan_cfg["mbs"], 16, plan_cfg["recompute"])
 
     mcore = Path(os.environ.get("TOPOPLAN_MCORE_DIR") or REPO / ".cache" / "megatron-core-0.19.2")
     if not (mcore / "megatron").exists():

@@ -100,15 +100,16 @@ def row_fields(parsed: dict) -> dict:
     tr = cfg.get("training") or {}
     if tr.get("seq_len"):
         out["seq_len"] = int(tr["seq_len"])
-    if tr.get("local_batch_size"):
-        out["mbs"] = int((cfg.get("parallelism") or {}).get("pipeline_parallel_microbatch_size") or tr["local_batch_size"])
+    if tr.get("local_batch_size"):   # the pipeline's micro-batch under PP, else the local batch
+        pp_mbs = (cfg.get("parallelism") or {}).get("pipeline_parallel_microbatch_size")
+        out["mbs"] = int(pp_mbs if pp_mbs and mesh.get("pp", 1) > 1 else tr["local_batch_size"])
     if tr.get("global_batch_size") and int(tr["global_batch_size"]) > 0:
         out["gbs"] = int(tr["global_batch_size"])
     elif tr.get("local_batch_size") and mesh:
         out["gbs"] = int(tr["local_batch_size"]) * mesh["dp_replicate"] * max(mesh["dp_shard"], 1)
-    ac = cfg.get("activation_checkpoint") or {}
-    if ac.get("mode"):
-        out["recompute"] = {"none": "none", "full": "full", "selective": "core_attn"}.get(str(ac["mode"]), "")
+    if "activation_checkpoint" in cfg:   # a subcommand: null for activation-checkpoint:none
+        ac = cfg["activation_checkpoint"] or {"mode": "none"}
+        out["recompute"] = {"none": "none", "full": "full", "selective": "core_attn"}.get(str(ac.get("mode")), "")
     steps = parsed["steps"]
     if steps and all(s[4] is not None for s in steps):
         out["precision"] = "bf16"   # mfu is printed only without a quantisation converter
