@@ -118,18 +118,34 @@ class PlanEntryPart(_Strict):
 
 
 class SolverPart(BaseModel):
-    """How the plans were found. The core fields are typed; the search's diagnostics (counts,
-    notes, per-block statuses) are kept as written."""
+    """How the plans were found: the result (status, objective, proven bound, gap, engine) and the
+    search's diagnostics. Diagnostics a later version adds are kept as written (extra fields allowed
+    here only)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    status: str
+    status: str = Field(description="OPTIMAL (proven) | FEASIBLE (time limit) | ...")
     wall_s: float
-    objective: float
+    objective: float = Field(description="the best plan's value of objective_name")
     objective_name: ObjectiveName
-    bound: float | None
+    bound: float | None = Field(description="proven bound on the objective")
     gap: float | None = None
     method: Method
+    solve_s: float | None = None
+    build_s: float | None = None
+    evaluated_exactly: int | None = None
+    cpsat_s: float | None = None
+    bands: int | None = None
+    statuses: list[str] | None = None
+    memory_cuts: int | None = None
+    layouts_in_space: float | None = None
+    variables: int | None = None
+    constraints: int | None = None
+    program_vs_predict_max_rel_err: float | None = None
+    min_world: int | None = None
+    space: dict[str, list[Any]] | None = Field(None, description="the values each decision variable could take")
+    layouts: list[list[int]] | None = Field(None, description="[pp, vpp, split] of each pipeline layout priced")
+    notes: list[str] | None = None
 
 
 class HeaderPart(_Strict):
