@@ -41,7 +41,8 @@ from topologies.errors import InputError
 from topologies.gpus import GPUSpec, get_gpu
 from topologies.hostlist import HostlistError, compress, expand
 
-__all__ = ["GPU", "Node", "Domain", "Tier", "Health", "Cluster", "cluster_from_dict", "validation_line"]
+__all__ = ["GPU", "Node", "Domain", "Tier", "Health", "Cluster", "Calibration", "NVLinkFit", "TierFit",
+           "cluster_from_dict", "validation_line"]
 
 
 class GPU(NamedTuple):
@@ -135,6 +136,44 @@ class Health(BaseModel):
         return _names(v, "failed_nodes")
 
 
+class NVLinkFit(BaseModel):
+    """NVLink-domain figures fitted to measurements (``topoplan topology calibrate``); each replaces the
+    catalog figure or model constant ``topologies.collectives.Fabric`` would use. None = the default."""
+    model_config = ConfigDict(extra="forbid")
+    busbw_gbps: float | None = Field(None, gt=0, description="NCCL ring bus bandwidth inside a domain, GB/s per GPU")
+    nvls_busbw_gbps: float | None = Field(None, gt=0, description="NVLS all-reduce bus bandwidth, GB/s per GPU")
+    deepep_gbps: float | None = Field(None, gt=0, description="DeepEP dispatch/combine bandwidth over NVLink, GB/s")
+    base_us: float | None = Field(None, ge=0, description="ring collective base latency inside a domain, us")
+    nvls_base_us: float | None = Field(None, ge=0, description="NVLS all-reduce base latency, us")
+    pipe_us: float | None = Field(None, ge=0, description="pipeline per-chunk latency over NVLink, us")
+    ll_base_us: float | None = Field(None, ge=0, description="low-latency protocol branch: base latency, us")
+    ll_busbw_gbps: float | None = Field(None, gt=0, description="low-latency protocol branch: bus bandwidth, GB/s")
+
+
+class TierFit(BaseModel):
+    """Scale-out figures fitted to measurements for the traffic that climbs to one tier."""
+    model_config = ConfigDict(extra="forbid")
+    tier: str = Field(description="name of a tier in ``tiers``")
+    busbw_gbps: float | None = Field(None, gt=0, description="NCCL bandwidth per GPU through this tier, GB/s "
+                                     "(replaces 0.74 x line rate / oversubscription)")
+    deepep_gbps: float | None = Field(None, gt=0, description="DeepEP RDMA bandwidth per GPU through this tier, GB/s")
+    step_us: float | None = Field(None, ge=0, description="latency of one network step through this tier, us "
+                                  "(replaces NCCL's per-step latency plus the switch latency)")
+    pipe_us: float | None = Field(None, ge=0, description="pipeline per-chunk latency over the network, us")
+    ll_base_us: float | None = Field(None, ge=0, description="low-latency protocol branch: base latency, us")
+    ll_busbw_gbps: float | None = Field(None, gt=0, description="low-latency protocol branch: bus bandwidth, GB/s")
+
+
+class Calibration(BaseModel):
+    """Link figures fitted to nccl-tests / DeepEP runs on this cluster (``topoplan topology calibrate``)."""
+    model_config = ConfigDict(extra="forbid")
+    nvlink: NVLinkFit | None = None
+    tiers: list[TierFit] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list, description="the result files the figures were fitted to")
+    worst_error: float | None = Field(None, description="largest |predicted/measured - 1| over the fitted "
+                                      "nccl-tests rows")
+
+
 def default_tiers(spec: GPUSpec) -> list[Tier]:
     """A flat non-blocking fabric at the GPU's NIC rate (used when a file has no ``tiers``)."""
     return [Tier(name="leaf", gbps_per_gpu=spec.nic_gbps, latency_us=0.6, oversubscription=1.0)]
@@ -156,6 +195,9 @@ class Cluster(BaseModel):
     fabric: Literal["infiniband", "roce"] | None = Field(
         None, description="scale-out network kind: infiniband or roce (RDMA over Converged Ethernet); omitted = "
         "infiniband, as in the presets. The Slurm emitter picks the NCCL settings from it")
+    calibration: Calibration | None = Field(
+        None, description="link figures fitted to nccl-tests / DeepEP runs (topoplan topology calibrate); "
+        "topologies.collectives.Fabric uses them in place of the catalog figures")
 
     _gpus: list[GPU] = PrivateAttr(default_factory=list)
     _domain_sizes: list[int] = PrivateAttr(default_factory=list)
@@ -317,6 +359,11 @@ class Cluster(BaseModel):
                 for nm in g:
                     if nm not in by_name:
                         raise ValueError(f"tiers[{k}].groups: {nm!r} is not a node of this cluster")
+        if self.calibration is not None:
+            for k, fit in enumerate(self.calibration.tiers):
+                if fit.tier not in tier_names:
+                    raise ValueError(f"calibration.tiers[{k}].tier: {fit.tier!r} is not a tier of this cluster "
+                                     f"({', '.join(sorted(tier_names))})")
         # canonical order and caches
         gpus: list[GPU] = []
         sizes: list[int] = []

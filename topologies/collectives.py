@@ -31,6 +31,12 @@ alpha (latency floor) follows NCCL's structure (base latency + per-step hardware
 hardware.md s2.4): ring steps inside a domain, tree steps (log2 k) across domains plus the switch
 latency of the highest tier crossed.
 
+A cluster file's ``calibration`` block (``topoplan topology calibrate``: ``topologies.calibrate`` fits it
+to nccl-tests and DeepEP runs) replaces these figures (NVLink ring/NVLS/DeepEP bandwidths and
+latencies; per tier the NCCL and DeepEP bandwidths, the step and pipeline latencies) and may add a
+low-latency protocol line per level, t = min(t, ll_base + S x busbw factor / ll_busbw) (NCCL's
+LL/LL128 below a few MiB); ``Fabric.apply_calibration``. Uncalibrated clusters are priced as above.
+
 ``Fabric`` precomputes everything per cluster, so each call is O(1); ``fabric_for`` caches it on
 the cluster. ``collective_time`` is the general query for any set of GPU indices.
 """
@@ -294,16 +300,72 @@ class Fabric:
         p = PARAMS
         self._p = {k: v * 1e-6 for k, v in p.items()}
         self._memo: dict = {}
+        # per tier: fitted NCCL and DeepEP bandwidths (B/s), step and pipeline latencies (s); None = model
+        self._fit_net = {NET_EFF_NCCL: [None] * self.num_tiers, NET_EFF_DEEPEP: [None] * self.num_tiers}
+        self._fit_step = [None] * self.num_tiers
+        self._fit_pipe = [None] * self.num_tiers
+        # fitted low-latency protocol branch per level (-1 = inside a domain, t = crossing tier t):
+        # (base latency s, bus bandwidth B/s); absent unless calibrated
+        self._ll: dict[int, tuple[float, float]] = {}
+        if getattr(cluster, "calibration", None) is not None:
+            self.apply_calibration(cluster.calibration, [t.name for t in tiers])
+
+    def apply_calibration(self, cal, tier_names) -> None:
+        """Use the figures of a ``topologies.cluster.Calibration`` (fitted by ``topologies.calibrate``)
+        in place of the catalog figures and model constants; fields left None keep the defaults."""
+        GB, us = 1e9, 1e-6
+        nv = cal.nvlink
+        if nv is not None:
+            if nv.busbw_gbps:
+                self.b_ring = nv.busbw_gbps * GB
+            if nv.nvls_busbw_gbps:
+                self.b_nvls = nv.nvls_busbw_gbps * GB
+            if nv.deepep_gbps:
+                self.b_deepep_nvl = nv.deepep_gbps * GB
+            for key, field in (("nvl_base_us", "base_us"), ("nvls_base_us", "nvls_base_us"),
+                               ("pipe_nvl_us", "pipe_us")):
+                if getattr(nv, field) is not None:
+                    self._p[key] = getattr(nv, field) * us
+            if nv.ll_base_us is not None and nv.ll_busbw_gbps:
+                self._ll[-1] = (nv.ll_base_us * us, nv.ll_busbw_gbps * GB)
+        for fit in cal.tiers:
+            t = tier_names.index(fit.tier)
+            if fit.busbw_gbps:
+                self._fit_net[NET_EFF_NCCL][t] = fit.busbw_gbps * GB
+            if fit.deepep_gbps:
+                self._fit_net[NET_EFF_DEEPEP][t] = fit.deepep_gbps * GB
+            if fit.step_us is not None:
+                self._fit_step[t] = fit.step_us * us
+            if fit.pipe_us is not None:
+                self._fit_pipe[t] = fit.pipe_us * us
+            if fit.ll_base_us is not None and fit.ll_busbw_gbps:
+                self._ll[t] = (fit.ll_base_us * us, fit.ll_busbw_gbps * GB)
+        self._memo.clear()
 
     # ---- helpers --------------------------------------------------------------------------
     def net_bw(self, tier: int, eff: float = NET_EFF_NCCL) -> float:
         """Achievable per-GPU scale-out bandwidth (B/s) for traffic that climbs to ``tier``."""
         t = min(max(tier, 0), self.num_tiers - 1)
+        fit = self._fit_net.get(eff)
+        if fit is not None and fit[t] is not None:
+            return fit[t]
         return eff * self.tier_bw[t]
 
     def _net_lat(self, tier: int) -> float:
         t = min(max(tier, 0), self.num_tiers - 1)
         return self.tier_lat_us[t] * 1e-6
+
+    def _step(self, tier: int) -> float:
+        """Latency of one network step through ``tier``: NCCL's per-step latency plus the switch's,
+        or the fitted figure."""
+        t = min(max(tier, 0), self.num_tiers - 1)
+        fit = self._fit_step[t]
+        return fit if fit is not None else self._p["net_step_us"] + self._net_lat(t)
+
+    def _pipe_net(self, tier: int) -> float:
+        t = min(max(tier, 0), self.num_tiers - 1)
+        fit = self._fit_pipe[t]
+        return fit if fit is not None else self._p["pipe_net_us"]
 
     def _intra_alpha(self, steps: int) -> float:
         p = self._p
@@ -314,12 +376,23 @@ class Fabric:
         k = shape.domains
         tree = math.ceil(math.log2(k)) if k > 1 else 0
         return (p["net_base_us"] + intra_steps * p["nvl_step_us"]
-                + phases * tree * (p["net_step_us"] + self._net_lat(shape.tier)))
+                + phases * tree * self._step(shape.tier))
+
+    def _low_latency(self, t: float, shape: GroupShape, busbytes: float) -> float:
+        """``t``, or the fitted low-latency protocol branch when that is faster: NCCL's tuner takes the
+        fastest protocol (LL/LL128 below a few MiB: low latency, a fraction of the bandwidth), which a
+        single alpha-beta line cannot follow. ``busbytes`` = size x nccl-tests' busbw factor, so the
+        branch is ``base + busbytes / busbw``. Only a calibrated Fabric has it."""
+        if not self._ll:
+            return t
+        level = -1 if shape.domains <= 1 else min(max(shape.tier, 0), self.num_tiers - 1)
+        ll = self._ll.get(level)
+        return t if ll is None else min(t, ll[0] + busbytes / ll[1])
 
     # ---- collectives ----------------------------------------------------------------------
     def _hop(self, tier: int) -> float:
         """Latency a group pays at least once for leaving its NVLink domain."""
-        return self._p["net_step_us"] + self._net_lat(tier)
+        return self._step(tier)
 
     def _ar_local(self, n: int, S: float, nvls: bool = True) -> float:
         p = self._p
@@ -337,15 +410,16 @@ class Fabric:
         if n <= 1 or nbytes <= 0:
             return 0.0
         S = float(nbytes)
+        bus = 2.0 * (n - 1) / n * S
         if shape.domains <= 1:
-            return self._ar_local(n, S, nvls=algo != "ring")
+            return self._low_latency(self._ar_local(n, S, nvls=algo != "ring"), shape, bus)
         g, k = shape.per_domain, shape.domains
         b_in = max(self.b_ring, self.b_nvls or 0.0)
         x_in = 2.0 * (g - 1) / g * S / b_in if g > 1 else 0.0
         x_out = 2.0 * (k - 1) / k * (S / g) / self.net_bw(shape.tier)
-        t = self._inter_alpha(shape, 2 * (g - 1), 2) + _pipe(max(x_in, x_out), self._p["pipe_net_us"])
+        t = self._inter_alpha(shape, 2 * (g - 1), 2) + _pipe(max(x_in, x_out), self._pipe_net(shape.tier))
         # never faster than the same ranks inside one domain, plus one network hop
-        return max(t, self._ar_local(n, S)) + self._hop(shape.tier)
+        return self._low_latency(max(t, self._ar_local(n, S)) + self._hop(shape.tier), shape, bus)
 
     def _gather_local(self, n: int, S: float) -> float:
         return self._intra_alpha(n - 1) + _pipe((n - 1) / n * S / self.b_ring, self._p["pipe_nvl_us"])
@@ -355,13 +429,14 @@ class Fabric:
         if n <= 1 or nbytes <= 0:
             return 0.0
         S = float(nbytes)
+        bus = (n - 1) / n * S
         if shape.domains <= 1:
-            return self._gather_local(n, S)
+            return self._low_latency(self._gather_local(n, S), shape, bus)
         g, k = shape.per_domain, shape.domains
         x_in = (g - 1) / g * S / self.b_ring if g > 1 else 0.0
         x_out = (k - 1) / k * (S / g) / self.net_bw(shape.tier)
-        t = self._inter_alpha(shape, g - 1, 1) + _pipe(max(x_in, x_out), self._p["pipe_net_us"])
-        return max(t, self._gather_local(n, S)) + self._hop(shape.tier)
+        t = self._inter_alpha(shape, g - 1, 1) + _pipe(max(x_in, x_out), self._pipe_net(shape.tier))
+        return self._low_latency(max(t, self._gather_local(n, S)) + self._hop(shape.tier), shape, bus)
 
     @_memo
     def all_gather(self, shape: GroupShape, nbytes: float) -> float:
@@ -400,7 +475,8 @@ class Fabric:
             raise ValueError(f"all_to_all impl {impl!r}: use 'nccl', 'deepep' or 'deepep-ll'")
         S = float(nbytes)
         if shape.domains <= 1:
-            return self._a2a_local(n, S, impl)
+            t = self._a2a_local(n, S, impl)
+            return self._low_latency(t, shape, (n - 1) / n * S) if impl == "nccl" else t
         p = self._p
         v_nvl, v_net = self.a2a_volumes(shape, S)
         if impl != "nccl":
@@ -408,8 +484,9 @@ class Fabric:
             t = (p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]) + x
         else:
             x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
-            t = p["a2a_base_us"] + _pipe(x, p["pipe_net_us"])
-        return max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
+            t = p["a2a_base_us"] + _pipe(x, self._pipe_net(shape.tier))
+        t = max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
+        return self._low_latency(t, shape, (n - 1) / n * S) if impl == "nccl" else t
 
     @_memo
     def ep_dispatch(self, shape: GroupShape, nvl_bytes: float, net_bytes: float, impl: str = "deepep") -> float:
@@ -438,9 +515,10 @@ class Fabric:
             return 0.0
         p = self._p
         if tier < 0:
-            return p["p2p_base_us"] + self.nvl_hop_us * 1e-6 + _pipe(nbytes / self.b_ring, p["pipe_nvl_us"])
-        return (p["p2p_base_us"] + p["net_step_us"] + self._net_lat(tier)
-                + _pipe(nbytes / self.net_bw(tier), p["pipe_net_us"]))
+            t = p["p2p_base_us"] + self.nvl_hop_us * 1e-6 + _pipe(nbytes / self.b_ring, p["pipe_nvl_us"])
+            return self._low_latency(t, GroupShape.local(2), nbytes)
+        t = p["p2p_base_us"] + self._step(tier) + _pipe(nbytes / self.net_bw(tier), self._pipe_net(tier))
+        return self._low_latency(t, GroupShape(size=2, per_domain=1, domains=2, tier=tier), nbytes)
 
     # ---- by name --------------------------------------------------------------------------
     def time(self, kind: str, shape: GroupShape, nbytes: float, **kw) -> float:

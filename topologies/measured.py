@@ -98,10 +98,11 @@ def deepep_bytes(row: dict, phase: str) -> tuple[float, float, float]:
     rank receives (tokens x distinct ranks) x hidden. What the links carry: the NIC sends the
     remote nodes' share, NVLink forwards each token to the ranks it reaches except the one it
     entered by (1/g of them)."""
-    E, k, h, T = 256, row["topk"], row["hidden"], row["tokens"]
+    E, k, h, T = row.get("experts", 256), row["topk"], row["hidden"], row["tokens"]
     domains = row["domains"]
     n, nodes, g = sum(domains), len(domains), max(domains)
-    groups, limit = (nodes, min(nodes, 4)) if row.get("version", "v1") == "v1" and nodes > 1 else (1, 1)
+    limit = row.get("topk_groups") or min(nodes, 4)   # V1: --num-topk-groups, default min(nodes, 4)
+    groups, limit = (nodes, limit) if row.get("version", "v1") == "v1" and nodes > 1 else (1, 1)
     ranks = distinct_destinations(E, k, groups, limit, E // n)
     per_node = distinct_destinations(E, k, groups, limit, E // n * g)
     b = ELEMENT_BYTES[phase] * h * T

@@ -203,6 +203,105 @@ def import_cmd(
         typer.echo(f"assumed: {line}", err=True)
 
 
+@topology_app.command("calibrate")
+def calibrate_cmd(
+    cluster: str = typer.Argument(..., help="a preset name or a cluster YAML path: the cluster the runs were on"),
+    results: list[str] = typer.Argument(..., metavar="RESULTS...",
+                                        help="nccl-tests output files (all_reduce_perf, all_gather_perf, "
+                                             "reduce_scatter_perf, alltoall_perf, sendrecv_perf) and DeepEP "
+                                             "test_intranode / test_internode logs, the latter as FILE@RANKS"),
+    out: Path = typer.Option(..., "-o", "--out", help="cluster YAML to write, with the fitted figures"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="presets: GPUs of the cluster (whole nodes)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (rows, parameters, worst row) instead of tables"),
+) -> None:
+    """Fit the cluster's link figures (NVLink, NVLS and each tier's bandwidth and latency) to nccl-tests and
+    DeepEP runs, print measured against predicted before and after, and write the cluster file with them.
+
+    Example: topoplan topology calibrate cluster.yaml all_reduce_perf.txt alltoall_perf.txt -o cluster.yaml
+    """
+    from planner.io import atomic_write_text
+    from topologies.calibrate import TARGET, fit_fabric, observations
+    from topologies.cluster import cluster_from_dict
+    from topologies.collectives import fabric_for
+    from topologies.loader import load_cluster
+
+    c = load_cluster(cluster, gpus=gpus)
+    obs, notes = observations(c, results)
+    fit = fit_fabric(c, obs, notes, sources=[r.rpartition("@")[0] if "@" in r and not Path(r).exists() else r
+                                             for r in results])
+    data = c.to_dict()
+    data["calibration"] = fit.calibration.model_dump(exclude_none=True)
+    written = cluster_from_dict(data, str(out))
+    # the written file prices the rows as the fit did (Fabric reads the calibration block)
+    from topologies.calibrate import predict
+
+    fab = fabric_for(written)
+    check = [predict(fab, ob) for ob in obs]
+    if any(abs(a - b) > 1e-9 * max(a, b) for a, b in zip(check, fit.after)):
+        raise RuntimeError("the written calibration does not reproduce the fitted times")
+    atomic_write_text(out, written.to_yaml(), option="--out")
+    err0, err1 = fit.errors("before"), fit.errors("after")
+    worst = fit.worst
+    rows = [{"source": ob.source, "kind": ob.kind, "gpus": ob.shape.size, "domains": ob.shape.domains,
+             "bytes": ob.size, "measured_gbps": round(ob.gbps(ob.seconds), 3),
+             "measured_us": round(ob.seconds * 1e6, 3),
+             "before_gbps": round(ob.gbps(b), 3), "after_gbps": round(ob.gbps(a), 3),
+             "before_error": round(e0, 4), "after_error": round(e1, 4), "nccl_tests": ob.nccl}
+            for ob, b, a, e0, e1 in zip(obs, fit.before, fit.after, err0, err1)]
+    nccl_before = [abs(e) for ob, e in zip(obs, err0) if ob.nccl]
+    doc = {
+        "cluster": c.name, "out": str(out), "rows": rows,
+        "parameters": [{"name": n, "before": b, "after": a} for n, b, a in fit.parameters],
+        "worst": None if worst is None else rows[worst],
+        "worst_before": max(nccl_before) if nccl_before else None,
+        "target": TARGET,
+        "within_target": None if worst is None else abs(err1[worst]) <= TARGET,
+        "notes": fit.notes,
+    }
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_calibration(doc)
+    for line in fit.notes:
+        typer.echo(f"assumed: {line}", err=True)
+
+
+def _size(n: int) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.4g} {unit}"
+    return f"{n} B"
+
+
+def _print_calibration(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=max(Console().width, 132))
+    t = Table(title=f"{doc['cluster']}: measured against predicted (busbw GB/s; DeepEP: its own bandwidth)")
+    for col in ("row", "collective", "GPUs", "size", "measured", "before", "err", "after", "err"):
+        t.add_column(col, justify="left" if col in ("row", "collective") else "right")
+    for r in doc["rows"]:
+        t.add_row(Path(r["source"]).name, r["kind"], f"{r['gpus']}" + (f"/{r['domains']}d" if r["domains"] > 1 else ""),
+                  _size(r["bytes"]), f"{r['measured_gbps']:.2f}", f"{r['before_gbps']:.2f}",
+                  f"{r['before_error']:+.1%}", f"{r['after_gbps']:.2f}", f"{r['after_error']:+.1%}")
+    con.print(t)
+    p = Table(title="fitted figures (written under calibration: in the cluster file)")
+    for col in ("figure", "before", "after"):
+        p.add_column(col, justify="left" if col == "figure" else "right")
+    for row in doc["parameters"]:
+        p.add_row(row["name"], "-" if row["before"] is None else f"{row['before']:.4g}", f"{row['after']:.4g}")
+    con.print(p)
+    w = doc["worst"]
+    if w is not None:
+        verdict = "within" if doc["within_target"] else "OUTSIDE"
+        con.print(f"worst nccl-tests row: {w['source']} {w['kind']} {w['gpus']} GPUs {_size(w['bytes'])}: measured "
+                  f"{w['measured_gbps']:.2f}, fitted {w['after_gbps']:.2f} GB/s ({w['after_error']:+.1%}; "
+                  f"{verdict} the {doc['target']:.0%} target; before the fit the worst was "
+                  f"{doc['worst_before']:.1%})", soft_wrap=True)
+    con.print(f"wrote {doc['out']}", soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``topology`` to the root app."""
     app.add_typer(topology_app, name="topology")
