@@ -43,6 +43,8 @@ def _doc_for(model_name, preset, gpus, training, config, usable=None):
     restrict = {"tp": [config.tp], "pp": [config.pp], "vpp": [config.vpp], "cp": [config.cp], "ep": [config.ep],
                 "etp": [config.etp], "mbs": [config.mbs], "recompute": [config.recompute], "fsdp": [config.fsdp],
                 "dispatcher": [config.dispatcher], "split": [0], "gpd": [None], "dp": [config.dp]}
+    if config.dispatcher is None:
+        del restrict["dispatcher"]
     return plan(model, cluster, training, top=1, restrict=restrict, min_world=gpus).to_dict()
 
 
@@ -214,3 +216,40 @@ def test_examples_launch_files_read_back_to_their_plan(tmp_path, script, files):
                                order=order)
     pred = predict(ctx.model, ctx.cluster, cfg, tr, placement=placement)
     assert pred.tflops_per_gpu == pytest.approx(doc["plans"][0]["prediction"]["tflops_per_gpu"], rel=1e-9)
+
+
+@pytest.mark.parametrize("drop", ["--parallelism.module_fqns_per_model_part", "--training.no_disable_cuda_graphs",
+                                  "converters", "--parallelism.expert_parallel_degree"])
+def test_torchtitan_files_without_a_setting_fail_the_round_trip(drop):
+    from planner.output.emit import render_files
+    from planner.output.emit.readback import torchtitan_setup
+    from planner.output.emit.torchtitan import parse_command
+
+    if drop == "--training.no_disable_cuda_graphs":   # graphs run only without PP and EP
+        tr = Training(seq_len=4096, global_batch=64, precision="fp8", trainer="torchtitan")
+        doc = _doc_for("llama3-8b", "dgx-h100", 16, tr, ParallelConfig(tp=2, pp=1, dp=8, fsdp=True))
+    else:
+        tr = Training(seq_len=4096, global_batch=256, precision="fp8", trainer="torchtitan")
+        doc = _doc_for("qwen3-30b-a3b", "dgx-h100", 64, tr,
+                       ParallelConfig(tp=1, pp=2, vpp=4, ep=8, dp=32, fsdp=True, dispatcher="alltoall"))
+    ctx = load_context(doc, 0)
+    files = render_files(ctx, ["torchtitan"])
+    args = parse_command(files["torchtitan/command.txt"])
+    reg = files.get("torchtitan/topoplan_config.py")
+    assert_round_trip(doc, 0)   # control
+    if drop == "converters":
+        # the registry no longer applies the float8 converters
+        reg = "\n".join(ln if "converters=" not in ln else ln.split("converters=")[0] + "converters=None)"
+                        for ln in reg.splitlines())
+        mutant = args
+    else:
+        assert drop in args
+        i = args.index(drop)
+        j = i + 1
+        while j < len(args) and not args[j].startswith("-") and ":" not in args[j]:
+            j += 1
+        mutant = args[:i] + args[j:]
+    cfg_b, tr_b, _ = torchtitan_setup(mutant, ctx.model, ctx.world, registry_text=reg)
+    same = (cfg_b.vpp, cfg_b.ep, tr_b.precision, tr_b.recipe) == (
+        ctx.config.vpp, ctx.config.ep, ctx.training.precision, effective_recipe(ctx.model, ctx.config, ctx.training))
+    assert not same, drop
