@@ -255,6 +255,46 @@ def test_fit_recovers_a_known_fabric_from_all_five_programs(tmp_path):
     assert got["leaf.step_us"] == pytest.approx(25, rel=0.1)
 
 
+def test_fit_holds_a_noisy_sweep_with_a_low_latency_protocol(tmp_path):
+    """nccl-tests' usual sweep (-b 8 -e 8G -f 2) on 1 and 4 nodes, generated from a truth that has a
+    low-latency line on NVLink and on the network, with +-3% noise on every time: every row within the
+    target, the bandwidths and the LL lines recovered."""
+    import random
+
+    truth = {"nvlink": {"busbw_gbps": 340.0, "nvls_busbw_gbps": 470.0, "base_us": 15.0, "pipe_us": 3.0,
+                        "ll_base_us": 12.0, "ll_busbw_gbps": 60.0},
+             "tiers": [{"tier": "leaf", "busbw_gbps": 36.0, "step_us": 40.0, "pipe_us": 10.0,
+                        "ll_base_us": 30.0, "ll_busbw_gbps": 8.0}]}
+    true_c = _hgx("h100", 4, truth)
+    fab = fabric_for(true_c)
+    rng = random.Random(1)
+    files = []
+    for test in ("all_reduce", "all_gather", "alltoall", "sendrecv"):
+        kind = {"alltoall": "all_to_all", "sendrecv": "p2p"}.get(test, test)
+        for nodes in (1, 4):
+            shape = shape_of(true_c, range(8 * nodes))
+            rows = []
+            for k in range(3, 34):
+                s = 2**k
+                if test in ("all_gather", "alltoall") and s < 16 * 8 * nodes:
+                    continue        # nccl-tests prints size 0 there: fewer bytes than ranks x 16
+                t = fab.p2p(s, 0 if nodes > 1 else -1) if kind == "p2p" else fab.time(kind, shape, s)
+                rows.append((s, t * 1e6 * (1 + rng.uniform(-0.03, 0.03))))
+            ranks = [(f"n{h:02d}", d, "NVIDIA H100 80GB HBM3") for h in range(nodes) for d in range(8)]
+            path = tmp_path / f"{test}_{nodes}n.txt"
+            path.write_text(nccl_tests_output(test, ranks, rows))
+            files.append(str(path))
+    obs, _ = observations(_hgx("h100", 4), files)
+    fit = fit_fabric(_hgx("h100", 4), obs)
+    assert max(abs(e) for e in fit.errors("before")) > 1.0
+    assert max(abs(e) for e in fit.errors()) <= 0.05
+    got = {name: after for name, _, after in fit.parameters}
+    assert got["nvlink.busbw_gbps"] == pytest.approx(340, rel=0.05)
+    assert got["leaf.busbw_gbps"] == pytest.approx(36, rel=0.05)
+    assert got["leaf.ll_busbw_gbps"] == pytest.approx(8, rel=0.2)
+    assert got["nvlink.ll_base_us"] == pytest.approx(12, rel=0.2)
+
+
 def test_deepep_rows_fit_only_the_deepep_bandwidths():
     c = load_cluster(str(DATA / "h800-8nodes.yaml"))
     specs = [str(DATA / "deepep_h800_intranode.log")] + [

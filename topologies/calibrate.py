@@ -239,13 +239,17 @@ def _parameters(fab: Fabric, cluster: Cluster, obs: list[Observation]) -> list[t
             return []
         have = fab._ll.get(level)
         base, bw = (have[0] * 1e6, have[1] / 1e9) if have else (0.8 * min(rows) * 1e6, 0.1 * busbw_gbps)
-        small = sorted((ob.size * ob.factor, ob.seconds) for ob in obs
-                       if ob.nccl and (ob.shape.tier if ob.shape.domains > 1 else -1) == level)[:2]
-        if not have and len(small) == 2 and small[1][1] > small[0][1] and small[1][0] > small[0][0]:
-            slope = (small[1][0] - small[0][0]) / (small[1][1] - small[0][1]) / 1e9   # GB/s
-            if slope < 0.9 * busbw_gbps:   # the line through the two smallest rows
+        # the line from the smallest row to the largest one that takes at most 3x as long: far enough
+        # apart that a few % of noise does not tilt it, close enough to stay on the small-message line
+        pts = sorted((ob.size * ob.factor, ob.seconds) for ob in obs
+                     if ob.nccl and (ob.shape.tier if ob.shape.domains > 1 else -1) == level)
+        near = [q for q in pts if q[1] <= 3.0 * pts[0][1]]
+        a, b = pts[0], near[-1]
+        if not have and b[1] > a[1] and b[0] > a[0]:
+            slope = (b[0] - a[0]) / (b[1] - a[1]) / 1e9   # GB/s
+            if slope < 0.9 * busbw_gbps:
                 bw = slope
-                base = max(small[0][1] - small[0][0] / (slope * 1e9), 0.1 * small[0][1]) * 1e6
+                base = max(a[1] - a[0] / (slope * 1e9), 0.1 * a[1]) * 1e6
         return [(group, "ll_base_us", f"{group}.ll_base_us", base, big),
                 (group, "ll_busbw_gbps", f"{group}.ll_busbw_gbps", bw, 0.9 * busbw_gbps)]
 
