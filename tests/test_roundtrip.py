@@ -253,3 +253,37 @@ def test_torchtitan_files_without_a_setting_fail_the_round_trip(drop):
     same = (cfg_b.vpp, cfg_b.ep, tr_b.precision, tr_b.recipe) == (
         ctx.config.vpp, ctx.config.ep, ctx.training.precision, effective_recipe(ctx.model, ctx.config, ctx.training))
     assert not same, drop
+
+
+def test_cli_predict_from_files_and_its_refusals(tmp_path, capsys):
+    from planner.cli import main
+
+    out = tmp_path / "launch"
+    assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "128",
+                 "--precision", "fp8", "--top", "1", "--emit", "megatron,torchtitan", "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    want = doc["plans"][0]["prediction"]["tflops_per_gpu"]
+    assert doc["header"] == {"stack": "megatron-26.08", "trainer": "megatron", "model": "qwen3-30b-a3b",
+                             "cluster": doc["cluster"]["name"], "gpus_offered": 16,
+                             "gpus_used": doc["plans"][0]["config"]["world"], "precision": "fp8", "seq_len": 4096,
+                             "global_batch": 128}
+    gpd = doc["plans"][0]["placement"]["gpus_per_domain"]
+    base = ["predict", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--json"] + (
+        ["--gpus-per-domain", str(gpd)] if gpd else [])
+    assert main(base + ["--from", str(out / "megatron" / "args.txt")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tflops_per_gpu"] == pytest.approx(want, rel=1e-9)
+    assert got["header"]["trainer"] == "megatron"
+    # the same layout as TorchTitan runs it is priced with TorchTitan's own profile
+    assert main(base + ["--from", str(out / "torchtitan")]) == 0
+    assert json.loads(capsys.readouterr().out)["header"]["stack"] == "torchtitan"
+    # refusals: one line, exit 2
+    for args, words in ((["--from", str(tmp_path / "nothing.txt")], "cannot read"),
+                        (["--model", "llama3-8b", "--from", str(out / "megatron" / "args.txt")], "--num-layers")):
+        argv = list(base)
+        if "--model" in args:
+            argv[argv.index("--model") + 1] = args[args.index("--model") + 1]
+            args = args[2:]
+        assert main(argv + args) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1

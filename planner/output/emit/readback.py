@@ -99,6 +99,12 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
                                               RECIPE_FLAGS)
 
     flags = parse_flags(args)
+    for flag, have in (("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
+                       ("--num-experts", model.num_experts or None)):
+        given = _one(flags, flag, None, int, source)
+        if given != have:
+            raise InputError(f"{source}: {flag} is {given} but --model {model.name} has {have}; give the model the "
+                             "files were written for")
     tp = _one(flags, F["tp"], 1, int, source)
     pp = _one(flags, F["pp"], 1, int, source)
     cp = _one(flags, F["cp"], 1, int, source)
@@ -134,8 +140,6 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
            "fsdp_impl": "torch" if F["torch_fsdp2"] in flags else "megatron"}
     for name in RECIPE_BOOLS:
         rec[name] = RECIPE_FLAGS[name] in flags
-    if world is None:
-        world = None
     try:
         config = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, fsdp=fsdp, recompute=recompute,
                                 dispatcher=dispatcher, pp_first=first, pp_last=last,
@@ -207,6 +211,17 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
                      stack: str | None = None, source: str = "torchtitan/command.txt"):
     """The layout and training setup a TorchTitan 0.3.0 command line (and its topoplan_config.py) run."""
     flags = parse_flags(args)
+    config_fn = _one(flags, "--config", "", str, source)
+    from planner.output.emit.torchtitan import CUSTOM_MODULE, MODELS
+
+    module = _one(flags, "--module", "", str, source)
+    known = MODELS.get(model.name.lower())
+    base = model.name.lower().replace("-", "_").replace(".", "_")   # torchtitan._custom_name's stem
+    custom_ok = module == CUSTOM_MODULE and (config_fn == base or config_fn.startswith(base + "_"))
+    if known is None or not (custom_ok or (module, config_fn) == known[:2]):
+        raise InputError(f"{source}: --module {module} --config {config_fn} is not {model.name} "
+                         f"({'torchtitan has no model for it' if known is None else f'--module {known[0]}'}); "
+                         "give the model the files were written for")
 
     def par(key, default=None, kind=int):
         return _one(flags, f"--parallelism.{key}", default, kind, source)
@@ -237,7 +252,6 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
     if recompute is None:
         raise InputError(f"{source}: activation-checkpoint:{ac} is not a recompute topoplan prices")
     dp = shard if shard > 0 else world // (tp * pp * cp)
-    config_fn = _one(flags, "--config", "", str, source)
     precision = _tt_precision(registry_text, config_fn, model)
     graphs = "--training.no_disable_cuda_graphs" in flags
     try:
@@ -279,10 +293,12 @@ def read_torchtitan(path: Path, model, world: int, *, stack: str | None = None):
 
 
 def read_files(path: Path, model, world: int | None = None, *, stack: str | None = None):
-    """Megatron (args.txt) or TorchTitan (command.txt) files -> (ParallelConfig, Training, order)."""
+    """Megatron (args.txt) or TorchTitan (command.txt) files -> (ParallelConfig, Training, order). A
+    directory is read as Megatron's when it holds args.txt or megatron/, else as TorchTitan's."""
     path = Path(path)
-    titan = path.name == "command.txt" or (path.is_dir() and ((path / "command.txt").is_file() or (
-        not (path / "args.txt").is_file() and not (path / "megatron").is_dir() and (path / "torchtitan").is_dir())))
+    megatron_dir = path.is_dir() and ((path / "args.txt").is_file() or (path / "megatron").is_dir())
+    titan = path.name == "command.txt" or (path.is_dir() and not megatron_dir and (
+        (path / "command.txt").is_file() or (path / "torchtitan").is_dir()))
     if titan:
         if world is None:
             raise InputError(f"--from {path}: a TorchTitan command line does not say the world size; give --gpus")
