@@ -182,10 +182,8 @@ class ParallelConfig(BaseModel):
 
 # The stack profile each trainer is priced with unless ``Training.stack`` says otherwise.
 DEFAULT_STACKS = {"megatron": "megatron-26.08", "torchtitan": "torchtitan", "maxtext": "maxtext"}
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 # megatron-core 0.19.2 CudaGraphModule names (--cuda-graph-modules); empty = the whole layer.
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
-FSDP_IMPLS = ("megatron", "torch")
 
 
 class Recipe(BaseModel):
@@ -233,10 +231,6 @@ class Recipe(BaseModel):
         if bad:
             raise ValueError(f"unknown CUDA graph module {bad[0]!r}; use {', '.join(CUDA_GRAPH_MODULES)}")
         return tuple(x for x in CUDA_GRAPH_MODULES if x in items)
-
-    def explicit(self) -> dict:
-        """The fields a user set to a value (auto fields left out)."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
 @dataclass(frozen=True)
