@@ -94,7 +94,7 @@ def _seq_div_cp(m, c, t, world):
 
 
 def _gbs_div(m, c, t, world):
-    dp = world // (c.tp * c.pp * c.cp) if world % (c.tp * c.pp * c.cp) == 0 else None
+    dp = c.dp_for(world) if world % c.model_parallel == 0 else None
     if dp and t.global_batch % (c.mbs * dp):
         return (f"global batch size ({t.global_batch}) is not divisible by micro batch size ({c.mbs}) "
                 f"times data parallel size ({dp})")
@@ -105,10 +105,9 @@ def num_microbatches(c, t, world) -> int | None:
     megatron-core's ConstantNumMicroBatchesCalculator and torchtitan's ``local_batch_size //
     pipeline_parallel_microbatch_size`` (local_batch_size = GBS / DP). None where it is not a whole
     number (rule ``gbs_div_mbs_dp`` refuses that layout)."""
-    mp = c.tp * c.pp * c.cp
-    if world % mp:
+    if world % c.model_parallel:
         return None
-    dp = world // mp
+    dp = c.dp_for(world)
     if not dp or t.global_batch % (c.mbs * dp):
         return None
     return t.global_batch // (c.mbs * dp)
@@ -165,7 +164,7 @@ def _mg_interleaved(m, c, t, world):
         return None
     msg = megatron_interleaved_problem(c.pp, mb, MEGATRON_MICROBATCH_GROUP)
     if msg:
-        unit = c.pp * c.mbs * (world // (c.tp * c.pp * c.cp))
+        unit = c.pp * c.mbs * c.dp_for(world)
         msg += f"; use a global batch that is a multiple of pp*mbs*dp = {unit}, fewer data-parallel replicas, or vpp 1"
     return msg
 
@@ -196,7 +195,7 @@ def _tt_no_etp(m, c, t, world):
 def _tt_ep_divides(m, c, t, world):
     # ParallelDims.build_mesh: efsdp = dp_shard * cp * tp / ep must be a positive integer.
     if c.ep > 1:
-        dp_shard = world // (c.tp * c.pp * c.cp) if world % (c.tp * c.pp * c.cp) == 0 else 0
+        dp_shard = c.dp_for(world) if world % c.model_parallel == 0 else 0
         prod = dp_shard * c.cp * c.tp
         if prod == 0 or prod % c.ep:
             return (f"expert_parallel_degree ({c.ep}) must divide dp_shard({dp_shard}) * cp({c.cp}) * tp({c.tp}) "
@@ -214,7 +213,7 @@ def _maxtext_ep_in_dp(m, c, t, world):
     # MaxText's mesh axes are orthogonal: 'expert' sits beside data/fsdp (it cannot borrow TP ranks as
     # Megatron's folded expert grid does), so EP must divide the data-parallel degree.
     if c.ep > 1 and world % (c.tp * c.pp * c.cp) == 0:
-        dp = world // (c.tp * c.pp * c.cp)
+        dp = c.dp_for(world)
         if dp % c.ep:
             return (f"maxtext: ici/dcn_expert_parallelism ({c.ep}) must divide the data-parallel degree ({dp}); "
                     "its expert axis cannot borrow tensor-parallel ranks")

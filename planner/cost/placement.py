@@ -85,11 +85,10 @@ def _groups_cached(tp, cp, ep, etp, pp, world, axis, order):
     tokens = _check_order(order)
     parts = axis.split("-")
     if all(p in _DENSE_AXES for p in parts):
-        dp = world // (tp * cp * pp)
-        sizes = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+        sizes = {"tp": tp, "cp": cp, "ep": 1, "dp": ParallelConfig(tp=tp, cp=cp, pp=pp).dp_for(world), "pp": pp}
         names = [_DENSE_AXES[p] for p in parts]
     elif all(p in _EXPERT_AXES for p in parts):
-        edp = world // (etp * ep * pp)
+        edp = ParallelConfig(tp=etp, ep=ep, etp=etp, pp=pp).edp_for(world)
         sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
         names = [_EXPERT_AXES[p] for p in parts]
     else:
