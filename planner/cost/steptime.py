@@ -171,13 +171,111 @@ def host_regime(model, config: ParallelConfig, training: Training) -> tuple[bool
 
 
 @lru_cache(maxsize=256)
-def _layer_kinds(model) -> tuple:
+def layer_kinds(model) -> tuple:
+    """The kind of every decoder layer: ("moe" | "dense", sliding-window attention)."""
     kinds = []
     for i in range(model.num_layers):
         moe = bool(model.moe_layers[i]) if model.moe_layers else False
         swa = bool(model.swa_layers[i]) if model.swa_layers else False
         kinds.append(("moe" if moe else "dense", swa))
     return tuple(kinds)
+
+
+_layer_kinds = layer_kinds
+
+
+def mtp_kind(model) -> tuple:
+    """The kind an MTP layer is priced as: the last decoder layer's, full attention."""
+    return (layer_kinds(model)[-1][0], False)
+
+
+def kinds_of(model) -> tuple:
+    """Every layer kind a model's ranks can hold (MTP layers included), sorted."""
+    kinds = set(layer_kinds(model))
+    if model.mtp_layers:
+        kinds.add(mtp_kind(model))
+    return tuple(sorted(kinds))
+
+
+# --- the composition's parts: pure functions of a few hashable inputs ---------------------------
+# ``step_time`` composes them for one layout; ``planner.search.program`` tabulates the same functions
+# over the values of the solver's decision variables. A cost change is made here, once.
+
+
+def recompute_arg(config: ParallelConfig):
+    """What the compute term reads of the recompute choice: "full", or the recomputed modules (a tuple,
+    empty for none)."""
+    r = config.recompute if config.recompute in ("none", "full") else config.recompute_modules
+    return () if r == "none" else r
+
+
+# a recomputed forward repeats its collectives: 2 AG + 2 RS of TP (full recompute), the MoE
+# block's dispatch and combine (selective "moe" recompute)
+RECOMPUTE_COMM = 1.5
+
+
+def tp_layer_time(fabric, shape, mbs: int, seq_len: int, cp: int, hidden: int, recompute) -> float:
+    """TP collectives of one layer and micro-batch (``terms/tensor_parallel.py``) on the group ``shape``,
+    repeated in part by a full recompute; 0 when TP is 1."""
+    if shape is None or shape.size <= 1:
+        return 0.0
+    t = TP.tp_comm_time(fabric, shape, TP.activation_bytes(mbs, seq_len, cp, hidden))
+    if recompute == "full":
+        t *= RECOMPUTE_COMM
+    return t
+
+
+def dispatch_bytes(precision: str, profile, arch: str) -> float:
+    """Bytes per element the dispatch all-to-all sends: FP8 when the stack quantises before dispatch."""
+    return 1.0 if (precision in LOW_PRECISION and profile.param("ep.dispatch_bytes_fp8", arch) >= 0.5) else 2.0
+
+
+def a2a_layer_time(fabric, shape, model, mbs: int, seq_len: int, cp: int, tp: int, dispatcher: str,
+                   disp_bytes: float, recompute, cross_scale: float = 1.0) -> float:
+    """Dispatch and combine of one MoE layer and micro-batch (``terms/expert_a2a.py``) on the EP group
+    ``shape``; a flex dispatcher de-duplicates tokens (DeepEP); 0 when EP is 1 or the model is dense."""
+    if not model.is_moe or shape is None or shape.size <= 1:
+        return 0.0
+    dedup = dispatcher.startswith("flex")
+    tokens_rank = mbs * seq_len / (cp * tp)
+    d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, model.hidden_size,
+                                    EA.copies_per_token(model.top_k, shape.size, dedup), disp_bytes)
+    t = EA.a2a_time(fabric, shape, d_bytes, c_bytes, "deepep" if dedup else "nccl", cross_scale)
+    if recompute != "full" and "moe" in (recompute or ()):
+        t *= RECOMPUTE_COMM
+    return t
+
+
+def cp_layer_time(fabric, tier: int, model, cp: int, mbs: int, seq_len: int, tp: int) -> float:
+    """Context-parallel KV exchange of one layer and micro-batch (``terms/context_parallel.py``)."""
+    return CP.cp_time(fabric, tier, cp, mbs, seq_len, CP.kv_width(model), tp) if cp > 1 else 0.0
+
+
+def kind_time(eff: "Efficiencies", model, kind: tuple, seq_len: int, mbs: int, tp: int, cp: int, ep: int,
+              etp: int, lp: bool, recompute) -> "C.LayerTime":
+    """Compute of one layer of ``kind`` for one micro-batch (``terms/compute.py``)."""
+    return eff.layer_time(C.layer_work(model, kind[0], kind[1], seq_len, mbs, tp, cp, ep, etp, lp), recompute)
+
+
+def head_time(eff: "Efficiencies", model, seq_len: int, mbs: int, tp: int, cp: int, mtp: bool) -> "C.LayerTime":
+    """Compute of the output head (``mtp=False``) or of one MTP layer's extras, one micro-batch."""
+    return eff.layer_time(C.head_work(model, seq_len, mbs, tp, cp, mtp), ())
+
+
+def windows(lt) -> tuple[float, float, float]:
+    """The compute each communication of a layer can hide behind: (TP: three times the forward GEMMs,
+    EP: the whole layer, CP: the attention core)."""
+    return 3.0 * lt.gemm_fwd, lt.total, lt.attn_core
+
+
+def kind_host_time(model, kind: tuple, ep: int, eager: bool, experts_launched: bool) -> float:
+    """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts."""
+    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, eager, experts_launched)
+
+
+def p2p_bytes(mbs: int, seq_len: int, cp: int, tp: int, hidden: int) -> float:
+    """Bytes of one stage-to-stage activation (``terms/pipeline.py``): BF16, sequence-sharded."""
+    return mbs * seq_len / (cp * tp) * hidden * 2.0
 
 
 @dataclass(frozen=True)
@@ -198,8 +296,8 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
     from planner.model.flops import layer_costs
 
     costs = layer_costs(model, seq_len)
-    kinds = _layer_kinds(model)
-    mtp_kind = (kinds[-1][0], False)
+    kinds = layer_kinds(model)
+    mtp_k = mtp_kind(model)
     vocab_params = model.hidden_size * model.padded_vocab(1)
     out = []
     for r in range(pp):
@@ -213,7 +311,7 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
                 dense += costs[i].dense_params
                 expert += costs[i].expert_params * costs[i].n_experts
             for j in range(int(st.mtp or 0)):
-                count[mtp_kind] = count.get(mtp_kind, 0) + 1
+                count[mtp_k] = count.get(mtp_k, 0) + 1
                 lc = costs[model.num_layers + j] if len(costs) > model.num_layers + j else costs[-1]
                 dense += lc.dense_params
                 expert += lc.expert_params * lc.n_experts
@@ -249,53 +347,39 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     lp = prec in LOW_PRECISION
     if layout is None:
         layout = pipeline_layout(model, pp, vpp, config.pp_first, config.pp_last, seq_len=s)
-    recompute = config.recompute if config.recompute in ("none", "full") else config.recompute_modules
-    if recompute == "none":
-        recompute = ()
+    recompute = recompute_arg(config)
 
     # --- per layer type: compute and communication of one micro-batch -------------------------
     h = model.hidden_size
-    act = TP.activation_bytes(mbs, s, cp, h)
-    t_tp_layer = TP.tp_comm_time(fabric, shapes.get("tp"), act) if tp > 1 else 0.0
-    if recompute == "full" and tp > 1:
-        t_tp_layer *= 1.5  # the recomputed forward repeats its 2 AG + 2 RS
+    t_tp_layer = tp_layer_time(fabric, shapes.get("tp"), mbs, s, cp, h, recompute)
     dispatcher = config.dispatcher if config.dispatcher is not None else profile.dispatcher
-    dedup = dispatcher.startswith("flex")
-    impl = "deepep" if dedup else "nccl"
-    tokens_rank = mbs * s / (cp * tp)
-    copies = EA.copies_per_token(model.top_k, ep, dedup) if model.is_moe else 0.0
-    disp_b = 1.0 if (lp and par("ep.dispatch_bytes_fp8") >= 0.5) else 2.0
-    d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, h, copies, disp_b)
     cross_scale = 1.0
     ep_shape = shapes.get("ep")
     if expert_balance is not None and ep_shape is not None and ep_shape.domains > 1:
         uniform = 1.0 - ep_shape.per_domain / ep_shape.size
         if uniform > 0:
             cross_scale = max(expert_balance.cross_domain_fraction, 1e-3) / uniform
-    t_a2a_layer = EA.a2a_time(fabric, ep_shape, d_bytes, c_bytes, impl, cross_scale) if ep > 1 else 0.0
-    if recompute != "full" and "moe" in (recompute or ()):
-        t_a2a_layer *= 1.5
-    t_cp_layer = CP.cp_time(fabric, shapes["cp"].tier if shapes.get("cp") else -1, cp, mbs, s,
-                            CP.kv_width(model), tp) if cp > 1 else 0.0
+    t_a2a_layer = a2a_layer_time(fabric, ep_shape, model, mbs, s, cp, tp, dispatcher,
+                                 dispatch_bytes(prec, profile, arch), recompute, cross_scale)
+    t_cp_layer = cp_layer_time(fabric, shapes["cp"].tier if shapes.get("cp") else -1, model, cp, mbs, s, tp)
     balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
     launch = par("other.layer_us") * 1e-6
 
-    n_local = model.num_experts / ep if model.is_moe else 0.0   # routed experts per GPU
     eager, experts_launched = host_regime(model, config, training)
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
-        work = C.layer_work(model, kind[0], kind[1], s, mbs, tp, cp, ep, etp, lp)
-        lt = eff.layer_time(work, recompute)
-        tp_x = TP.tp_exposed(t_tp_layer, o_tp, 3.0 * lt.gemm_fwd)
-        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, lt.total) if kind[0] == "moe" else 0.0
-        cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), lt.attn_core)
+        lt = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
+        w_tp, w_ep, w_cp = windows(lt)
+        tp_x = TP.tp_exposed(t_tp_layer, o_tp, w_tp)
+        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0
+        cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), w_cp)
         # host floor (terms/host.py): the host time that the layer's GPU work does not cover
-        floor = HOST.host_exposed(HOST.host_time(kind[0], n_local, eager, experts_launched),
+        floor = HOST.host_exposed(kind_host_time(model, kind, ep, eager, experts_launched),
                                   lt.total + tp_x + a2a_x + cp_x)
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)
-    head = eff.layer_time(C.head_work(model, s, mbs, tp, cp, False), ())
-    mtp_extra = eff.layer_time(C.head_work(model, s, mbs, tp, cp, True), ()) if model.mtp_layers else None
+    head = head_time(eff, model, s, mbs, tp, cp, False)
+    mtp_extra = head_time(eff, model, s, mbs, tp, cp, True) if model.mtp_layers else None
 
     # --- per pipeline rank ----------------------------------------------------------------------
     keys = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
@@ -327,8 +411,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     # --- pipeline --------------------------------------------------------------------------------
     bubble = PPL.bubble_time(pp, vpp, t_mb_max)
     pp_shape = shapes.get("pp")
-    p2p_bytes = mbs * s / (cp * tp) * h * 2.0
-    p2p = PPL.p2p_time(fabric, p2p_bytes, pp_shape.tier if pp_shape else -1, pp, vpp, int(round(m)),
+    p2p = PPL.p2p_time(fabric, p2p_bytes(mbs, s, cp, tp, h), pp_shape.tier if pp_shape else -1, pp, vpp, int(round(m)),
                        par("pp.overlap")) if pp > 1 else 0.0
 
     # --- data parallel and optimizer -------------------------------------------------------------

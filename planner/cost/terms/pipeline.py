@@ -26,6 +26,11 @@ def bubble_time(pp: int, vpp: int, t_microbatch: float) -> float:
     return (pp - 1) / vpp * t_microbatch
 
 
+def bubble_factor(pp: int, vpp: int) -> float:
+    """The bubble in units of the slowest rank's micro-batch: (pp - 1) / vpp."""
+    return 0.0 if pp <= 1 else (pp - 1) / vpp
+
+
 def bubble_fraction(pp: int, vpp: int, microbatches: int) -> float:
     """Bubble over ideal time: (pp - 1) / (vpp * m)."""
     return 0.0 if pp <= 1 else (pp - 1) / (vpp * microbatches)
@@ -36,4 +41,11 @@ def p2p_time(fabric, nbytes: float, tier: int, pp: int, vpp: int, microbatches: 
     if pp <= 1:
         return 0.0
     one = fabric.p2p(nbytes, tier)
-    return one * (2 * (pp - 1) + (1.0 - overlap) * 2 * microbatches * vpp)
+    return one * p2p_transfers(pp, vpp, microbatches, overlap)
+
+
+def p2p_transfers(pp: int, vpp: int, microbatches: int, overlap: float) -> float:
+    """Exposed transfers per step, in units of one transfer: ``2 (pp-1) + (1-overlap) 2 m vpp``."""
+    if pp <= 1:
+        return 0.0
+    return 2 * (pp - 1) + (1.0 - overlap) * 2 * microbatches * vpp
