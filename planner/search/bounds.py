@@ -1,0 +1,240 @@
+"""Bounds and the exhaustive search of ``plan``'s program (``planner.search.program``).
+
+``bound_factors``: a separable lower bound of the objective, a product of factors each over a few
+choices, that the block searches of ``solver.layout`` (``enumerate_bounded``, ``solve_bounded``) walk
+in order. ``exhaustive``: every assignment the rule tables allow, in order of the exact CORE + P2P
+lower bound, evaluated with numpy (the oracle the other methods are tested against).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from planner.search.program import BUBBLE
+from planner.search.space import VARIABLES
+
+# Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
+# bound factor reads): the master's layer-time factor is the minimum over them.
+_BLOCK_FREE = ("recompute", "dispatcher")
+
+
+def bound_factors(b):
+    """``[(vars, {index tuple: factor})]`` with ``objective(x) >= prod_j factor_j(x)`` for every
+    assignment x of the program (solver.layout.solve_bounded).
+
+    objective = weight * step, step >= CORE = (840 m + 840 (pp-1)/vpp) * TMAX (P2P, DP and
+    optimizer terms are >= 0), TMAX = max over present slots t_s >= t_s for each slot, and
+    t_s = sum_k n_sk L_k + mtp_s MTP + loss_s HEAD. Each exposed communication term of L_k is
+    at least its minimum over the group shapes, so L_k >= Lmin_k(tp, cp, ep, etp, mbs,
+    recompute, dispatcher); with the reference kind r (the most work) and rho_k = min Lmin_k /
+    Lmin_r (rho_head, rho_mtp likewise), t_s >= Lmin_r * (sum_k n_sk rho_k + ...). Factors:
+    840 (m + (pp-1)/vpp) over (gbs, mbs, dp, pp, vpp); max_s (sum_k n_sk rho_k + ...) over
+    (pp, vpp, split); Lmin_r over the layer variables; the objective weight over its own."""
+    import numpy as np
+
+    src, P, vals = b._src, b.prog, b.vals
+
+    def tab(node):
+        return P.nodes[node].values
+
+    def minshape(node):
+        """{var-index tuple: min over the shape-id key} of a table keyed by one shape node."""
+        out = {}
+        for k, v in tab(node).items():
+            kk = k[:-1]
+            if kk not in out or v < out[kk]:
+                out[kk] = v
+        return out
+
+    def exposed(t, t1, key, work):
+        # min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0)
+        return max(t1.get(key, 0), t.get(key, 0) - work, 0)
+
+    tpt, tpt1 = minshape(src["TPT"]), minshape(src["TPT1"])
+    cpt, cpt1 = minshape(src["CPT"]), minshape(src["CPT1"])
+    # the expert all-to-all enters at its exact group shape (the EP shape node keys the factor):
+    # its price inside or across NVLink domains is most of what separates layouts
+    moe = "A" in src
+    if moe:
+        at, at1 = tab(src["A"]), tab(src["A1"])
+        avars = src["avars"]
+        sids_of = {}
+        for sid in b._shape_values(b.sh["ep"]):
+            sids_of.setdefault(b.shape(sid).size, []).append(sid)
+    # Each layer bound is keyed by (tp, cp, ep, etp, mbs) and the EP shape: the master
+    # enumerates blocks, and recompute and the dispatcher are left to the exact evaluation of
+    # each block's completions (_BLOCK_FREE), so the bound is the minimum over them.
+    lvars = src["lvars"]
+    assert lvars == ("tp", "cp", "ep", "etp", "mbs", "recompute")
+    uvars = lvars[:5]
+    pos = {v: i for i, v in enumerate(uvars)}
+    launch = src["launch"]
+    ep_vals = vals["ep"]
+    disp = list(range(len(vals["dispatcher"]))) if moe else [None]
+    lmin = {kind: {} for kind in src["per"]}
+    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"])) for kind, t in src["per"].items()]
+    for lk in tabs[0][2]:
+        tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
+        base = lk[:5]
+        sids = sids_of.get(ep_vals[ep_i], []) if moe else [None]
+        keys_ = [base if sid is None else base + (sid,) for sid in sids]
+        for kind, d, ct, gt, att in tabs:
+            comp = ct.get(lk)
+            if comp is None:
+                continue
+            v = (comp + launch + exposed(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
+                 + exposed(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk]))
+            if kind[0] == "moe":
+                ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
+                for dsp in disp:
+                    ctx["dispatcher"] = dsp
+                    ak = tuple(ctx[n_] for n_ in avars)
+                    for sid, key in zip(sids, keys_):
+                        w = max(v + exposed(at, at1, ak + (sid,), comp), 1)
+                        if w < d.get(key, w + 1):
+                            d[key] = w
+            else:
+                w = max(v, 1)
+                for key in keys_:
+                    if w < d.get(key, w + 1):
+                        d[key] = w
+    kl = src["kind_list"]
+    keys = set.intersection(*(set(d) for d in lmin.values()))
+    if not keys:
+        return None
+    counts = {k: 0 for k in kl}
+    for v in next(iter(src["slots_of"].values())):
+        for kj, k in enumerate(kl):
+            counts[k] += v[0][kj]
+    ref = max(lmin, key=lambda k: counts.get(k, 0) * float(np.mean(list(lmin[k].values()))))
+    lref = {k: lmin[ref][k] for k in keys}
+    rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
+    tcm = [n for n in ("tp", "cp", "mbs")]
+
+    def rho_of(table):
+        if table is None:
+            return 0.0
+        t = tab(table)
+        return min(t[tuple(x[pos[n]] for n in tcm)] / lref[x] for x in keys
+                   if tuple(x[pos[n]] for n in tcm) in t)
+
+    rho_head = rho_of(src["H"]["total"])
+    rho_mtp = rho_of(src["MX"]["total"]) if src["MX"] is not None else 0.0
+    slot_f = {}
+    for ix, slots in src["slots_of"].items():
+        best = 0.0
+        for v in slots:
+            c = sum(v[0][kj] * rho.get(k, 0.0) for kj, k in enumerate(kl)) + v[1] * rho_mtp + v[2] * rho_head
+            best = max(best, c)
+        slot_f[ix] = max(best, 1e-9) * (1 - 1e-9)
+    pipe = {}
+    for ix, a in b.combos("gbs", "mbs", "dp", "pp", "vpp"):
+        m_ = src["mt"].get(ix[:3])
+        b_ = src["b1"].get(ix[3:])
+        if m_ is None or b_ is None:
+            continue
+        pipe[ix] = BUBBLE * m_ + b_
+    lnodes = (b.sh["ep"],) if moe else ()
+    factors = [(tuple(b.idx(*uvars)), lnodes, {k: float(v) for k, v in lref.items()}),
+               (tuple(b.idx("pp", "vpp", "split")), slot_f),
+               (tuple(b.idx("gbs", "mbs", "dp", "pp", "vpp")), {k: float(v) for k, v in pipe.items()})]
+    if P.weight is not None:
+        wv, wt = P.weight
+        factors.append((tuple(wv), {k: float(v) for k, v in wt.items()}))
+    if getattr(b, "band_min", None) is not None:   # robust: the band factor, least over FSDP
+        factors.append(b.band_min)
+    b.master_vars = [i for i, v in enumerate(VARIABLES) if v not in _BLOCK_FREE + ("fsdp",)]
+    return factors
+
+
+def exhaustive(prog, b, top: int, accept, time_limit: float | None = None):
+    """Exhaustive, vectorised evaluation of the program over every assignment the rule tables
+    allow, in order of an exact lower bound; memory (the lazy constraint) is checked best-first.
+
+    Every allowed assignment gets the lower bound ``CORE + P2P`` (the DP and optimizer terms are
+    non-negative; times the objective weight). Rows are then fully evaluated in chunks, smallest
+    bound first; the search stops when ``top`` fitting layouts are known and the next bound is no
+    better than the worst of them (OPTIMAL), or at ``time_limit`` (FEASIBLE, and the next bound is
+    the proven bound)."""
+    from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
+
+    t0 = time.perf_counter()
+    order = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "vpp", "split", "gbs", "mbs", "ep", "etp", "recompute",
+                               "dispatcher", "gpd", "fsdp")]
+    rows = feasible_rows(prog, order)
+    n_rows = len(rows)
+    sols: list = []
+    rejected = 0
+    status, bound = "INFEASIBLE", None
+    if n_rows:
+        # fsdp is the last variable and no table before the bound reads it (nor any rule), so the
+        # rows come in runs of len(fsdp) that share the bound: evaluate one row per run.
+        fv = b.vi["fsdp"]
+        nf = prog.domains[fv]
+        reads_fsdp = any(fv in v for v, _ in prog.allowed + prog.forbidden) or any(
+            nd.kind == "table" and fv in nd.vars for nd in prog.nodes[: b.lb_node + 1]) or any(
+            nd.kind == "element" and fv in nd.vars for nd in prog.nodes[: b.lb_node + 1])
+        runs_ok = False
+        if nf > 1 and not reads_fsdp and n_rows % nf == 0:
+            r3 = rows.reshape(-1, nf, rows.shape[1])
+            others = [c for c in range(rows.shape[1]) if c != fv]
+            runs_ok = bool(np.all(r3[:, :, fv] == np.arange(nf)) and np.all(r3[:, :, others] == r3[:, :1, others]))
+        if runs_ok:
+            lb1, okb1, _ = evaluate_many(prog, rows[::nf], upto=b.lb_node)
+            lb, okb = np.repeat(lb1, nf), np.repeat(okb1, nf)
+        else:
+            lb, okb, _ = evaluate_many(prog, rows, upto=b.lb_node)
+        w, okw = weights_of(prog, rows)
+        keep = np.flatnonzero(okb & okw)
+        rows = rows[keep]
+        lb = lb[keep] if prog.weight is None else lb[keep].astype(np.float64) * w[keep]
+        lb = lb * getattr(b, "lb_scale", 1)   # robust: the objective carries the band factor (>= lb_scale)
+        srt = np.argsort(lb, kind="stable")
+        rows, lb = rows[srt], lb[srt]
+        seen: list = []            # (objective, node value, choice) of evaluated feasible rows
+        fitting: list = []
+        checked: dict = {}
+        chunk = 4096
+        pos = 0
+        status = "OPTIMAL"
+        while True:
+            # the top fitting among everything evaluated so far
+            seen.sort()
+            fitting = []
+            for o, nvv, ch in seen:
+                ok = checked.get(ch)
+                if ok is None:
+                    ok = accept(ch) is None
+                    checked[ch] = ok
+                    if not ok:
+                        rejected += 1
+                if ok:
+                    fitting.append((o, nvv, ch))
+                    if len(fitting) >= top:
+                        break
+            seen = [x for x in seen if checked.get(x[2]) is not False]
+            nxt = lb[pos] if pos < len(rows) else None
+            if nxt is None or (len(fitting) >= top and fitting[-1][0] <= nxt):
+                bound = float(fitting[0][0]) if fitting else None
+                break
+            if time_limit is not None and time.perf_counter() - t0 > time_limit and fitting:
+                status = "FEASIBLE"
+                bound = float(min(nxt, fitting[0][0]))
+                break
+            part = rows[pos: pos + chunk]
+            pos += len(part)
+            chunk = min(chunk * 2, 1 << 18)
+            obj, ok, vals = evaluate_many(prog, part)
+            node = vals[prog.objective]
+            conv = int if prog.weight is None else float
+            for i in np.flatnonzero(ok):
+                seen.append((conv(obj[i]), int(node[i]), tuple(int(a) for a in part[i])))
+        sols = [Solution(choice=ch, objective=o, node_value=nvv) for o, nvv, ch in fitting[:top]]
+        if not sols:
+            status = "INFEASIBLE"
+    best = sols[0].objective if sols else None
+    return LayoutResult(status=status, objective=best, bound=bound,
+                        wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols),
+                        num_vars=len(prog.domains), num_constraints=n_rows, rejected=rejected)
