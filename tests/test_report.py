@@ -95,13 +95,17 @@ def test_the_fixture_is_a_plan_document():
 
 
 def scale_doc() -> dict:
-    pts = []
+    """A ``scale --json`` document (``ScaleDocument``) with hand-set figures."""
+    rows = []
     for gpus, tfl in ((256, 1650.0), (512, 1640.0), (1024, 1625.0)):
-        pts.append({"gpus": gpus, "tokens_per_s_per_gpu": tfl * 3.85, "tflops_per_gpu": tfl,
-                    "config": {"tp": 1, "pp": 2, "vpp": 8, "ep": 32, "mbs": 1},
-                    "prediction": {"tflops_per_gpu": tfl, "tokens_per_s_per_gpu": tfl * 3.85, "step_time_s": 10.0,
-                                   "breakdown": _bd(compute=8.0, ep_a2a=1.0, pp_bubble=0.6)}})
-    return {"model": {"name": "deepseek-v3"}, "cluster": {"name": "gb300-nvl72"}, "points": pts}
+        rows.append({"gpus": gpus, "world": gpus, "layout": "TP1 PP2 VPP8 EP32 MBS1", "gbs": 4096,
+                     "tokens_per_s": tfl * 3.85 * gpus, "tokens_per_s_per_gpu": tfl * 3.85, "tflops_per_gpu": tfl,
+                     "step_time_s": 9.6, "breakdown": _bd(compute=8.0, ep_a2a=1.0, pp_bubble=0.6),
+                     "status": "OPTIMAL", "wall_s": 1.0, "retention": tfl / 1650.0})
+    return {"model": "deepseek-v3", "cluster": "gb300-nvl72", "rows": rows,
+            "header": {"stack": "megatron-26.08", "trainer": "megatron", "model": "deepseek-v3",
+                       "cluster": "gb300-nvl72", "gpus_offered": [256, 512, 1024], "gpus_used": [256, 512, 1024],
+                       "precision": "mxfp8", "seq_len": 4096, "global_batch": 4096}}
 
 
 def experts_doc(layers=6, ranks=16, k=2, experts=24) -> dict:
@@ -310,16 +314,22 @@ def test_scale_report_files(tmp_path):
     assert "98.5%" in page and "100.0%" in page
 
 
-def test_scale_rows_accept_nested_plans_and_compute_retention():
-    from planner.output.report.data import scale_points
+def test_scale_rows_are_the_planners(tmp_path):
+    """A real ``scale()`` result is a ScaleDocument, and its report draws each size's breakdown."""
+    import planner
+    from planner.config import Training
+    from planner.search.document import ScaleDocument
+    from planner.search.plan import scale
+    from topologies.loader import load_cluster
 
-    doc = {"sizes": [{"gpus": 1024, "plan": plan_doc() | {"plans": [{"config": {"tp": 1},
-                      "prediction": {"tflops_per_gpu": 900, "tokens_per_s_per_gpu": 90.0}}]}},
-                     {"num_gpus": 512, "tokens_per_s": 512 * 100.0, "tflops_per_gpu": 1000, "retention": 100}]}
-    pts = scale_points(doc)
-    assert [p["gpus"] for p in pts] == [512, 1024]
-    assert pts[1]["tokens_per_s"] == pytest.approx(90.0 * 1024)
-    assert pts[1]["retention"] == pytest.approx(0.9) and pts[0]["retention"] == pytest.approx(1.0)
+    rows = scale(planner.load_model("llama3-8b"), lambda n: load_cluster("dgx-h100", gpus=n), [16, 8],
+                 Training(seq_len=4096, global_batch=64))
+    doc = {"model": "llama3-8b", "cluster": "dgx-h100", "rows": json.loads(json.dumps(rows))}
+    assert ScaleDocument.model_validate(doc).dump() == doc
+    assert [r["gpus"] for r in rows] == [8, 16] and rows[0]["retention"] == 1.0
+    for r in rows:
+        assert sum(r["breakdown"].values()) == pytest.approx(r["step_time_s"])
+    _check_report(tmp_path / "s", write_report("scale", doc, tmp_path / "s"), {"scaling.png", "breakdown.png"})
 
 
 def test_experts_report_files(tmp_path):
@@ -344,8 +354,8 @@ def _without(path):
     ("plan", {"plans": []}, "field 'model'"),
     ("plan", _without(("plans", 0, "prediction")), "field 'plans.0.prediction'"),
     ("plan", _without(("cluster",)), "field 'cluster'"),
-    ("scale", {"points": [{"gpus": 8}]}, "needs 'tokens_per_s'"),
-    ("scale", {"foo": 1}, "no 'points'"),
+    ("scale", {"model": "m", "cluster": "c", "rows": [{"gpus": 8}]}, "field 'rows.0.world'"),
+    ("scale", {"foo": 1}, "field 'model'"),
     ("place-experts", {"layers": [{}]}, "no per-layer 'balance'"),
     ("bogus", {}, "report kind 'bogus' is unknown"),
 ])

@@ -155,7 +155,7 @@ class HeaderPart(_Strict):
     trainer: Trainer
     model: str
     cluster: str
-    gpus_offered: int
+    gpus_offered: int | list[int] = Field(description="GPUs offered (scale: one count per size)")
     gpus_used: int | list[int] | None
     precision: str
     seq_len: int
@@ -223,6 +223,48 @@ def plan_schema() -> dict:
 
 def schema_text() -> str:
     return json.dumps(plan_schema(), indent=1, sort_keys=True) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ scale
+class ScaleRow(_Strict):
+    """The best plan at one GPU count (``planner.search.plan.scale``)."""
+
+    gpus: int = Field(ge=1, description="GPUs offered")
+    world: int = Field(ge=1, description="GPUs the plan uses")
+    layout: str
+    gbs: int = Field(ge=1)
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    step_time_s: float
+    breakdown: dict[Term, float]
+    status: str
+    wall_s: float
+    retention: float = Field(description="TFLOP/s per GPU against the smallest size's")
+
+
+class ScaleDocument(_Strict):
+    """What ``topoplan scale --json`` prints (and ``--report`` draws)."""
+
+    model: str
+    cluster: str
+    rows: list[ScaleRow] = Field(min_length=1)
+    header: HeaderPart | None = None
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def load_scale(doc, what: str = "scale document") -> ScaleDocument:
+    """``doc`` as a ScaleDocument; InputError with one line naming the field otherwise."""
+    if isinstance(doc, ScaleDocument):
+        return doc
+    if not isinstance(doc, dict):
+        raise InputError(f"{what}: expected the JSON object 'topoplan scale --json' prints")
+    try:
+        return ScaleDocument.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(pydantic_message(exc, what) + "; pass the output of 'topoplan scale --json'") from None
 
 
 # ------------------------------------------------------------------------------------------ launch

@@ -33,65 +33,15 @@ def stage_memory(prediction: Mapping) -> list[dict[str, float]]:
 
 
 def scale_points(doc) -> list[dict]:
-    """Rows of a ``scale --json`` document, sorted by GPU count: gpus, tokens_per_s,
-    tokens_per_s_per_gpu, tflops_per_gpu, retention (per-GPU tokens/s against the smallest size),
-    label.
+    """The rows of a ``scale --json`` document (``planner.search.document.ScaleDocument``), sorted by
+    GPU count: gpus, tokens_per_s, tokens_per_s_per_gpu, tflops_per_gpu, retention, label, and the
+    best plan's breakdown. InputError naming the field for a document that is not one."""
+    from planner.search.document import load_scale
 
-    Accepted shapes: a list of rows, or an object whose ``points`` / ``sizes`` / ``rows`` /
-    ``results`` / ``scale`` is that list. A row has ``gpus`` (or ``num_gpus`` / ``world``) and its
-    figures either flat, under ``prediction``, or under ``plans[0].prediction`` / ``plan.plans[0]``."""
-    rows = doc
-    if isinstance(doc, Mapping):
-        for key in ("points", "sizes", "rows", "results", "scale"):
-            if isinstance(doc.get(key), list):
-                rows = doc[key]
-                break
-        else:
-            raise InputError("scale document: no 'points' (or 'sizes', 'rows', 'results') list; "
-                             "pass the output of 'topoplan scale --json'")
-    if not isinstance(rows, list) or not rows:
-        raise InputError("scale document: the list of sizes is empty")
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise InputError(f"scale document: row {i} is not an object")
-        gpus = _num(row.get("gpus", row.get("num_gpus", row.get("world"))))
-        if gpus is None or gpus <= 0:
-            raise InputError(f"scale document: row {i} has no positive 'gpus'")
-        src: Mapping = row
-        plan = row.get("plan") if isinstance(row.get("plan"), Mapping) else row
-        if isinstance(row.get("prediction"), Mapping):
-            src = {**row["prediction"], **{k: v for k, v in row.items() if k != "prediction"}}
-        elif isinstance(plan.get("plans"), list) and plan["plans"]:
-            best = plan["plans"][0]
-            src = {**(best.get("prediction") or {}), **{k: v for k, v in row.items() if k not in ("plan", "plans")}}
-            src.setdefault("config", best.get("config"))
-        tps_gpu = _num(src.get("tokens_per_s_per_gpu"))
-        tps = _num(src.get("tokens_per_s"))
-        if tps is None and tps_gpu is not None:
-            tps = tps_gpu * gpus
-        if tps_gpu is None and tps is not None:
-            tps_gpu = tps / gpus
-        tflops = _num(src.get("tflops_per_gpu"))
-        if tps is None or tflops is None:
-            raise InputError(f"scale document: row {i} ({int(gpus)} GPUs) needs 'tokens_per_s' or "
-                             "'tokens_per_s_per_gpu', and 'tflops_per_gpu'")
-        cfg = src.get("config")
-        label = src.get("label") or src.get("layout")
-        if not label and isinstance(cfg, Mapping):
-            from planner.output.explain import config_label
-
-            label = config_label(cfg)
-        out.append({"gpus": int(gpus), "tokens_per_s": tps, "tokens_per_s_per_gpu": tps_gpu,
-                    "tflops_per_gpu": tflops, "retention": _num(src.get("retention")), "label": label or ""})
-    out.sort(key=lambda r: r["gpus"])
-    base = out[0]["tokens_per_s_per_gpu"]
-    for r in out:
-        if r["retention"] is None:
-            r["retention"] = r["tokens_per_s_per_gpu"] / base if base else None
-        elif r["retention"] > 1.5:  # given in percent
-            r["retention"] = r["retention"] / 100.0
-    return out
+    rows = sorted(load_scale(doc).rows, key=lambda r: r.gpus)
+    return [{"gpus": r.gpus, "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
+             "tflops_per_gpu": r.tflops_per_gpu, "retention": r.retention, "label": r.layout,
+             "step_time_s": r.step_time_s, "breakdown": dict(r.breakdown)} for r in rows]
 
 
 def _layer_metric(layers: Sequence, names: Sequence[str]) -> list[float] | None:

@@ -158,10 +158,10 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
 
 def scale_page(doc, stage: Path) -> tuple[str, list[Path]]:
     points = rd.scale_points(doc)
-    meta = doc if isinstance(doc, Mapping) else {}
-    mname, cname = _model_cluster(meta)
+    mname, cname = str(doc["model"]), str(doc["cluster"])
     figs = [fg.scaling_figure(points, stage / "scaling.png", f"{mname} on {cname}")]
-    body = [f"<p>{_e(_training_line(meta))}</p>" if _training_line(meta) else "", "<h2>Scaling</h2>"]
+    line = _training_line({"training": doc.get("header") or {}})   # the header names the training setup
+    body = [f"<p>{_e(line)}</p>" if line else "", "<h2>Scaling</h2>"]
     body.append(_table(["GPUs", "layout", "tokens/s", "tokens/s per GPU", "TFLOP/s per GPU", "retention"], [
         [p["gpus"], p["label"], f"{p['tokens_per_s']:,.0f}", f"{p['tokens_per_s_per_gpu']:,.0f}",
          f"{p['tflops_per_gpu']:,.0f}", "-" if p["retention"] is None else f"{p['retention']:.1%}"]
@@ -170,28 +170,15 @@ def scale_page(doc, stage: Path) -> tuple[str, list[Path]]:
                         "Left: predicted cluster tokens/s against GPUs, with the linear extrapolation from "
                         "the smallest size. Right: model TFLOP/s per GPU; labels give the per-GPU throughput "
                         "retained against the smallest size."))
-    # stacked breakdown of each size's best plan, when the rows carry plans
-    rows = meta.get("points") or meta.get("sizes") or meta.get("rows") or meta.get("results") or (
-        doc if isinstance(doc, list) else [])
-    entries, labels = [], []
-    for r in rows:
-        if not isinstance(r, Mapping):
-            continue
-        src = r.get("plan") if isinstance(r.get("plan"), Mapping) else r
-        if isinstance(src.get("plans"), list) and src["plans"]:
-            entries.append(src["plans"][0])
-        elif isinstance(r.get("prediction"), Mapping) and isinstance(r.get("config"), Mapping):
-            entries.append({"config": r["config"], "prediction": r["prediction"]})
-        else:
-            continue
-        gpus = r.get("gpus", r.get("num_gpus", r.get("world")))
-        labels.append(f"{gpus} GPUs: {explain.config_label(entries[-1].get('config') or {})}")
-    if entries and all((e.get("prediction") or {}).get("breakdown") for e in entries):
-        order = sorted(range(len(entries)), key=lambda i: int(str(labels[i]).split()[0]))
-        figs.append(fg.breakdown_figure([entries[i] for i in order], stage / "breakdown.png",
-                                        [labels[i] for i in order], "Step-time breakdown at each size"))
-        body.append(_figure("breakdown.png", "step-time breakdown per size",
-                            "Step-time breakdown of the best plan at each size (bars in the order of the table)."))
+    # stacked breakdown of each size's best plan
+    entries = [{"config": {}, "label": p["label"],
+                "prediction": {"breakdown": p["breakdown"], "step_time_s": p["step_time_s"],
+                               "tflops_per_gpu": p["tflops_per_gpu"]}} for p in points]
+    figs.append(fg.breakdown_figure(entries, stage / "breakdown.png",
+                                    [f"{p['gpus']} GPUs: {p['label']}" for p in points],
+                                    "Step-time breakdown at each size"))
+    body.append(_figure("breakdown.png", "step-time breakdown per size",
+                        "Step-time breakdown of the best plan at each size (bars in the order of the table)."))
     return _page(f"topoplan scale: {mname}", f"{mname} on {cname}, {points[0]['gpus']} to "
                  f"{points[-1]['gpus']} GPUs", body), figs
 
