@@ -373,6 +373,22 @@ def graphs_apply(training: Training) -> bool:
     return bool(training.cuda_graphs) and training.trainer == "megatron"
 
 
+def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer-state) bytes per parameter: Megatron keeps BF16 weights,
+    ``opt.grad_bytes`` gradients and FP32 master weights + two Adam moments (the optimizer state is
+    sharded over data parallel); TorchTitan / MaxText keep FP32 weights and gradients and two moments."""
+    if megatron:
+        return 2.0, opt.grad_bytes, opt.master_bytes + 2 * opt.moment_bytes
+    return 4.0, 4.0, 2 * opt.moment_bytes
+
+
+def fsdp_buffer_bytes(opt: "MemoryOptions", megatron: bool, weight_copy_bytes: float) -> float:
+    """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights, their gradients and
+    the low-precision weight copy."""
+    _, gb, _ = state_bytes(opt, megatron)
+    return 2.0 + gb + weight_copy_bytes
+
+
 def usable_hbm_gib(hbm_gib: float, training: Training) -> float:
     """HBM a plan may fill: ``hbm_gib`` less ``training``'s memory headroom."""
     return hbm_gib - training.headroom_gib(hbm_gib)
@@ -576,26 +592,27 @@ def memory_per_gpu(
         if config.recompute == "full":
             acts += work  # one layer recomputed at a time during backward
 
+        wb, gb, ob = state_bytes(opt, megatron)
         if megatron and not fsdp:
-            weights = 2.0 * (dense + expert)
-            grads = opt.grad_bytes * (dense + expert)
-            optim = (opt.master_bytes + 2 * opt.moment_bytes) * (dense / d_dense + expert / edp)
+            weights = wb * (dense + expert)
+            grads = gb * (dense + expert)
+            optim = ob * (dense / d_dense + expert / edp)
             copies = q * linear
             fsdp_buf = 0.0
         elif megatron:
-            weights = 2.0 * (dense / d_dense + expert / edp)
-            grads = opt.grad_bytes * (dense / d_dense + expert / edp)
-            optim = (opt.master_bytes + 2 * opt.moment_bytes) * (dense / d_dense + expert / edp)
+            weights = wb * (dense / d_dense + expert / edp)
+            grads = gb * (dense / d_dense + expert / edp)
+            optim = ob * (dense / d_dense + expert / edp)
             copies = q * linear / d_dense
-            fsdp_buf = 2 * biggest * (2.0 + opt.grad_bytes + q)
+            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q)
         else:  # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
             shard_d = d_dense if config.fsdp else 1
             shard_e = edp if config.fsdp else 1
-            weights = 4.0 * (dense / shard_d + expert / shard_e)
-            grads = 4.0 * (dense / shard_d + expert / shard_e)
-            optim = 2 * opt.moment_bytes * (dense / shard_d + expert / shard_e)
+            weights = wb * (dense / shard_d + expert / shard_e)
+            grads = gb * (dense / shard_d + expert / shard_e)
+            optim = ob * (dense / shard_d + expert / shard_e)
             copies = q * linear / shard_d
-            fsdp_buf = 2 * biggest * (2.0 + 4.0 + q) if config.fsdp else 0.0
+            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q) if config.fsdp else 0.0
         reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + imbalance + logits)
         ranks.append(
             RankMemory(

@@ -74,13 +74,14 @@ def bound_factors(b):
     ep_vals = vals["ep"]
     disp = list(range(len(vals["dispatcher"]))) if moe else [None]
     lmin = {kind: {} for kind in src["per"]}
-    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"])) for kind, t in src["per"].items()]
+    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"]), tab(t["wep"]))
+            for kind, t in src["per"].items()]
     for lk in tabs[0][2]:
         tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
         base = lk[:5]
         sids = sids_of.get(ep_vals[ep_i], []) if moe else [None]
         keys_ = [base if sid is None else base + (sid,) for sid in sids]
-        for kind, d, ct, gt, att in tabs:
+        for kind, d, ct, gt, att, wt in tabs:
             comp = ct.get(lk)
             if comp is None:
                 continue
@@ -92,7 +93,7 @@ def bound_factors(b):
                     ctx["dispatcher"] = dsp
                     ak = tuple(ctx[n_] for n_ in avars)
                     for sid, key in zip(sids, keys_):
-                        w = max(v + exposed(at, at1, ak + (sid,), comp), 1)
+                        w = max(v + exposed(at, at1, ak + (sid,), wt[lk]), 1)
                         if w < d.get(key, w + 1):
                             d[key] = w
             else:

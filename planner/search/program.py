@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
+from planner.cost.steptime import head_time, kind_time, kinds_of, recompute_arg, windows
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program
@@ -40,9 +41,9 @@ BAND_SCALE = 1000
 
 
 @functools.lru_cache(maxsize=None)
-def _rc_cfg(recompute: str) -> ParallelConfig:
-    """A ParallelConfig that carries only this recompute choice (its normalised form)."""
-    return ParallelConfig(recompute=recompute)
+def _rc_arg(recompute: str):
+    """What the compute and communication terms read of a recompute choice (``steptime.recompute_arg``)."""
+    return recompute_arg(ParallelConfig(recompute=recompute))
 
 
 def _lcm(values) -> int:
@@ -58,15 +59,6 @@ def _rank_map(cluster, gpd) -> RankMap:
     dom_all = np.fromiter((g.domain for g in cluster.gpus()), dtype=np.int64)
     units = [np.asarray(cluster.tier_units(t), dtype=np.int64)[r2g] for t in range(len(cluster.fabric_tiers))]
     return RankMap(dom_all[r2g], units)
-
-
-def _layer_kinds(model):
-    kinds = []
-    for i in range(model.num_layers):
-        moe = bool(model.moe_layers[i]) if model.moe_layers else False
-        swa = bool(model.swa_layers[i]) if model.swa_layers else False
-        kinds.append(("moe" if moe else "dense", swa))
-    return kinds
 
 
 class _Ids:
@@ -267,165 +259,187 @@ class _Builder:
         return sorted(set(self.prog.nodes[node].values.values()))
 
     # -- step time --------------------------------------------------------------------------
+    # Every table below is filled by the function of planner.cost.steptime (or its terms) that
+    # step_time calls for the same quantity; only the composition (nodes) is written here.
     def _step_time(self) -> int:
-        from planner.cost.terms import compute as C
-        from planner.cost.terms import context_parallel as CPc
-        from planner.cost.terms import expert_a2a as EA
-        from planner.cost.terms import host as HOST
-        from planner.cost.steptime import host_regime
-        from planner.cost.terms import pipeline as PPL
-        from planner.cost.terms import tensor_parallel as TPc
-        P, vals, model, tr = self.prog, self.vals, self.model, self.training
-        s, h = tr.seq_len, model.hidden_size
-        q = self.q
-        o_tp, o_ep, o_cp, o_dp, o_pp = (self.par("tp.overlap"), self.par("ep.overlap"), self.par("cp.overlap"),
-                                        self.par("dp.overlap"), self.par("pp.overlap"))
-        # the recipe as each layout runs it (planner.cost.steptime.recipe_pricing): TP overlap is on
-        # for every TP > 1 or for none; CUDA graphs follow recompute; the all-to-all overlap is
-        # chosen per layout by the OV node below
+        P = self.prog
+        self._pricing()
+        per = self._kind_tables()
+        comm = self._comm_tables()
+        L = self._layer_nodes(per, comm)
+        H, MX, H_b, MX_b = self._head_nodes()
+        slots_of, slot_nodes = self._slot_nodes(L, H, MX)
+        crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
+        TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
+        self.crit = crit
+        M, mt, b1, CORE = self._pipeline_core(TMAX)
+        P2P = self._p2p()
+        # CORE + P2P is a lower bound of the step (the DP and optimizer terms are >= 0)
+        self.lb_node = P.sum([CORE, P2P])
+        # sources of the separable lower bound (planner.search.bounds)
+        self._src = dict(per=per, TPT=comm["TPT"], TPT1=comm["TPT1"], CPT=comm["CPT"], CPT1=comm["CPT1"],
+                         launch=self.launch, H=H_b, MX=MX_b, slots_of=slots_of, kind_list=self.kind_list,
+                         mt=mt, b1=b1, lvars=self.lvars)
+        if self.model.is_moe:
+            self._src.update(A=comm["A"], A1=comm["A1"], avars=comm["avars"])
+        for si, node in enumerate(slot_nodes):
+            self._slot_windows(si, node, per, H, MX)
+        DPX, OPTN = self._dp_optimizer(slot_nodes, M)
+        return P.sum([CORE, P2P, DPX, OPTN], [1, 1, BUBBLE, BUBBLE])
+
+    def _pricing(self):
+        """The recipe as each layout runs it (``steptime.recipe_pricing``): TP overlap is on for every
+        TP > 1 or for none; CUDA graphs follow recompute (one ``Efficiencies`` per recompute choice);
+        the all-to-all overlap is chosen per layout by the OV node of ``_comm_tables``."""
         from planner.cost.steptime import efficiencies, recipe_pricing
+
+        model, tr = self.model, self.training
 
         def pricing(**kw):
             return recipe_pricing(model, ParallelConfig(**kw), tr, self.profile, self.arch)
 
-        o_tp = pricing(tp=2)[0]
-        eff_rc = {rc: efficiencies(self.gpu, tr.precision, self.profile, pricing(recompute=rc)[2])
-                  for rc in vals["recompute"]}
-        rc_priced = len(set(eff_rc.values())) > 1   # graphs on or off depends on the recompute choice
-        launch = q(self.par("other.layer_us") * 1e-6)
-        kinds = _layer_kinds(model)
-        kind_set = set(kinds) | ({(kinds[-1][0], False)} if model.mtp_layers else set())
-        mtp_kind = (kinds[-1][0], False)
-        zero = P.const(0)
+        self.pricing = pricing
+        self.o_tp = pricing(tp=2)[0]
+        self.eff_rc = {rc: efficiencies(self.gpu, tr.precision, self.profile, pricing(recompute=rc)[2])
+                       for rc in self.vals["recompute"]}
+        self.rc_priced = len(set(self.eff_rc.values())) > 1   # graphs on or off depends on recompute
+        self.launch = self.q(self.par("other.layer_us") * 1e-6)
+        self.kind_list = list(kinds_of(model))
+        self.lvars = ("tp", "cp", "ep", "etp", "mbs", "recompute")
 
-        @functools.lru_cache(maxsize=None)
-        def rc_arg(rc):
-            c = _rc_cfg(rc)
-            r = c.recompute if c.recompute in ("none", "full") else c.recompute_modules
-            return () if r == "none" else r
-
-        # per layer kind: compute, windows
-        lvars = ("tp", "cp", "ep", "etp", "mbs", "recompute")
+    def _kind_tables(self) -> dict:
+        """Per layer kind: compute, forward, backward and the windows communication hides behind
+        (``steptime.kind_time`` and ``steptime.windows``), over the layer variables."""
+        P, model, q, s = self.prog, self.model, self.q, self.training.seq_len
         per = {}
-        for kind in sorted(kind_set):
-            tabs = {n: {} for n in ("comp", "fwd", "bwd", "attn", "g3")}
-            for ix, a in self.combos(*lvars):
+        for kind in self.kind_list:
+            tabs = {n: {} for n in ("comp", "fwd", "bwd", "attn", "g3", "wep")}
+            for ix, a in self.combos(*self.lvars):
                 etp = a["tp"] if a["etp"] is None else a["etp"]
-                work = C.layer_work(model, kind[0], kind[1], s, a["mbs"], a["tp"], a["cp"], a["ep"], etp, self.lp)
-                lt = eff_rc[a["recompute"]].layer_time(work, rc_arg(a["recompute"]))
-                tabs["comp"][ix] = q(lt.total)
-                tabs["fwd"][ix] = q(lt.fwd)
-                tabs["bwd"][ix] = q(lt.bwd)
-                tabs["attn"][ix] = q(lt.attn_core)
-                tabs["g3"][ix] = q(3.0 * lt.gemm_fwd)
-            per[kind] = {n: P.table_t(self.idx(*lvars), t) for n, t in tabs.items()}
+                lt = kind_time(self.eff_rc[a["recompute"]], model, kind, s, a["mbs"], a["tp"], a["cp"], a["ep"],
+                               etp, self.lp, _rc_arg(a["recompute"]))
+                w_tp, w_ep, w_cp = windows(lt)
+                for n, v in (("comp", lt.total), ("fwd", lt.fwd), ("bwd", lt.bwd), ("attn", w_cp), ("g3", w_tp),
+                             ("wep", w_ep)):
+                    tabs[n][ix] = q(v)
+            nodes = {}
+            for n, t in tabs.items():   # one node per distinct table (the EP window is the layer's total)
+                same = next((m for m in nodes if tabs[m] == t), None)
+                nodes[n] = nodes[same] if same is not None else P.table_t(self.idx(*self.lvars), t)
+            per[kind] = nodes
+        return per
 
-        # TP collectives of one layer: (cp, mbs, recompute) + tp shape
-        tp_t, tp_t1 = {}, {}
-        for ix, a in self.combos("cp", "mbs", "recompute"):
-            act = TPc.activation_bytes(a["mbs"], s, a["cp"], h)
-            for sid in self._shape_values(self.sh["tp"]):
+    def _comm_pair(self, vars_, axis, fn, keep=lambda a, shp: True):
+        """Two table nodes over ``vars_`` and the worst group shape of ``axis``: the time ``fn(a, shape)``
+        and its part the stack cannot overlap, (1 - o) t (o: the term's overlap, set by the caller)."""
+        P, q = self.prog, self.q
+        t, t1 = {}, {}
+        for ix, a in self.combos(*vars_):
+            for sid in self._shape_values(self.sh[axis]):
                 shp = self.shape(sid)
-                t = TPc.tp_comm_time(self.fabric, shp, act) if shp.size > 1 else 0.0
-                if _rc_cfg(a["recompute"]).recompute == "full" and shp.size > 1:
-                    t *= 1.5
-                tp_t[ix + (sid,)] = q(t)
-                tp_t1[ix + (sid,)] = q((1.0 - o_tp) * t)
-        TPT = P.table_t(self.idx("cp", "mbs", "recompute"), tp_t, nodes=[self.sh["tp"]])
-        TPT1 = P.table_t(self.idx("cp", "mbs", "recompute"), tp_t1, nodes=[self.sh["tp"]])
+                if not keep(a, shp):
+                    continue
+                v, o = fn(a, shp)
+                t[ix + (sid,)] = q(v)
+                t1[ix + (sid,)] = q((1.0 - o) * v)
+        return (P.table_t(self.idx(*vars_), t, nodes=[self.sh[axis]]),
+                P.table_t(self.idx(*vars_), t1, nodes=[self.sh[axis]]))
 
-        # expert all-to-all of one MoE layer: (tp, cp, mbs, dispatcher, recompute) + ep shape
+    def _comm_tables(self) -> dict:
+        """TP collectives, expert all-to-all and CP exchange of one layer and micro-batch
+        (``steptime.tp_layer_time``, ``a2a_layer_time``, ``cp_layer_time``) at each group shape."""
+        from planner.cost.steptime import a2a_layer_time, cp_layer_time, dispatch_bytes, tp_layer_time
+
+        P, model, tr = self.prog, self.model, self.training
+        s, h, fab = tr.seq_len, model.hidden_size, self.fabric
+        out = {}
+        out["TPT"], out["TPT1"] = self._comm_pair(
+            ("cp", "mbs", "recompute"), "tp",
+            lambda a, shp: (tp_layer_time(fab, shp, a["mbs"], s, a["cp"], h, _rc_arg(a["recompute"])), self.o_tp))
+        o_cp = self.par("cp.overlap")
+        out["CPT"], out["CPT1"] = self._comm_pair(
+            ("tp", "cp", "mbs"), "cp",
+            lambda a, shp: (cp_layer_time(fab, shp.tier, model, a["cp"], a["mbs"], s, a["tp"]), o_cp),
+            keep=lambda a, shp: shp.size == a["cp"])
         if model.is_moe:
-            a_t, a_t1 = {}, {}
-            disp_b = 1.0 if (self.lp and self.par("ep.dispatch_bytes_fp8") >= 0.5) else 2.0
-            rc_moe = any("moe" in _rc_cfg(r).recompute_modules for r in vals["recompute"])
-            avars = ("tp", "cp", "mbs", "dispatcher") + (("recompute",) if rc_moe else ())
-            for ix, a in self.combos(*avars):
-                a.setdefault("recompute", "none")
-                dedup = a["dispatcher"].startswith("flex")
-                impl = "deepep" if dedup else "nccl"
-                moe_rc = "moe" in _rc_cfg(a["recompute"]).recompute_modules
-                for sid in self._shape_values(self.sh["ep"]):
-                    shp = self.shape(sid)
-                    ep = shp.size
-                    t = 0.0
-                    if ep > 1:
-                        tokens = a["mbs"] * s / (a["cp"] * a["tp"])
-                        d_b, c_b = EA.a2a_bytes(tokens, h, EA.copies_per_token(model.top_k, ep, dedup), disp_b)
-                        t = EA.a2a_time(self.fabric, shp, d_b, c_b, impl, 1.0)
-                        if moe_rc:
-                            t *= 1.5
-                    a_t[ix + (sid,)] = q(t)
-                    a_t1[ix + (sid,)] = q((1.0 - o_ep) * t)
-            A = P.table_t(self.idx(*avars), a_t, nodes=[self.sh["ep"]])
-            A1 = P.table_t(self.idx(*avars), a_t1, nodes=[self.sh["ep"]])
+            disp_b = dispatch_bytes(tr.precision, self.profile, self.arch)
+            o_ep = self.par("ep.overlap")
+            avars = ("tp", "cp", "mbs", "dispatcher", "recompute")
+            out["avars"] = avars
+            A, A1 = out["A"], out["A1"] = self._comm_pair(
+                avars, "ep",
+                lambda a, shp: (a2a_layer_time(fab, shp, model, a["mbs"], s, a["cp"], a["tp"], a["dispatcher"],
+                                               disp_b, _rc_arg(a["recompute"])), o_ep))
             # 1 where the recipe overlaps the all-to-all for this layout (EP > 1 assumed: with EP = 1
             # the all-to-all costs nothing either way), else 0: the exposed time is then A itself
             ovars = ("dispatcher", "recompute", "pp", "vpp", "fsdp")
-            ov = {ix: int(pricing(ep=2, dispatcher=a["dispatcher"], recompute=a["recompute"], pp=a["pp"],
-                                  vpp=a["vpp"], fsdp=a["fsdp"])[1] > 0)
+            ov = {ix: int(self.pricing(ep=2, dispatcher=a["dispatcher"], recompute=a["recompute"], pp=a["pp"],
+                                       vpp=a["vpp"], fsdp=a["fsdp"])[1] > 0)
                   for ix, a in self.combos(*ovars)}
-            A1x = A1 if all(ov.values()) else P.element(P.table_t(self.idx(*ovars), ov), [A, A1], index_is_node=True)
+            out["A1x"] = A1 if all(ov.values()) else P.element(P.table_t(self.idx(*ovars), ov), [A, A1],
+                                                                 index_is_node=True)
+        return out
 
-        # context-parallel exchange: (tp, cp, mbs) + cp shape (its tier)
-        c_t, c_t1 = {}, {}
-        width = CPc.kv_width(model)
-        for ix, a in self.combos("tp", "cp", "mbs"):
-            for sid in self._shape_values(self.sh["cp"]):
-                shp = self.shape(sid)
-                if shp.size != a["cp"]:
-                    continue
-                t = CPc.cp_time(self.fabric, shp.tier, a["cp"], a["mbs"], s, width, a["tp"]) if a["cp"] > 1 else 0.0
-                c_t[ix + (sid,)] = q(t)
-                c_t1[ix + (sid,)] = q((1.0 - o_cp) * t)
-        CPT = P.table_t(self.idx("tp", "cp", "mbs"), c_t, nodes=[self.sh["cp"]])
-        CPT1 = P.table_t(self.idx("tp", "cp", "mbs"), c_t1, nodes=[self.sh["cp"]])
+    def _layer_nodes(self, per, comm) -> dict:
+        """Per kind, the layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch, with
+        the host floor (``steptime.host_regime``, ``kind_host_time``): launch + max(layer, host)."""
+        from planner.cost.steptime import host_regime, kind_host_time
 
-        # per-kind layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch
+        P, model, tr, q = self.prog, self.model, self.training, self.q
+        zero = P.const(0)
+
+        def exposed(t, t1, window):   # max((1-o) t, t - window, 0), as terms.exposed
+            return P.max([t1, P.sum([t, window], [1, -1]), zero])
+
         L = {}
         for kind, t in per.items():
-            tpx = P.max([TPT1, P.sum([TPT, t["g3"]], [1, -1]), zero])
-            parts = [t["comp"], tpx]
+            parts = [t["comp"], exposed(comm["TPT"], comm["TPT1"], t["g3"])]
             if kind[0] == "moe":
-                parts.append(P.max([A1x, P.sum([A, t["comp"]], [1, -1]), zero]))
-            parts.append(P.max([CPT1, P.sum([CPT, t["attn"]], [1, -1]), zero]))
-            # host floor (steptime.host_regime, terms/host.py): L_k = launch + max(layer, host time)
+                parts.append(exposed(comm["A"], comm["A1x"], t["wep"]))
+            parts.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 eager, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
-                hk[ix] = q(HOST.host_time(kind[0], model.num_experts / a["ep"] if model.is_moe else 0.0, eager, launched))
+                hk[ix] = q(kind_host_time(model, kind, a["ep"], eager, launched))
             if any(hk.values()):
-                L[kind] = P.sum([P.max([P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)])], const=launch)
+                L[kind] = P.sum([P.max([P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)])], const=self.launch)
             else:
-                L[kind] = P.sum(parts, const=launch)
+                L[kind] = P.sum(parts, const=self.launch)
+        return L
 
-        # output head and MTP extras: (tp, cp, mbs), and recompute where it switches CUDA graphs
+    def _head_nodes(self):
+        """Output head and MTP extras (``steptime.head_time``) over (tp, cp, mbs), and recompute where it
+        switches CUDA graphs; the bound reads the (tp, cp, mbs) tables at the cheapest regime."""
+        P, model, s, q = self.prog, self.model, self.training.seq_len, self.q
+
         def head_tables(hvars, eff_of):
             head = {n: {} for n in ("total", "fwd", "bwd")}
             mtpx = {n: {} for n in ("total", "fwd", "bwd")}
             for ix, a in self.combos(*hvars):
                 e_ = eff_of(a)
-                ht = e_.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], False), ())
-                for n, v in (("total", ht.total), ("fwd", ht.fwd), ("bwd", ht.bwd)):
-                    head[n][ix] = q(v)
-                if model.mtp_layers:
-                    mt = e_.layer_time(C.head_work(model, s, a["mbs"], a["tp"], a["cp"], True), ())
-                    for n, v in (("total", mt.total), ("fwd", mt.fwd), ("bwd", mt.bwd)):
-                        mtpx[n][ix] = q(v)
+                for mtp, out in ((False, head), (True, mtpx)):
+                    if mtp and not model.mtp_layers:
+                        continue
+                    lt = head_time(e_, model, s, a["mbs"], a["tp"], a["cp"], mtp)
+                    for n, v in (("total", lt.total), ("fwd", lt.fwd), ("bwd", lt.bwd)):
+                        out[n][ix] = q(v)
             return ({n: P.table_t(self.idx(*hvars), t) for n, t in head.items()},
                     {n: P.table_t(self.idx(*hvars), t) for n, t in mtpx.items()} if model.mtp_layers else None)
 
-        # the bound (bound_factors) reads tables over (tp, cp, mbs): the cheapest regime, a lower bound
-        H, MX = head_tables(("tp", "cp", "mbs"), lambda a: min(eff_rc.values(), key=lambda e_: e_.elem_factor))
+        H, MX = head_tables(("tp", "cp", "mbs"), lambda a: min(self.eff_rc.values(), key=lambda e_: e_.elem_factor))
         H_b, MX_b = H, MX
-        if rc_priced:
-            H, MX = head_tables(("tp", "cp", "mbs", "recompute"), lambda a: eff_rc[a["recompute"]])
+        if self.rc_priced:
+            H, MX = head_tables(("tp", "cp", "mbs", "recompute"), lambda a: self.eff_rc[a["recompute"]])
+        return H, MX, H_b, MX_b
 
-        # pipeline ranks, grouped into slots: distinct per-rank inventories (steptime.rank_inventory)
-        # in first-occurrence order, so the first argmax below is steptime's max over ranks
+    def _slot_nodes(self, L, H, MX):
+        """Pipeline ranks grouped into slots: distinct per-rank inventories (``steptime.rank_inventory``)
+        in first-occurrence order, so the first argmax is ``step_time``'s max over ranks. Each slot's
+        micro-batch time t_s = sum_k n_sk L_k + mtp_s MTP + loss_s HEAD."""
         from planner.cost.steptime import rank_inventory
 
-        kind_list = sorted(kind_set)
+        P, model, s = self.prog, self.model, self.training.seq_len
+        kind_list = self.kind_list
         slots_of = {}
         for ix, (a, lay, _) in self.layouts.items():
             seen = []
@@ -436,59 +450,49 @@ class _Builder:
                 if vec not in seen:
                     seen.append(vec)
             slots_of[ix] = seen
-        S = max(len(v) for v in slots_of.values())
-        lay_vars = self.idx("pp", "vpp", "split")
-        dl_ids, ex_ids = _Ids(), _Ids()
+        self.slots_of = slots_of
+        self.lay_vars = self.idx("pp", "vpp", "split")
+        self.dl_ids, self.ex_ids = _Ids(), _Ids()
         slot_nodes = []
-        for si in range(S):
-            def col(fn, default=0):
-                return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in slots_of.items()}
-
-            present = P.table_t(lay_vars, col(lambda v: 1))
-            node = {"present": present}
-            for qty, hq, mq in (("t", None, None),):
-                terms = []
-                for kj, kind in enumerate(kind_list):
-                    cnts = col(lambda v, kj=kj: v[0][kj])
-                    if not any(cnts.values()):
-                        continue
-                    terms.append(P.product(P.table_t(lay_vars, cnts), L[kind]))
-                mt = col(lambda v: v[1])
-                if MX is not None and any(mt.values()):
-                    terms.append(P.product(P.table_t(lay_vars, mt), MX["total"]))
-                ls = col(lambda v: v[2])
-                if any(ls.values()):
-                    terms.append(P.product(P.table_t(lay_vars, ls), H["total"]))
-                node[qty] = P.sum(terms) if terms else zero
+        for si in range(max(len(v) for v in slots_of.values())):
+            node = {"present": P.table_t(self.lay_vars, self._slot_col(si, lambda v: 1))}
+            node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"])
             slot_nodes.append(node)
+        return slots_of, slot_nodes
 
-        def slot_rest(si, node):
-            # windows and parameter classes of slot si (needed only by the DP and optimizer terms)
-            def col(fn, default=0):
-                return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in slots_of.items()}
+    def _slot_col(self, si, fn, default=0):
+        return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in self.slots_of.items()}
 
-            for qty, hq, mq in (("fwd", "fwd", "fwd"), ("bwd", "bwd", "bwd"), ("comp", "total", "total")):
-                terms = []
-                for kj, kind in enumerate(kind_list):
-                    cnts = col(lambda v, kj=kj: v[0][kj])
-                    if not any(cnts.values()):
-                        continue
-                    terms.append(P.product(P.table_t(lay_vars, cnts), per[kind][qty]))
-                mt = col(lambda v: v[1])
-                if MX is not None and any(mt.values()):
-                    terms.append(P.product(P.table_t(lay_vars, mt), MX[mq]))
-                ls = col(lambda v: v[2])
-                if any(ls.values()):
-                    terms.append(P.product(P.table_t(lay_vars, ls), H[hq]))
-                node[qty] = P.sum(terms) if terms else zero
-            node["dl"] = P.table_t(lay_vars, col(lambda v: dl_ids((v[3], v[4])), dl_ids((0.0, 0))))
-            node["ex"] = P.table_t(lay_vars, col(lambda v: ex_ids(v[5]), ex_ids(0.0)))
+    def _slot_sum(self, si, per_kind, mtp_node, head_node):
+        """sum_k n_sk per_kind[k] + mtp_s mtp_node + loss_s head_node for slot ``si``."""
+        P = self.prog
+        terms = []
+        for kj, kind in enumerate(self.kind_list):
+            cnts = self._slot_col(si, lambda v, kj=kj: v[0][kj])
+            if any(cnts.values()):
+                terms.append(P.product(P.table_t(self.lay_vars, cnts), per_kind[kind]))
+        mt = self._slot_col(si, lambda v: v[1])
+        if mtp_node is not None and any(mt.values()):
+            terms.append(P.product(P.table_t(self.lay_vars, mt), mtp_node))
+        ls = self._slot_col(si, lambda v: v[2])
+        if any(ls.values()):
+            terms.append(P.product(P.table_t(self.lay_vars, ls), head_node))
+        return P.sum(terms) if terms else P.const(0)
 
-        crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
-        TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
-        self.crit = crit
+    def _slot_windows(self, si, node, per, H, MX):
+        """Forward, backward and compute of slot ``si`` and its parameter classes (the DP and optimizer
+        terms read them)."""
+        for qty, hq in (("fwd", "fwd"), ("bwd", "bwd"), ("comp", "total")):
+            node[qty] = self._slot_sum(si, {k: t[qty] for k, t in per.items()}, MX and MX[hq], H[hq])
+        dl, ex = self.dl_ids, self.ex_ids
+        node["dl"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: dl((v[3], v[4])), dl((0.0, 0))))
+        node["ex"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: ex(v[5]), ex(0.0)))
 
-        # micro-batches m and the pipeline factor 840 * (m + (pp-1)/vpp)
+    def _pipeline_core(self, TMAX):
+        """Micro-batches m = gbs / (mbs dp) and CORE = 840 (m + bubble_factor(pp, vpp)) * TMAX."""
+        from planner.cost.terms import pipeline as PPL
+
+        P, tr = self.prog, self.training
         mt, b1 = {}, {}
         for ix, a in self.combos("gbs", "mbs", "dp"):
             if a["gbs"] % (a["mbs"] * a["dp"]) == 0:
@@ -498,143 +502,133 @@ class _Builder:
         M = P.table_t(self.idx("gbs", "mbs", "dp"), mt)
         M840 = P.table_t(self.idx("gbs", "mbs", "dp"), {k: BUBBLE * v for k, v in mt.items()})
         for ix, a in self.combos("pp", "vpp"):
-            b1[ix] = 0 if a["pp"] <= 1 else (BUBBLE * (a["pp"] - 1)) // a["vpp"]
-            assert a["pp"] <= 1 or (BUBBLE * (a["pp"] - 1)) % a["vpp"] == 0
+            f = BUBBLE * PPL.bubble_factor(a["pp"], a["vpp"])
+            b1[ix] = int(round(f))
+            assert abs(f - b1[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
         B840 = P.table_t(self.idx("pp", "vpp"), b1)
-        CORE = P.product(P.sum([M840, B840]), TMAX)
-        # sources of the separable lower bound (_bound_factors)
-        self._src = dict(per=per, TPT=TPT, TPT1=TPT1, CPT=CPT, CPT1=CPT1, launch=launch, H=H_b, MX=MX_b,
-                         slots_of=slots_of, kind_list=kind_list, mt=mt, b1=b1, lvars=lvars)
-        if model.is_moe:
-            self._src.update(A=A, A1=A1, avars=avars)
+        return M, mt, b1, P.product(P.sum([M840, B840]), TMAX)
 
-        # pipeline point-to-point
+    def _p2p(self):
+        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier) times the
+        exposed transfers per step (``terms.pipeline.p2p_transfers``) in units of 1/840."""
+        from planner.cost.steptime import p2p_bytes
+        from planner.cost.terms import pipeline as PPL
+
+        P, tr, h = self.prog, self.training, self.model.hidden_size
+        o_pp = self.par("pp.overlap")
         p1, pb = {}, {}
         for ix, a in self.combos("tp", "cp", "mbs"):
-            nbytes = a["mbs"] * s / (a["cp"] * a["tp"]) * h * 2.0
+            nbytes = p2p_bytes(a["mbs"], tr.seq_len, a["cp"], a["tp"], h)
             for sid in self._shape_values(self.sh["pp"]):
                 shp = self.shape(sid)
-                p1[ix + (sid,)] = q(self.fabric.p2p(nbytes, shp.tier)) if shp.size > 1 else 0
+                p1[ix + (sid,)] = self.q(self.fabric.p2p(nbytes, shp.tier)) if shp.size > 1 else 0
         ONE = P.table_t(self.idx("tp", "cp", "mbs"), p1, nodes=[self.sh["pp"]])
         for ix, a in self.combos("gbs", "mbs", "dp", "pp", "vpp"):
             g, b, d = a["gbs"], a["mbs"], a["dp"]
             if g % (b * d):
                 continue
-            m = g // (b * d)
-            f = 0.0 if a["pp"] <= 1 else 2 * (a["pp"] - 1) + (1.0 - o_pp) * 2 * m * a["vpp"]
-            pb[ix] = int(math.floor(BUBBLE * f + 0.5))
-        P2P = P.product(ONE, P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb))
-        # CORE + P2P is a lower bound of the step (the DP and optimizer terms are >= 0)
-        self.lb_node = P.sum([CORE, P2P])
-        for si, node in enumerate(slot_nodes):
-            slot_rest(si, node)
-        # p2p_time uses int(round(m)); m is an integer here, and PPL is imported for the docstring link
-        del PPL
+            pb[ix] = int(math.floor(BUBBLE * PPL.p2p_transfers(a["pp"], a["vpp"], g // (b * d), o_pp) + 0.5))
+        return P.product(ONE, P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb))
 
-        # data parallel and optimizer of each slot; the critical slot's are charged
+    def _dp_optimizer(self, slot_nodes, M):
+        """Data parallel and optimizer of each slot (``terms.data_parallel.dp_time``, ``dp_exposed`` /
+        ``fsdp_exposed``'s composition, ``terms.optimizer.optimizer_time``); the critical slot's are
+        charged. Returns the DP and optimizer nodes (seconds / 840 units: weighted by BUBBLE)."""
         from planner.cost.terms import data_parallel as DPc
-        from planner.cost.terms import optimizer as OPT
 
-        ee = {}
-        for ix, a in self.combos("tp", "ep", "etp"):
-            ee[ix] = a["ep"] * (a["tp"] if a["etp"] is None else a["etp"])
-        EE = P.table_t(self.idx("tp", "ep", "etp"), ee)
+        P, vals, model = self.prog, self.vals, self.model
+        zero = P.const(0)
+        EE = P.table_t(self.idx("tp", "ep", "etp"), {ix: a["ep"] * (a["tp"] if a["etp"] is None else a["etp"])
+                                                     for ix, a in self.combos("tp", "ep", "etp")})
         # Which (tp, dp-shape) and (ep*etp, edp-shape) pairs occur with each pp: a slot's parameter
         # sums depend on the layout (pp, vpp, split), so only pairs with the same pp can meet.
-        tp_i = self.vi["tp"]
         dp_by_pp: dict = {}
         for key, sid in P.nodes[self.sh["dp"]].values.items():
             t_, c_, d_ = vals["tp"][key[0]], vals["cp"][key[1]], vals["dp"][key[2]]
-            pp_ = key[-1] // (t_ * c_ * d_)
-            dp_by_pp.setdefault(pp_, set()).add((key[0], sid))
+            dp_by_pp.setdefault(key[-1] // (t_ * c_ * d_), set()).add((key[0], sid))
         edp_by_pp: dict = {}
         if model.is_moe:
             for key, sid in P.nodes[self.sh["edp"]].values.items():
                 t_, e_, p_ = vals["tp"][key[0]], vals["etp"][key[1]], vals["ep"][key[2]]
-                pp_ = vals["pp"][key[3]]
-                edp_by_pp.setdefault(pp_, set()).add((p_ * (t_ if e_ is None else e_), sid))
-        ids_by_pp = {}
+                edp_by_pp.setdefault(vals["pp"][key[3]], set()).add((p_ * (t_ if e_ is None else e_), sid))
+        ids_by_pp: dict = {}
         for lix, (la, _, _) in self.layouts.items():
             ids_by_pp.setdefault(la["pp"], []).append(lix)
-        del tp_i
-        hbm = self.eff.hbm_bps
-        dpx_nodes, opt_nodes = [], []
-        fs_vals = vals["fsdp"]
-        dp_memo: dict = {}
-        grad_b = self.par("dp.grad_bytes")
+        o_dp, grad_b, q = self.par("dp.overlap"), self.par("dp.grad_bytes"), self.q
 
+        @functools.lru_cache(maxsize=None)
         def dpt(sid, nparams):
-            k = (sid, nparams)
-            hit = dp_memo.get(k)
-            if hit is None:
-                rs, ag = DPc.dp_time(self.fabric, self.shape(sid), nparams, grad_bytes=grad_b)
-                hit = (q(rs), q(ag), q((1 - o_dp) * rs), q((1 - o_dp) * ag))
-                dp_memo[k] = hit
-            return hit
+            rs, ag = DPc.dp_time(self.fabric, self.shape(sid), nparams, grad_bytes=grad_b)
+            return q(rs), q(ag), q((1 - o_dp) * rs), q((1 - o_dp) * ag)
 
-        for si, node in enumerate(slot_nodes):
-            dl_tab = P.nodes[node["dl"]].values
-            ex_tab = P.nodes[node["ex"]].values
-            dl_here = sorted(set(dl_tab.values()))
-            ex_here = sorted(set(ex_tab.values()))
-            rsd, agd, rsd1, agd1 = {}, {}, {}, {}
-            od = {}
-            pairs = set()
-            for pp_, lixs in ids_by_pp.items():
-                dids = {dl_tab[l] for l in lixs}
-                for (ti, sid) in dp_by_pp.get(pp_, ()):
-                    for did in dids:
-                        pairs.add((ti, did, sid))
-            for ti, did, sid in pairs:
-                dsum, _ = dl_ids.values[did]
-                dense_p = dsum / vals["tp"][ti]
-                key = (ti, did, sid)
-                rsd[key], agd[key], rsd1[key], agd1[key] = dpt(sid, dense_p)
-            for ix, a in self.combos("tp", "cp", "dp"):
-                for did in dl_here:
-                    dsum, _ = dl_ids.values[did]
-                    dense_p = dsum / a["tp"]
-                    od[ix + (did,)] = q(OPT.optimizer_time(dense_p / max(a["dp"] * a["cp"], 1), hbm))
-            RSd = P.table_t(self.idx("tp"), rsd, nodes=[node["dl"], self.sh["dp"]])
-            AGd = P.table_t(self.idx("tp"), agd, nodes=[node["dl"], self.sh["dp"]])
-            RSd1 = P.table_t(self.idx("tp"), rsd1, nodes=[node["dl"], self.sh["dp"]])
-            AGd1 = P.table_t(self.idx("tp"), agd1, nodes=[node["dl"], self.sh["dp"]])
-            OD = P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])
-            rs_parts, ag_parts, rs1_parts, ag1_parts, opt_parts = [RSd], [AGd], [RSd1], [AGd1], [OD]
+        dpx_nodes, opt_nodes = [], []
+        for node in slot_nodes:
+            parts = self._slot_dense_dp(node, dpt, ids_by_pp, dp_by_pp)
             if model.is_moe:
-                rse, age, rse1, age1, oe = {}, {}, {}, {}, {}
-                triples = set()
-                for pp_, lixs in ids_by_pp.items():
-                    xids = {ex_tab[l] for l in lixs}
-                    for (e, sid) in edp_by_pp.get(pp_, ()):
-                        for xid in xids:
-                            triples.add((e, xid, sid))
-                for e, xid, sid in triples:
-                    key = (e, xid, sid)
-                    rse[key], age[key], rse1[key], age1[key] = dpt(sid, ex_ids.values[xid] / e)
-                for ix, a in self.combos("pp"):
-                    for xid in ex_here:
-                        exs = ex_ids.values[xid]
-                        for w in self.worlds:
-                            # expert_p / edp = (EX / (ep*etp)) / (W / (ep*etp*pp)) = EX * pp / W
-                            oe[ix + (xid, w)] = q(OPT.optimizer_time(exs * a["pp"] / w, hbm))
-                keys = [EE, node["ex"], self.sh["edp"]]
-                rs_parts.append(P.table_t((), rse, nodes=keys))
-                ag_parts.append(P.table_t((), age, nodes=keys))
-                rs1_parts.append(P.table_t((), rse1, nodes=keys))
-                ag1_parts.append(P.table_t((), age1, nodes=keys))
-                opt_parts.append(P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W]))
-            RS, AG = P.sum(rs_parts), P.sum(ag_parts)
-            RS1, AG1 = P.sum(rs1_parts), P.sum(ag1_parts)
+                for lst, extra in zip(parts, self._slot_expert_dp(node, dpt, ids_by_pp, edp_by_pp, EE)):
+                    lst.append(extra)
+            RS, AG, RS1, AG1, OPTS = (P.sum(p) for p in parts)
             nx = P.sum([P.max([RS1, P.sum([RS, node["bwd"]], [1, -1]), zero]),
                         P.max([AG1, P.sum([AG, node["fwd"]], [1, -1]), zero])])
-            y, y1 = P.sum([AG, RS], [2, 1]), P.sum([AG1, RS1], [2, 1])
+            g = DPc.FSDP_GATHERS
+            y, y1 = P.sum([AG, RS], [g, 1]), P.sum([AG1, RS1], [g, 1])
             fx = P.product(M, P.max([y1, P.sum([y, node["comp"]], [1, -1]), zero]))
-            dpx_nodes.append(P.element(self.vi["fsdp"], [fx if f else nx for f in fs_vals]))
-            opt_nodes.append(P.sum(opt_parts))
-        DPX = P.element(crit, dpx_nodes, index_is_node=True)
-        OPTN = P.element(crit, opt_nodes, index_is_node=True)
-        return P.sum([CORE, P2P, DPX, OPTN], [1, 1, BUBBLE, BUBBLE])
+            dpx_nodes.append(P.element(self.vi["fsdp"], [fx if f else nx for f in vals["fsdp"]]))
+            opt_nodes.append(OPTS)
+        return (P.element(self.crit, dpx_nodes, index_is_node=True),
+                P.element(self.crit, opt_nodes, index_is_node=True))
+
+    def _slot_dense_dp(self, node, dpt, ids_by_pp, dp_by_pp):
+        """[RS], [AG], [RS1], [AG1], [OPT] of a slot's dense parameters (lists, for the expert parts)."""
+        from planner.cost.terms import optimizer as OPT
+
+        P, vals, q, hbm = self.prog, self.vals, self.q, self.eff.hbm_bps
+        dl_tab = P.nodes[node["dl"]].values
+        rsd, agd, rsd1, agd1, od = {}, {}, {}, {}, {}
+        pairs = set()
+        for pp_, lixs in ids_by_pp.items():
+            dids = {dl_tab[lx] for lx in lixs}
+            for (ti, sid) in dp_by_pp.get(pp_, ()):
+                for did in dids:
+                    pairs.add((ti, did, sid))
+        for ti, did, sid in pairs:
+            dsum, _ = self.dl_ids.values[did]
+            key = (ti, did, sid)
+            rsd[key], agd[key], rsd1[key], agd1[key] = dpt(sid, dsum / vals["tp"][ti])
+        for ix, a in self.combos("tp", "cp", "dp"):
+            for did in sorted(set(dl_tab.values())):
+                dense_p = self.dl_ids.values[did][0] / a["tp"]
+                od[ix + (did,)] = q(OPT.optimizer_time(dense_p / max(a["dp"] * a["cp"], 1), hbm))
+        keys = [node["dl"], self.sh["dp"]]
+        return ([P.table_t(self.idx("tp"), rsd, nodes=keys)], [P.table_t(self.idx("tp"), agd, nodes=keys)],
+                [P.table_t(self.idx("tp"), rsd1, nodes=keys)], [P.table_t(self.idx("tp"), agd1, nodes=keys)],
+                [P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])])
+
+    def _slot_expert_dp(self, node, dpt, ids_by_pp, edp_by_pp, EE):
+        """RS, AG, RS1, AG1, OPT nodes of a slot's expert parameters over the expert-data-parallel group."""
+        from planner.cost.terms import optimizer as OPT
+
+        P, q, hbm = self.prog, self.q, self.eff.hbm_bps
+        ex_tab = P.nodes[node["ex"]].values
+        rse, age, rse1, age1, oe = {}, {}, {}, {}, {}
+        triples = set()
+        for pp_, lixs in ids_by_pp.items():
+            xids = {ex_tab[lx] for lx in lixs}
+            for (e, sid) in edp_by_pp.get(pp_, ()):
+                for xid in xids:
+                    triples.add((e, xid, sid))
+        for e, xid, sid in triples:
+            key = (e, xid, sid)
+            rse[key], age[key], rse1[key], age1[key] = dpt(sid, self.ex_ids.values[xid] / e)
+        for ix, a in self.combos("pp"):
+            for xid in sorted(set(ex_tab.values())):
+                exs = self.ex_ids.values[xid]
+                for w in self.worlds:
+                    # expert_p / edp = (EX / (ep*etp)) / (W / (ep*etp*pp)) = EX * pp / W
+                    oe[ix + (xid, w)] = q(OPT.optimizer_time(exs * a["pp"] / w, hbm))
+        keys = [EE, node["ex"], self.sh["edp"]]
+        return (P.table_t((), rse, nodes=keys), P.table_t((), age, nodes=keys), P.table_t((), rse1, nodes=keys),
+                P.table_t((), age1, nodes=keys), P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W]))
 
     # -- memory lower bound ---------------------------------------------------------------------
     def _memory_bound(self):
@@ -651,7 +645,7 @@ class _Builder:
         Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
         ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
         from planner.model.flops import layer_costs, param_counts
-        from planner.cost.memory import WEIGHT_COPY_BYTES, options_for
+        from planner.cost.memory import WEIGHT_COPY_BYTES, fsdp_buffer_bytes, options_for, state_bytes
 
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
         opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
@@ -671,9 +665,9 @@ class _Builder:
         # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
-        state = (2.0 + opt.grad_bytes) if megatron else 8.0
-        optb = (opt.master_bytes + 2 * opt.moment_bytes) if megatron else 2 * opt.moment_bytes
-        buf = 2.0 + (opt.grad_bytes if megatron else 4.0) + q
+        wb, gb, optb = state_bytes(opt, megatron)
+        state = wb + gb
+        buf = fsdp_buffer_bytes(opt, megatron, q)
         lb1, lb2 = {}, {}
         for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
             etp = a["tp"] if a["etp"] is None else a["etp"]
@@ -702,23 +696,19 @@ class _Builder:
         band of the layout's regime (``planner.cost.uncertainty.band_for``, the one predict reports);
         sets ``band_min`` (its least value over FSDP, a free variable of the block search) as a bound
         factor and ``lb_scale`` (its least value) for the exhaustive search's lower bound."""
-        import dataclasses
-
         from planner.cost.uncertainty import band_for, classify
 
-        P, vals, model = self.prog, self.vals, self.model
-        base = classify(model, self.cluster, ParallelConfig(), self.training, ep_domains=1)
+        P, model, tr = self.prog, self.model, self.training
 
-        def scaled(cp, fsdp, across):
-            ep = ("ep-across-domains" if across else "ep-in-domain") if model.is_moe else None
-            reg = dataclasses.replace(base, cp=cp > 1, fsdp=bool(fsdp), ep=ep)
-            return int(round(BAND_SCALE * band_for(reg, self.profile.name, self.training.trainer).factor()))
+        def scaled(cp, fsdp, ep_domains):   # the regime predict classifies for such a layout
+            reg = classify(model, self.cluster, ParallelConfig(cp=cp, fsdp=fsdp), tr, ep_domains=ep_domains)
+            return int(round(BAND_SCALE * band_for(reg, self.profile.name, tr.trainer).factor()))
 
         table, least = {}, {}
         sids = self._shape_values(self.sh["ep"]) if model.is_moe else [None]
         for (ci, fi), a in self.combos("cp", "fsdp"):
             for sid in sids:
-                v = scaled(a["cp"], a["fsdp"], sid is not None and self.shape(sid).domains > 1)
+                v = scaled(a["cp"], a["fsdp"], 1 if sid is None else self.shape(sid).domains)
                 key = (ci, fi) if sid is None else (ci, fi, sid)
                 table[key] = v
                 lk = (ci,) if sid is None else (ci, sid)

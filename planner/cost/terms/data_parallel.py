@@ -27,6 +27,7 @@ from planner.cost.terms import exposed
 # gathered in BF16 (fp8_param_gather is off in these recipes).
 GRAD_BYTES = 2.0
 PARAM_BYTES = 2.0
+FSDP_GATHERS = 2   # FSDP gathers each micro-batch's parameters twice (forward, backward)
 
 
 def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_bytes: float = 2.0) -> tuple[float, float]:
@@ -44,4 +45,4 @@ def dp_exposed(t_rs: float, t_ag: float, overlap: float, t_bwd_mb: float, t_fwd_
 
 def fsdp_exposed(t_rs: float, t_ag: float, overlap: float, t_mb: float, microbatches: int) -> float:
     """Exposed FSDP time per step: per micro-batch 2 all-gathers and a reduce-scatter."""
-    return microbatches * exposed(2.0 * t_ag + t_rs, overlap, t_mb)
+    return microbatches * exposed(FSDP_GATHERS * t_ag + t_rs, overlap, t_mb)
