@@ -68,6 +68,7 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         "ddp.use_megatron_fsdp": c.fsdp,
         "ddp.overlap_grad_reduce": True,
         "ddp.overlap_param_gather": True,
+        "ddp.grad_reduce_in_fp32": False,   # bf16 gradients, as planner.cost.memory counts
         "mixed_precision": MIXED_PRECISION[ctx.training.precision],
     })
     if c.fsdp:

@@ -250,7 +250,9 @@ def parallel_args(ctx: EmitContext) -> list[str]:
         a.extend([F["dist_opt"], "--overlap-grad-reduce", "--overlap-param-gather"])
     if m.num_experts:
         a.extend(DISPATCHER_FLAGS[c.dispatcher])
-    a.append("--bf16")
+    # bf16 gradient buffer and reduction, as NVIDIA's performance recipes set (grad_reduce_in_fp32=False)
+    # and planner.cost.memory counts (2 B/param); without it validate_args turns fp32 accumulation on
+    a.extend(["--bf16", "--grad-reduce-in-bf16"])
     a.extend(PRECISION_FLAGS[ctx.training.precision])
     if ctx.training.precision in ("fp8", "fp8-block", "mxfp8", "nvfp4") and m.num_experts:
         a.append("--moe-router-padding-for-quantization")
