@@ -60,6 +60,26 @@ def test_every_row_fits_as_published(result):
     assert all(r["fits"] for r in result["rows"])
 
 
+BENCH_TABLES = sorted((Path(__file__).resolve().parents[1] / "bench" / "data").glob("*.csv"))
+
+
+@pytest.mark.parametrize("table", BENCH_TABLES, ids=[p.name for p in BENCH_TABLES])
+def test_every_benchmark_table_run_fits_as_published(table):
+    # the measured runs of bench/data ran too: none is refused as not fitting with its recipe's
+    # recompute (an empty recompute: the cheapest that fits, as validate prices it)
+    from planner.cost.validate import fits_as_run, predict_case, row_case
+
+    rows = read_rows(table)
+    assert rows
+    cases = [row_case(r, source=table.name) for r in rows]
+    assert not [c.id for c in cases if not fits_as_run(predict_case(c), c)]
+
+
+def test_benchmark_tables_include_the_new_ones():
+    names = {p.name for p in BENCH_TABLES}
+    assert {"megatron-bridge-25.09.csv", "torchtitan-more.csv", "megatron-bridge-26.04-hgx-dsv3.csv"} <= names
+
+
 def test_cli_json_schema(capsys, tmp_path):
     sub = tmp_path / "rows.csv"
     lines = CSV.read_text().splitlines()
