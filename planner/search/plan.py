@@ -206,15 +206,89 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     """
     if method not in METHODS:
         raise InputError(f"--method {method!r}: use one of {', '.join(METHODS)}")
-    from planner.cost.memory import memory_per_gpu, options_for
-    from planner.cost.placement import make_placement
-    from planner.cost.predict import predict
-    from planner.cost.profiles import load_profile
-    from planner.rules import violations
-
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise InputError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
+                   equal_slices)
+    cluster, training = req.cluster, req.training
+    b = _Builder(model, cluster, training, req.space, req.profile, objective, req.min_world)
+    b.n_gpus, b.equal_slices = req.n, req.equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
+    t_build0 = time.perf_counter()
+    prog = b.build()
+    t_build = time.perf_counter() - t_build0
+
+    accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
+    factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
+    if method == "cp-sat-full":
+        res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
+    elif factors is not None and method == "cp-sat":
+        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
+                            master=b.master_vars)
+    elif factors is not None:
+        res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
+    else:   # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
+        res = exhaustive(prog, b, top, accept, time_limit)
+    if not res.solutions:
+        _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_limit)
+
+    entries, max_err = _entries(res, b, model, cluster, training, req.trainer, req.profile)
+    best = entries[0].prediction
+    if objective == "robust":   # the band's lower edge of the cluster's tokens/s
+        obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
+    elif objective == "throughput":
+        obj_val = best.tokens_per_s
+    else:
+        obj_val = best.tflops_per_gpu
+    bound = _bound_value(res, b, training, entries[0], objective)
+    solver_info = {
+        "status": res.status,
+        "wall_s": time.perf_counter() - t0,
+        "solve_s": res.wall_s,
+        "build_s": t_build,
+        "objective": obj_val,
+        "objective_name": {"throughput": "tokens_per_s", "robust": "tokens_per_s_low"}.get(objective, "tflops_per_gpu"),
+        "bound": bound,
+        "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
+        "method": method if factors is not None or method in ("cp-sat-full", "exhaustive") else "exhaustive",
+        "evaluated_exactly": getattr(res, "evaluated", res.num_constraints),
+        "cpsat_s": getattr(res, "cpsat_s", res.wall_s if method == "cp-sat-full" else 0.0),
+        "bands": getattr(res, "bands", 0),
+        "statuses": res.statuses,
+        "memory_cuts": res.rejected,
+        "layouts_in_space": float(req.space.size()),
+        "variables": res.num_vars,
+        "constraints": res.num_constraints,
+        "program_vs_predict_max_rel_err": max_err,
+        "min_world": req.min_world,
+        "space": {k: list(v) for k, v in req.space.values.items()},
+        "layouts": sorted([b.vals["pp"][k[0]], b.vals["vpp"][k[1]], b.vals["split"][k[2]]] for k in b.layouts),
+        "notes": b.notes,
+    }
+    return PlanResult(entries, solver_info, model, cluster, training)
+
+
+@dataclass
+class _Request:
+    """What ``plan`` searches: the cluster, the training (trainer and global batch settled), the
+    profile, the declared space, the GPUs offered and the fewest a plan may use."""
+
+    cluster: object
+    training: Training
+    trainer: str
+    profile: object
+    space: object
+    n: int
+    min_world: int
+    equal_slices: bool
+
+
+def _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
+             equal_slices) -> _Request:
+    from planner.cost.profiles import load_profile
+    from planner.model.flops import param_counts
+    from topologies.loader import Job
+
     trainer = trainer or training.trainer
     if trainer != training.trainer:   # priced with the trainer's own profile unless a stack was chosen
         from planner.config import DEFAULT_STACKS
@@ -226,8 +300,6 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     prof = load_profile(profile if profile is not None else training.stack)
     # issue 11 item 5: a topologies.loader.Job is the cluster's racks and the GPUs the job uses;
     # the planner chooses the GPUs per NVLink domain unless the job fixes them (--usable-per-rack)
-    from topologies.loader import Job
-
     max_world = None
     if isinstance(cluster, Job):
         job, cluster, max_world = cluster, cluster.cluster, cluster.gpus
@@ -244,10 +316,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         min_world = max(1, n // 2)
     if gbs_range is not None and not (gbs_range[0] <= training.global_batch <= gbs_range[1]):
         training = training.model_copy(update={"global_batch": gbs_range[0]})
-    from planner.model.flops import param_counts
-
-    pc = param_counts(model)
-    total_params = float(getattr(pc, "total", 0) or 0)
+    total_params = float(getattr(param_counts(model), "total", 0) or 0)
     offered = None
     if trainer == "megatron":  # the plain all-to-all and the stack's own (flex) dispatcher
         offered = tuple(dict.fromkeys(("alltoall", prof.dispatcher or "alltoall")))
@@ -261,18 +330,23 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         if not kept:
             raise InputError(f"restrict: no candidate of {var} among {list(keep)}")
         space.values[var] = kept
-    b = _Builder(model, cluster, training, space, prof, objective, min_world)
-    b.n_gpus, b.equal_slices = n, equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
-    t_build0 = time.perf_counter()
-    prog = b.build()
-    t_build = time.perf_counter() - t_build0
+    return _Request(cluster, training, trainer, prof, space, n, min_world, equal_slices)
+
+
+def _acceptor(b, model, cluster, training, prof, equal_slices):
+    """The lazy constraints: the exact ``planner.cost.memory`` peak must fit in HBM less the headroom
+    (a cut covers every layout that agrees on the choices memory reads), and with ``equal_slices``
+    MaxText's mesh must factor into its slices. Returns (accept, shortfalls)."""
+    from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 
     gpu = cluster.gpu_spec
     mem_vars = [b.vi[v] for v in VARIABLES if v not in _MEMORY_FREE]
+    mesh_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "gpd")]
+    usable = usable_hbm_gib(gpu.hbm_gib, training)  # issue 11 item 6: plans fit in HBM less the headroom
     shortfalls: list[tuple[float, str]] = []
     checked: dict = {}
 
-    def accept(choice):
+    def memory_accept(choice):
         key = tuple(choice[i] for i in mem_vars)
         hit = checked.get(key)
         if hit is None:
@@ -286,45 +360,41 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         shortfalls.append((hit[1] - usable, hit[2]))
         return mem_vars
 
-    from planner.cost.memory import usable_hbm_gib
-
-    usable = usable_hbm_gib(gpu.hbm_gib, training)  # issue 11 item 6: plans fit in HBM less the headroom
-    memory_accept = accept
-    mesh_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "gpd")]
-
-    def accept(choice):  # noqa: F811 - issue 11 item 5: MaxText's mesh must factor into its slices
+    def accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
         cut = memory_accept(choice)
         if cut is not None or not equal_slices:
             return cut
         cfg, world, _, gpd, _ = b.config_of(choice)
         return None if _maxtext_mesh_ok(cluster, model, cfg, world, gpd) else mesh_vars
 
-    factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
-    if method == "cp-sat-full":
-        res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
-    elif factors is not None and method == "cp-sat":
-        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
-                            master=b.master_vars)
-    elif factors is not None:
-        res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
-    else:   # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
-        res = exhaustive(prog, b, top, accept, time_limit)
-    if not res.solutions:
-        if res.status in ("UNKNOWN",) and time_limit is not None:
-            raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
-        if not shortfalls and prog.limits:
-            # the memory bound dropped every layout: price exactly the few it rates closest
-            from solver.layout import evaluate_many, feasible_rows
+    return accept, shortfalls
 
-            rows = feasible_rows(prog)
-            if len(rows):
-                lim = prog.limits[0][0]
-                lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
-                lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
-                for i in np.argsort(lbv, kind="stable")[:8]:
-                    if okv[i]:
-                        accept(tuple(int(a) for a in rows[i]))
-        raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+
+def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_limit):
+    """No layout: the one-line InfeasibleError naming the closest layout and its shortfall."""
+    if res.status in ("UNKNOWN",) and time_limit is not None:
+        raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
+    if not shortfalls and prog.limits:
+        # the memory bound dropped every layout: price exactly the few it rates closest
+        from solver.layout import evaluate_many, feasible_rows
+
+        rows = feasible_rows(prog)
+        if len(rows):
+            lim = prog.limits[0][0]
+            lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
+            lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
+            for i in np.argsort(lbv, kind="stable")[:8]:
+                if okv[i]:
+                    accept(tuple(int(a) for a in rows[i]))
+    raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+
+
+def _entries(res, b, model, cluster, training, trainer, prof):
+    """The solutions as PlanEntry (rules re-checked, ``predict`` with the chosen placement) and the
+    largest relative gap between the program's step time and predict's."""
+    from planner.cost.placement import make_placement
+    from planner.cost.predict import predict
+    from planner.rules import violations
 
     entries = []
     max_err = 0.0
@@ -336,8 +406,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
             raise RuntimeError(f"plan broke rule {viol[0].rule}: {viol[0].message}")
         placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
         pred = predict(model, cluster, cfg, tr, placement=placement, profile=prof)
-        gi = b.vals["gpd"].index(gpd)
-        rm = b.rank_maps[gi]
+        rm = b.rank_maps[b.vals["gpd"].index(gpd)]
         e = cfg.etp_eff
         shapes = {"tp": rm.worst_shape(1, cfg.tp, world), "cp": rm.worst_shape(cfg.tp, cfg.cp, world),
                   "dp": rm.worst_shape(cfg.tp * cfg.cp, cfg.dp_for(world), world),
@@ -349,42 +418,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         if pred.step_time_s > 0:
             max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)
         entries.append(PlanEntry(cfg, pred, placement, world, gbs, shapes, step_prog))
-
-    best = entries[0].prediction
-    if objective == "robust":   # the band's lower edge of the cluster's tokens/s
-        obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
-        bound = _bound_value(res, b, training, entries[0], objective)
-    elif objective == "throughput":
-        obj_val = best.tokens_per_s
-        bound = _bound_value(res, b, training, entries[0], objective)
-    else:
-        obj_val = best.tflops_per_gpu
-        bound = _bound_value(res, b, training, entries[0], objective)
-    solver_info = {
-        "status": res.status,
-        "wall_s": time.perf_counter() - t0,
-        "solve_s": res.wall_s,
-        "build_s": t_build,
-        "objective": obj_val,
-        "objective_name": {"throughput": "tokens_per_s", "robust": "tokens_per_s_low"}.get(objective, "tflops_per_gpu"),
-        "bound": bound,
-        "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
-        "method": method if factors is not None or method in ("cp-sat-full", "exhaustive") else "exhaustive",
-        "evaluated_exactly": getattr(res, "evaluated", res.num_constraints),
-        "cpsat_s": getattr(res, "cpsat_s", res.wall_s if method == "cp-sat-full" else 0.0),
-        "bands": getattr(res, "bands", 0),
-        "statuses": res.statuses,
-        "memory_cuts": res.rejected,
-        "layouts_in_space": float(space.size()),
-        "variables": res.num_vars,
-        "constraints": res.num_constraints,
-        "program_vs_predict_max_rel_err": max_err,
-        "min_world": min_world,
-        "space": {k: list(v) for k, v in space.values.items()},
-        "layouts": sorted([b.vals["pp"][k[0]], b.vals["vpp"][k[1]], b.vals["split"][k[2]]] for k in b.layouts),
-        "notes": b.notes,
-    }
-    return PlanResult(entries, solver_info, model, cluster, training)
+    return entries, max_err
 
 
 def _bound_value(res, b, training, entry: PlanEntry, objective: str):
