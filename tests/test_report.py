@@ -269,7 +269,7 @@ def test_render_plan_prints_everything():
     explain.render_plan(plan_doc(), console=console)
     out = console.export_text()
     for needle in ("TP1 PP2 VPP8 EP32 MBS1", "1,650", "exposed EP all-to-all", "188.5 / 288 GiB",
-                   "racks 0-1", "why not", "solver: OPTIMAL"):
+                   "racks gb300-r[01-02]", "why not", "solver: OPTIMAL"):
         assert needle in out
 
 

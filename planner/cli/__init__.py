@@ -25,6 +25,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: rich's option table truncates long option names at 80 columns
+    rich_markup_mode=None,
 )
 
 _STATE = {"debug": False}

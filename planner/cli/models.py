@@ -11,6 +11,7 @@ models_app = typer.Typer(
     help="The built-in model catalog and any Hugging Face config.json.\n\n"
     "Example: topoplan models show deepseek-v3",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: no truncated option names
 )
 
 

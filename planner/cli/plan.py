@@ -99,6 +99,7 @@ def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "training options").replace("memory_headroom", "--memory-headroom")) from None
 
+
 HEADROOM_HELP = ("HBM each GPU keeps free for what the memory model leaves out: a share (5%), GiB (8GiB) or both "
                  "(5%,4GiB: the larger); default 5%")
 WARN_SHARE = 0.95  # the terminal output warns when a plan fills more of HBM than this
@@ -297,13 +298,12 @@ def _render(doc, cluster, result) -> None:
     console.print(header_line(doc["header"]), highlight=False)
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
     _render_uncertainty(doc, console)
-    s = doc["solver"]
-    console.print(f"objective {s['objective_name']}: best {s['objective']:.6g}, proven bound {s['bound']:.6g} "
-                  f"({s['status']}, {s['wall_s']:.2f} s, {s['layouts_in_space']:.3g} layouts in the space)")
-    for entry in doc["plans"]:
-        dom = entry["placement"].get("domains", {})
-        spans = ", ".join(f"{k} {v}" for k, v in dom.items())
-        console.print(f"  {entry['label']}: domains spanned per group: {spans}")
+    # the solver line and the NVLink domains per group are printed by render_plan (once)
+    from planner.output.explain import idle_note
+
+    note = idle_note(doc, doc["header"]["gpus_offered"])
+    if note:
+        console.print(note, style="yellow", highlight=False)
     t = result.training
     hbm = cluster.gpu_spec.hbm_gib
     console.print(f"memory headroom {t.memory_headroom}: plans fit in {hbm - t.headroom_gib(hbm):.1f} of {hbm:.0f} GiB "

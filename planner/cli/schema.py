@@ -13,6 +13,7 @@ schema_app = typer.Typer(
     name="schema",
     help="JSON Schemas of the documents topoplan writes.\n\nExample: topoplan schema plan > plan.schema.json",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: no truncated option names
 )
 
 

@@ -15,6 +15,7 @@ topology_app = typer.Typer(
     help="Clusters: built-in presets, cluster files, and imports of Slurm / NCCL / Kubernetes topologies.\n\n"
     "Example: topoplan topology show gb300-nvl72 --gpus 288 --json",
     no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: no truncated option names
 )
 
 

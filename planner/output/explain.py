@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -92,6 +93,20 @@ CATEGORY_COLORS: dict[str, str] = {
     "other": "#b8b8b8",
 }
 
+# Prose names of the step-time terms for the terminal (JSON keeps the keys of TERM_CATEGORY)
+TERM_LABELS: dict[str, str] = {
+    "compute": "compute",
+    "tp_comm": "exposed TP",
+    "cp_comm": "exposed CP",
+    "ep_a2a": "exposed EP all-to-all",
+    "imbalance": "expert imbalance",
+    "pp_bubble": "pipeline bubble",
+    "pp_p2p": "pipeline P2P",
+    "dp_comm": "exposed DP",
+    "optimizer": "optimizer",
+    "other": "other (launch overhead)",
+}
+
 _STAGE_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _STAGE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
@@ -123,8 +138,10 @@ def _fmt_s(secs: float) -> str:
     return f"{secs * 1e3:.1f} ms"
 
 
-def breakdown_bar(breakdown: Mapping | None, step_time_s: float | None = None, width: int = 40) -> Text:
-    """A stacked bar of the categories (``width`` cells) followed by a legend line."""
+def breakdown_bar(breakdown: Mapping | None, step_time_s: float | None = None, width: int = 40,
+                  line_width: int | None = None) -> Text:
+    """A stacked bar of the categories (``width`` cells) followed by a legend line; with
+    ``line_width`` the legend breaks between items (never inside one) to stay within it."""
     cats = categorize(breakdown, step_time_s)
     total = sum(cats.values())
     text = Text()
@@ -144,11 +161,17 @@ def breakdown_bar(breakdown: Mapping | None, step_time_s: float | None = None, w
     for c in CATEGORIES:
         if cats[c] > 0:
             legend.append((c, f"{CATEGORY_LABELS[c]} {_fmt_s(cats[c])} ({cats[c] / total:.0%})"))
+    col = 0
     for i, (c, label) in enumerate(legend):
+        if i and line_width and col + 2 + len(label) + 2 > line_width:
+            text.append("\n")
+            col = 0
+        elif i:
+            text.append("  ")
+            col += 2
         text.append("■ ", style=CATEGORY_COLORS[c])
         text.append(label)
-        if i < len(legend) - 1:
-            text.append("  ")
+        col += 2 + len(label)
     return text
 
 
@@ -205,12 +228,16 @@ def _extras(entry: Mapping) -> dict[str, str]:
         "order": str(pl.get("order") or ""),
         "dp": f"DP{cfg.get('dp')}" if cfg.get("dp") else "",
         "gbs": f"GBS{cfg.get('gbs')}" if cfg.get("gbs") else "",
+        # an uneven pipeline split: decoder layers on the first / last stage
+        "pp_split": (f"first/last stage {cfg.get('pp_first')}/{cfg.get('pp_last')} layers"
+                     if cfg.get("pp_first") is not None or cfg.get("pp_last") is not None else "even PP split"),
     }
 
 
 def plan_labels(entries: Sequence[Mapping]) -> list[str]:
     """``config_label`` of each entry, extended where two entries would read the same with what
-    differs between them (dispatcher, GPUs used per NVLink domain, rank order, DP, GBS)."""
+    differs between them (dispatcher, GPUs used per NVLink domain, rank order, DP, GBS, the
+    layers on the first and last pipeline stage)."""
     base = [config_label(e.get("config") or {}) for e in entries]
     out = list(base)
     for lab in set(base):
@@ -277,6 +304,16 @@ def domain_sizes_of(doc) -> list[int]:
     return list(Cluster.model_validate(doc["cluster"]).domain_sizes())
 
 
+def domain_names_of(doc) -> list[str]:
+    """Names of the NVLink domains (``Cluster.domain_names()``), in the order of ``domain_sizes_of``."""
+    from planner.search.document import PlanDocument
+    from topologies.cluster import Cluster
+
+    if isinstance(doc, PlanDocument):
+        return list(doc.cluster.domain_names())
+    return list(Cluster.model_validate(doc["cluster"]).domain_names())
+
+
 def _stage_glyph(stage: int) -> str:
     return _STAGE_GLYPHS[stage] if stage < len(_STAGE_GLYPHS) else "#"
 
@@ -339,8 +376,23 @@ def domain_word(domain_sizes: Sequence[int], plural: bool = True) -> str:
     return ("racks" if plural else "rack") if big else ("nodes" if plural else "node")
 
 
-def placement_map(plan: Mapping, domain_sizes: Sequence[int], max_rows: int = 12) -> Text:
-    """One row per domain, one glyph per GPU = its pipeline stage; identical neighbours collapse."""
+def _run_label(word: str, a: int, b: int, names: Sequence[str] | None) -> str:
+    """``rack 3`` / ``racks 0-3``, or with the cluster's domain names ``rack gb300-r04`` /
+    ``racks gb300-r[01-04]`` (a hostlist expression)."""
+    if names and len(names) > b:
+        if a == b:
+            return f"{word} {names[a]}"
+        from topologies.hostlist import compress
+
+        return f"{word}s {compress(list(names[a:b + 1]))}"
+    return f"{word} {a}" if a == b else f"{word}s {a}-{b}"
+
+
+def placement_map(plan: Mapping, domain_sizes: Sequence[int], max_rows: int = 12,
+                  names: Sequence[str] | None = None, line_width: int | None = None) -> Text:
+    """One row per domain, one glyph per GPU = its pipeline stage; identical neighbours collapse.
+    Domains are labelled with ``names`` (the cluster's domain names) when given, else numbered
+    from 0. When a row does not fit in ``line_width`` the label goes on a line of its own."""
     grid = gpu_stage_grid(plan, domain_sizes)
     word = domain_word(domain_sizes, plural=False)
     rows: list[tuple[int, int, list[int]]] = []  # (first, last, pattern)
@@ -351,17 +403,22 @@ def placement_map(plan: Mapping, domain_sizes: Sequence[int], max_rows: int = 12
             rows.append((i, i, row))
     text = Text()
     shown = rows if len(rows) <= max_rows else rows[: max_rows - 1]
-    label_w = max(len(f"{word}s {a}-{b}") if a != b else len(f"{word} {a}") for a, b, _ in shown) if shown else 0
+    label_w = max((len(_run_label(word, a, b, names)) for a, b, _ in shown), default=0)
+    row_w = max((len(r) for _, _, r in shown), default=0)
+    split = bool(line_width) and label_w + 2 + row_w + len("  72/72 GPUs") > line_width
     for a, b, row in shown:
-        label = f"{word} {a}" if a == b else f"{word}s {a}-{b}"
+        label = _run_label(word, a, b, names)
         used = sum(1 for s in row if s >= 0)
-        text.append(label.ljust(label_w) + "  ")
+        if split:
+            text.append(f"{label}: {used}/{len(row)} GPUs\n")
+        else:
+            text.append(label.ljust(label_w) + "  ")
         for s in row:
             if s < 0:
                 text.append(".", style="dim")
             else:
                 text.append(_stage_glyph(s), style=_STAGE_STYLES[s % len(_STAGE_STYLES)])
-        text.append(f"  {used}/{len(row)} GPUs\n")
+        text.append("\n" if split else f"  {used}/{len(row)} GPUs\n")
     if len(rows) > len(shown):
         hidden = rows[len(shown):]
         text.append(f"... {sum(b - a + 1 for a, b, _ in hidden)} more {word}s\n", style="dim")
@@ -425,7 +482,7 @@ def why_not(best: Mapping, alt: Mapping, domain_word: str = "domains", hbm_gib: 
 def _reason(cat: str, alt: Mapping, best: Mapping, word: str, fa: float, fb: float) -> str:
     cfg = alt.get("config") or {}
     doms = (alt.get("placement") or {}).get("domains") or {}
-    share = f" ({fa:.0%} of the step vs {fb:.0%})"
+    share = f" ({_pct_pair(fa, fb)})"
     if cat == "ep":
         if int(doms.get("ep") or 1) > 1:
             return f"EP all-to-all crosses {word}{share}"
@@ -450,7 +507,15 @@ def _reason(cat: str, alt: Mapping, best: Mapping, word: str, fa: float, fb: flo
         return f"more expert imbalance (the slowest rank or busiest expert GPU waits longer){share}"
     if cat == "optimizer":
         return f"longer optimizer step{share}"
-    return f"more launch overhead and time outside the modelled terms{share}"
+    return f"more per-layer launch overhead{share}"
+
+
+def _pct_pair(fa: float, fb: float) -> str:
+    """"3% of the step vs 1%", with a decimal where whole percents would read the same."""
+    digits = 0
+    while digits < 3 and f"{fa:.{digits}%}" == f"{fb:.{digits}%}":
+        digits += 1
+    return f"{fa:.{digits}%} of the step vs {fb:.{digits}%}"
 
 
 def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None = None,
@@ -475,51 +540,102 @@ def hbm_of(doc: Mapping) -> float | None:
 
 # ---------------------------------------------------------------------------------------- render
 
-def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = None) -> Table:
-    """The top plans as a table: layout, TFLOP/s per GPU, tokens/s, step time, memory."""
+def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = None,
+                width: int | None = None) -> Table:
+    """The top plans as a table: layout, TFLOP/s and tokens/s per GPU, step time, memory, band.
+    Figures never wrap or truncate; the units sit in the caption. When the table would not fit in
+    ``width`` the layout wraps between its tokens, and then the band column is dropped (the band is
+    printed with each plan's lead below the table)."""
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
-    table = Table(title="plans", show_lines=False)
-    for col, just in (("#", "right"), ("layout", "left"), ("TFLOP/s/GPU", "right"),
-                      ("tokens/s/GPU", "right"), ("step", "right"), ("memory/GPU", "right"), ("band TFLOP/s/GPU", "right")):
-        table.add_column(col, justify=just)
     entries = (doc.get("plans") or [])[: top or None]
-    for i, (entry, label) in enumerate(zip(entries, plan_labels(entries))):
+    labels = plan_labels(entries)
+    rows = []
+    for i, (entry, label) in enumerate(zip(entries, labels)):
         p = _pred(entry)
         mem = p.get("memory_gib_per_gpu")
-        mem_s = "-" if mem is None else (f"{mem:.0f}/{cap:.0f} GiB" if cap else f"{mem:.0f} GiB")
-        table.add_row(
-            str(i + 1),
-            label,
+        rows.append([
+            str(i + 1), label,
             f"{p.get('tflops_per_gpu', 0):,.0f}",
             f"{p.get('tokens_per_s_per_gpu', 0):,.0f}",
             _fmt_s(float(p.get("step_time_s") or 0.0)),
-            mem_s,
+            "-" if mem is None else f"{mem:.0f}",
             # the uncertainty band (docs/uncertainty.md); * = extrapolated regime
             f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f}" + ("*" if p.get("extrapolated") else "")
             if p.get("tflops_per_gpu_high") else "-",
-        )
+        ])
+    mem_note = f"GiB: memory per GPU of {cap:.0f} GiB HBM" if cap else "GiB: memory per GPU"
+    caption = f"TFLOP/s (model) and tokens/s per GPU; {mem_note}; band: TFLOP/s uncertainty (* extrapolated)"
+    cols = [("#", "right"), ("layout", "left"), ("TFLOP/s", "right"), ("tokens/s", "right"), ("step", "right"),
+            ("GiB", "right"), ("band", "right")]
+
+    def build(keep: list[int]) -> Table:
+        table = Table(title="plans", caption=caption if 6 in keep else caption.split("; band")[0],
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        for k in keep:
+            name, just = cols[k]
+            if name == "layout":
+                longest = max((len(t) for r in rows for t in r[1].split()), default=6)
+                table.add_column(name, justify=just, overflow="fold", min_width=max(6, longest))
+            else:
+                table.add_column(name, justify=just, no_wrap=True)
+        for r in rows:
+            table.add_row(*(r[k] for k in keep))
+        return table
+
+    table = build(list(range(7)))
+    if width and _min_width(table) > width:
+        table = build(list(range(6)))
     return table
 
 
-def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: int = 40) -> Group:
-    """Breakdown bar, memory bar and placement map of plan ``index``."""
+def _min_width(renderable) -> int:
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    con = Console(width=10_000)
+    return Measurement.get(con, con.options, renderable).minimum
+
+
+def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: int = 40,
+                 line_width: int | None = None) -> Group:
+    """Breakdown bar, memory bar and placement map of plan ``index`` (lines kept within
+    ``line_width`` when given: legends break between items, map rows put their label above)."""
     entry = doc["plans"][index]
     p = _pred(entry)
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
     title = Text(f"#{index + 1} {plan_labels(doc['plans'])[index]}", style="bold")
-    parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width)]
+    parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width, line_width)]
     if p.get("memory_gib_per_gpu") is not None:
         parts.append(Text("memory ") + memory_bar(float(p["memory_gib_per_gpu"]), cap, width=width))
     sizes = domain_sizes_of(doc)
     if sizes and (entry.get("placement") or {}).get("rank_to_gpu"):
-        parts.append(placement_map(entry, sizes))
+        parts.append(placement_map(entry, sizes, names=domain_names_of(doc), line_width=line_width))
     return Group(*parts)
+
+
+def solver_line(solver: Mapping) -> str:
+    """The search in one plain line: status, time, best objective and proven bound, space size."""
+    if not solver:
+        return ""
+    line = f"solver: {solver.get('status', '?')} in {float(solver.get('wall_s') or 0):.2f} s"
+    obj, bound = solver.get("objective"), solver.get("bound")
+    if obj is not None:
+        unit = {"tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU"}.get(
+            solver.get("objective_name") or "", str(solver.get("objective_name") or ""))
+        line += f", best {float(obj):,.0f} {unit}".rstrip()
+        if bound is not None:
+            line += f", proven bound {float(bound):,.0f}"
+            if float(obj):
+                line += f" (gap {abs(float(bound) - float(obj)) / abs(float(obj)):.2%})"
+    if solver.get("layouts_in_space"):
+        line += f", {int(solver['layouts_in_space']):,} layouts in the space"
+    return line
 
 
 def render_plan(doc: Mapping, console: Console | None = None, top: int | None = None,
                 hbm_gib: float | None = None, rejected: Sequence[Mapping] | None = None) -> None:
     """Print the whole explanation of a plan document (a ``PlanDocument`` or its JSON object, which
-    is validated first) to ``console`` (stdout by default)."""
+    is validated first) to ``console`` (stdout by default), within the console's width."""
     from planner.search.document import load_document
 
     doc = load_document(doc, "plan document").dump()
@@ -528,21 +644,45 @@ def render_plan(doc: Mapping, console: Console | None = None, top: int | None = 
     if not plans:
         console.print("no plans")
         return
-    console.print(plans_table(doc, top, hbm_gib))
+    width = console.width
+    console.print(plans_table(doc, top, hbm_gib, width=width))
     for i in range(min(len(plans), top or len(plans))):
-        console.print(plan_details(doc, i, hbm_gib))
+        console.print(plan_details(doc, i, hbm_gib, line_width=width))
         console.print()
     lines = why_not_lines(doc, n=3, rejected=rejected, hbm_gib=hbm_gib)
     if lines:
         console.print(Text("why not", style="bold"))
         for line in lines:
             console.print(Text(f"  {line}"))
-    solver = doc.get("solver") or {}
-    if solver:
-        gap = ""
-        if solver.get("objective") and solver.get("bound"):
-            obj, bound = float(solver["objective"]), float(solver["bound"])
-            if obj:
-                gap = f", gap {abs(bound - obj) / abs(obj):.2%}"
-        console.print(Text(f"solver: {solver.get('status', '?')} in {float(solver.get('wall_s') or 0):.2f} s{gap}",
-                           style="dim"))
+    line = solver_line(doc.get("solver") or {})
+    if line:
+        console.print(Text(line, style="dim"))
+
+
+def idle_note(doc: Mapping, offered: int | None) -> str:
+    """A line when the best plan leaves offered GPUs idle: how many, the cluster throughput that
+    costs, why (a DP degree that must divide the global batch), and what to try. Empty otherwise."""
+    plans = doc.get("plans") or []
+    if not plans or not offered:
+        return ""
+    cfg = plans[0].get("config") or {}
+    world = int(cfg.get("world") or len((plans[0].get("placement") or {}).get("rank_to_gpu") or []) or 0)
+    if not world or world >= offered:
+        return ""
+    idle = offered - world
+    mp = int(cfg.get("tp") or 1) * int(cfg.get("cp") or 1) * int(cfg.get("pp") or 1)
+    mbs = int(cfg.get("mbs") or 1)
+    gbs = int(cfg.get("gbs") or (doc.get("training") or {}).get("global_batch") or 0)
+    dp_full = offered // mp
+    line = (f"note: {idle} of {offered} GPUs idle ({idle / offered:.0%} of the cluster's throughput at this "
+            f"per-GPU rate); the plan runs on {world}")
+    if gbs and dp_full > int(cfg.get("dp") or 0) and gbs % (dp_full * mbs):
+        line += (f": DP{dp_full} would use {dp_full * mp} GPUs with TP{cfg.get('tp', 1)} CP{cfg.get('cp', 1)} "
+                 f"PP{cfg.get('pp', 1)}, but the global batch {gbs} is not a multiple of DP x MBS = "
+                 f"{dp_full * mbs}, so DP{cfg.get('dp')} is the largest degree that divides it here")
+    else:
+        line += ": the rules of the layout (EP groups within DP x CP, the NVLink domains' sizes, memory) leave them unused"
+    lo, hi = max(1, int(gbs * 0.9)), int(gbs * 1.1) + 1
+    if gbs:
+        line += f"; try --gbs-range {lo}:{hi} to let the solver choose a batch that uses more GPUs"
+    return line
