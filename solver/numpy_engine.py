@@ -1,0 +1,169 @@
+"""The numpy engine: every assignment the allow/forbid tables admit (:func:`feasible_rows`), and the
+program's nodes evaluated for many assignments at once (:func:`evaluate_many`, :func:`weights_of`,
+:func:`table_mask`); exhaustive, so optimal by construction."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from solver.program import Program
+
+
+# -- exhaustive evaluation (vectorised) ------------------------------------------------------------
+
+def table_mask(prog: Program, rows) -> "np.ndarray":
+    """Rows (R, n) that satisfy every allow/forbid table of ``prog`` (table nodes are checked by
+    :func:`evaluate_many`)."""
+    import numpy as np
+
+    ok = np.ones(len(rows), dtype=bool)
+    for checks, allowed in ((prog.allowed, True), (prog.forbidden, False)):
+        for vars_, tuples in checks:
+            if not vars_:
+                continue
+            dims = [prog.domains[u] for u in vars_]
+            tab = np.zeros(int(np.prod(dims)), dtype=bool)
+            if tuples:
+                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
+                tab[np.ravel_multi_index(tarr.T, dims)] = True
+            hit = tab[np.ravel_multi_index(rows[:, list(vars_)].T, dims)]
+            ok &= hit if allowed else ~hit
+    return ok
+
+
+def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit: int = 50_000_000) -> "np.ndarray":
+    """Every assignment that satisfies the allow/forbid tables and has an entry in every table
+    node keyed by decision variables only, as an (R, n) int array. A vectorised join: variables
+    are added in ``order`` and each table is applied as soon as all its variables are set."""
+    import numpy as np
+
+    n = len(prog.domains)
+    order = list(range(n)) if order is None else list(order)
+    checks = [(v, t, True) for v, t in prog.allowed] + [(v, t, False) for v, t in prog.forbidden]
+    checks += [(nd.vars, frozenset(nd.values), True) for nd in prog.nodes if nd.kind == "table" and not nd.keys]
+    pos = {v: i for i, v in enumerate(order)}
+    # each check runs when its last variable (in order) is added
+    by_step: dict[int, list] = {}
+    for vars_, tuples, allowed in checks:
+        if not vars_:
+            continue
+        step = max(pos[v] for v in vars_)
+        by_step.setdefault(step, []).append((vars_, tuples, allowed))
+    dt = np.int16 if max(prog.domains) < 2 ** 15 else np.int64
+    rows = np.zeros((1, n), dtype=dt)
+    for step, v in enumerate(order):
+        d = prog.domains[v]
+        rows = np.repeat(rows, d, axis=0)
+        rows[:, v] = np.tile(np.arange(d, dtype=dt), len(rows) // d)
+        for vars_, tuples, allowed in by_step.get(step, []):
+            dims = [prog.domains[u] for u in vars_]
+            mask_tab = np.zeros(int(np.prod(dims)), dtype=bool)
+            if tuples:
+                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
+                mask_tab[np.ravel_multi_index(tarr.T, dims)] = True
+            idx = np.ravel_multi_index(rows[:, list(vars_)].T, dims)
+            keep = mask_tab[idx] if allowed else ~mask_tab[idx]
+            rows = rows[keep]
+        if len(rows) > chunk_limit:
+            raise MemoryError(f"{len(rows)} partial assignments after {step + 1} variables")
+    return rows
+
+
+def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
+    """(objective, feasible mask, node values) for every row of ``rows`` (R, n): the vectorised
+    twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False.
+
+    ``upto``: evaluate only nodes ``0..upto`` (nodes are in creation order, so a node's inputs come
+    before it) and return that node's values as the objective, unweighted and without limits; the
+    mask then covers only the tables met so far (a partial check, for lower bounds)."""
+    import numpy as np
+
+    R = len(rows)
+    ok = np.ones(R, dtype=bool)
+    out: list = []
+    for ni, nd in enumerate(prog.nodes):
+        if upto is not None and ni > upto:
+            break
+        if nd.kind == "table":
+            dims, cols = [], []
+            for v in nd.vars:
+                dims.append(prog.domains[v])
+                cols.append(rows[:, v])
+            keys = list(nd.values.keys())
+            karr = np.array(keys, dtype=np.int64).reshape(len(keys), len(nd.vars) + len(nd.keys))
+            kidx = [karr[:, j] for j in range(len(nd.vars))]
+            for j, src in enumerate(nd.keys):
+                col = karr[:, len(nd.vars) + j]
+                uniq = np.unique(col)
+                dims.append(len(uniq))
+                kidx.append(np.searchsorted(uniq, col))
+                val = out[src]
+                pos = np.clip(np.searchsorted(uniq, val), 0, len(uniq) - 1)
+                ok &= uniq[pos] == val
+                cols.append(pos)
+            flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+            have = np.zeros(int(np.prod(dims)), dtype=bool)
+            fi = np.ravel_multi_index(kidx, dims)
+            flat[fi] = np.fromiter(nd.values.values(), dtype=np.int64, count=len(keys))
+            have[fi] = True
+            ri = np.ravel_multi_index(cols, dims)
+            ok &= have[ri]
+            out.append(flat[ri])
+        elif nd.kind == "const":
+            out.append(np.full(R, nd.const, dtype=np.int64))
+        elif nd.kind == "sum":
+            acc = np.full(R, nd.const, dtype=np.int64)
+            for a, w in zip(nd.args, nd.weights):
+                acc = acc + w * out[a]
+            out.append(acc)
+        elif nd.kind == "max":
+            acc = out[nd.args[0]]
+            for a in nd.args[1:]:
+                acc = np.maximum(acc, out[a])
+            out.append(acc)
+        elif nd.kind == "product":
+            out.append(out[nd.args[0]] * out[nd.args[1]])
+        elif nd.kind == "element":
+            i = rows[:, nd.vars[0]] if nd.vars else out[nd.keys[0]]
+            ok &= (i >= 0) & (i < len(nd.args))
+            acc = out[nd.args[0]].copy()
+            for j, a in enumerate(nd.args[1:], 1):
+                np.copyto(acc, out[a], where=(i == j))
+            out.append(acc)
+        elif nd.kind == "argmax":
+            k = len(nd.args) // 2
+            keys = np.stack([out[a] for a in nd.args[:k]])
+            pres = np.stack([out[a] for a in nd.args[k:]])
+            ok &= np.all((pres == 0) | (pres == 1), axis=0) & np.any(pres == 1, axis=0)
+            masked = np.where(pres == 1, keys, np.iinfo(np.int64).min)
+            out.append(np.argmax(masked, axis=0).astype(np.int64))   # first maximal, as Python's max
+    if upto is not None:
+        return np.where(ok, out[upto], 0), ok, out
+    for n_, b in prog.limits:
+        ok &= out[n_] <= b
+    obj = out[prog.objective].copy()
+    if prog.weight is not None:
+        wts, have = weights_of(prog, rows)
+        ok &= have
+        # weight * node can exceed int64 for slow layouts: order them in float64 (53-bit mantissa)
+        obj = obj.astype(np.float64) * wts
+    return np.where(ok, obj, 0), ok, out
+
+
+def weights_of(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray"]:
+    """(objective weight, defined mask) for every row (weight 1 when the objective has none)."""
+    import numpy as np
+
+    R = len(rows)
+    if prog.weight is None:
+        return np.ones(R, dtype=np.int64), np.ones(R, dtype=bool)
+    wv, table = prog.weight
+    dims = [prog.domains[v] for v in wv]
+    flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+    have = np.zeros(int(np.prod(dims)), dtype=bool)
+    karr = np.array(list(table.keys()), dtype=np.int64).reshape(len(table), len(wv))
+    fi = np.ravel_multi_index(karr.T, dims)
+    flat[fi] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    have[fi] = True
+    ri = np.ravel_multi_index(rows[:, list(wv)].T, dims)
+    return flat[ri], have[ri]
