@@ -303,7 +303,7 @@ def test_host_floor_binds_only_where_the_host_is_slower():
 
 def test_plan_program_prices_the_host_floor_as_predict_does():
     # a layout space where the floor binds (EP1: all 128 experts on every GPU, 38 ms of launches per
-    # MoE layer): the solver's program (planner/search/plan.py) must restate it exactly
+    # MoE layer): the solver's program (planner/search/program.py, tabulating steptime.kind_host_time) must equal it
     from planner.cost.terms import host as HOST
     from planner.search.plan import plan
 

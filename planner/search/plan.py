@@ -38,7 +38,7 @@ import numpy as np
 from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
 from planner.search.bounds import bound_factors, exhaustive
-from planner.search.program import BUBBLE, NS, _Builder, _used_per_domain
+from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
 from planner.search.space import VARIABLES, build_space
 from solver.layout import enumerate_bounded, solve, solve_bounded
 
@@ -161,7 +161,7 @@ def _maxtext_mesh_ok(cluster, model, cfg, world, gpd) -> bool:
     """MaxText's mesh rule as ``planner.output.emit.maxtext.split_mesh`` applies it: the axes
     (tensor, context, expert, fsdp = dp / ep, stage) fill a slice innermost-first by gcd, and the
     ICI part must be the slice and the DCN part the number of slices."""
-    used = _used_per_domain(cluster, gpd, world)
+    used = used_per_domain(cluster, gpd, world)
     if len(set(used)) != 1:
         return False
     per_slice, n_slices = used[0], len(used)
@@ -212,7 +212,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
                    equal_slices)
     cluster, training = req.cluster, req.training
-    b = _Builder(model, cluster, training, req.space, req.profile, objective, req.min_world)
+    b = ProgramBuilder(model, cluster, training, req.space, req.profile, objective, req.min_world)
     b.n_gpus, b.equal_slices = req.n, req.equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
     t_build0 = time.perf_counter()
     prog = b.build()

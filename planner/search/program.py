@@ -81,7 +81,7 @@ class _Ids:
 # the program
 
 
-class _Builder:
+class ProgramBuilder:
     """Builds the solver.layout Program that mirrors planner.cost.steptime for one request."""
 
     def __init__(self, model, cluster, training: Training, space: Space, profile, objective: str,
@@ -776,7 +776,7 @@ class _Builder:
         return cfg, world, a["gbs"], a["gpd"], lay
 
 
-def _used_per_domain(cluster, gpd, world) -> list[int]:
+def used_per_domain(cluster, gpd, world) -> list[int]:
     """GPUs of each NVLink domain the first ``world`` ranks use (placement fills domains in order)."""
     from planner.cost.placement import domain_slots
 
@@ -792,4 +792,4 @@ def _used_per_domain(cluster, gpd, world) -> list[int]:
 
 
 def _equal_slices(cluster, gpd, world) -> bool:
-    return len(set(_used_per_domain(cluster, gpd, world))) == 1
+    return len(set(used_per_domain(cluster, gpd, world))) == 1
