@@ -98,7 +98,7 @@ def test_cli_does_not_fit_exits_3(capsys):
 def test_cli_human_output(capsys):
     code, out, _ = _run(BASE + ["--pp", "2", "--vpp", "8", "--ep", "32"], capsys)
     assert code == 0
-    assert "model TFLOP/s per GPU" in out and "ep_a2a" in out and "memory per GPU" in out
+    assert "model TFLOP/s per GPU" in out and "exposed EP all-to-all" in out and "memory per GPU" in out
 
 
 def test_dispatcher_none_is_the_stack_default_and_bad_names_are_refused():

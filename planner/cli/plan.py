@@ -128,9 +128,49 @@ def header(training, model_name: str, cluster_name: str, offered: int, used) -> 
 
 def header_line(h: dict) -> str:
     used = h["gpus_used"] if not isinstance(h["gpus_used"], (list, tuple)) else ",".join(map(str, h["gpus_used"]))
+    offered = h["gpus_offered"]
+    offered = ",".join(map(str, offered)) if isinstance(offered, (list, tuple)) else offered
     return (f"stack {h['stack']} | trainer {h['trainer']} | model {h['model']} | cluster {h['cluster']} | "
-            f"GPUs offered {h['gpus_offered']}, used {used} | {h['precision']} | seq {h['seq_len']} | "
+            f"GPUs offered {offered}, used {used} | {h['precision']} | seq {h['seq_len']} | "
             f"gbs {h['global_batch']}")
+
+
+def smallest_fitting(plan_at, offered: int, step: int, cap: int = 65536):
+    """The fewest GPUs (a multiple of ``step``, above ``offered``) on which ``plan_at(n)`` finds a
+    layout: doubling until one fits, then bisection between the last count that did not and the
+    first that did. Returns (n, the best layout there, step) or None when nothing up to ``cap``
+    fits or the cluster cannot be sized (a cluster file of fixed size)."""
+    from planner.errors import TopoplanError
+
+    step = max(1, int(step))
+
+    def fits(n):
+        try:
+            return plan_at(n).plans[0].label
+        except TopoplanError:
+            return None
+
+    lo, hi = offered, None
+    n = max(step, -(-offered // step) * step)
+    while n <= cap:
+        n = max(n, lo + step)
+        lab = fits(n)
+        if lab:
+            hi = (n, lab)
+            break
+        lo, n = n, n * 2
+    if hi is None:
+        return None
+    while hi[0] - lo > step:   # invariant: lo does not fit, hi fits
+        mid = (lo + (hi[0] - lo) // 2) // step * step
+        if mid <= lo:
+            break
+        lab = fits(mid)
+        if lab:
+            hi = (mid, lab)
+        else:
+            lo = mid
+    return hi[0], hi[1], hi[0] - lo
 
 
 def _objective(value: str) -> str:
@@ -198,9 +238,22 @@ def register(app: typer.Typer) -> None:
         c = job.cluster
         emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
         # MaxText's equal slices are a constraint of the search when MaxText runs the plan
-        result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                      trainer=trainer, method=method,
-                      equal_slices=(trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits)
+        from planner.errors import InfeasibleError
+
+        eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
+        try:
+            result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
+                          trainer=trainer, method=method, equal_slices=eq)
+        except InfeasibleError as exc:
+            if "no layout fits" not in str(exc) and "memory lower bound" not in str(exc):
+                raise
+            n = smallest_fitting(lambda k: plan(m, load_job(cluster, gpus=k, usable_per_domain=usable_per_rack),
+                                                training, top=1, time_limit=time_limit, gbs_range=rng,
+                                                trainer=trainer, equal_slices=eq),
+                                 job.gpus, min(c.domain_sizes()))
+            if n is None:
+                raise
+            raise InfeasibleError(f"{exc}: {n[0]} GPUs fit ({n[1]}), {n[0] - n[2]} do not") from None
         doc = result.to_dict()
         if compare:
             doc["compare"] = compare_entry(compare, m, c, result, gpus=job.gpus)
@@ -285,8 +338,9 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        Console().print(header_line(doc["header"]), highlight=False)
-        _render_scale(rows)
+        con = Console()
+        con.print(header_line(doc["header"]), highlight=False)
+        _render_scale(rows, con)
 
 
 def _render(doc, cluster, result) -> None:
@@ -336,15 +390,36 @@ def _render_uncertainty(doc, console) -> None:
             console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
 
 
-def _render_scale(rows) -> None:
+def _render_scale(rows, console=None) -> None:
     from rich.console import Console
+
+    console = console or Console()
+    console.print(scale_table(rows, console.width))
+
+
+def scale_table(rows, width: int | None = None):
+    """The scaling table: figures never wrap; the layout and the solver cell wrap between tokens."""
     from rich.table import Table
 
-    t = Table(title="scaling")
-    for col in ("GPUs", "used", "layout", "tokens/s", "TFLOP/s per GPU", "retention", "solver"):
-        t.add_column(col, justify="right" if col not in ("layout",) else "left")
-    for r in rows:
-        t.add_row(str(r["gpus"]), str(r["world"]), r["layout"], f"{r['tokens_per_s']:,.0f}",
-                  f"{r['tflops_per_gpu']:.0f}", f"{100 * r['retention']:.1f}%",
-                  f"{r['status']} {r['wall_s']:.1f}s")
-    Console().print(t)
+    from planner.output.explain import compact_table, first_that_fits, longest_token
+
+    cells = [[f"{r['gpus']:,}", f"{r['world']:,}", r["layout"], f"{r['tokens_per_s']:,.0f}",
+              f"{r['tflops_per_gpu']:,.0f}", f"{100 * r['retention']:.1f}%", f"{r['status']} {r['wall_s']:.1f} s"]
+             for r in rows]
+    cols = ("GPUs", "used", "layout", "tokens/s", "TFLOP/s", "retained", "solver")
+    wrap = {"layout", "solver"}
+
+    def build(wide: bool) -> Table:
+        t = compact_table(title="scaling",
+                  caption="tokens/s of the cluster; TFLOP/s: model TFLOP/s per GPU; retained: per-GPU throughput "
+                          "against the smallest size")
+        for k, col in enumerate(cols):
+            if col in wrap and not wide:
+                t.add_column(col, overflow="fold", min_width=longest_token(c[k] for c in cells))
+            else:
+                t.add_column(col, justify="left" if col in wrap else "right", no_wrap=True)
+        for c in cells:
+            t.add_row(*c)
+        return t
+
+    return first_that_fits([build(True), build(False)], width)

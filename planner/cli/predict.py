@@ -69,6 +69,7 @@ def predict_cmd(
     from planner.cost.profiles import load_profile
     from planner.cli.checks import check_inputs
     from planner.rules import check
+    from topologies.loader import load_cluster
 
     prof = load_profile(stack or "megatron-26.08")
     check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
@@ -151,7 +152,7 @@ def _render(p, model, cluster, training) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from planner.output.explain import breakdown_bar, memory_bar
+    from planner.output.explain import MEMORY_LABELS, TERM_LABELS, breakdown_bar, memory_bar
 
     con = Console()
     con.print(f"[bold]{model.name}[/] on {cluster.name} ({p.world} x {cluster.gpu_spec.name.upper()}), "
@@ -174,16 +175,16 @@ def _render(p, model, cluster, training) -> None:
     bd.add_column("term")
     bd.add_column("seconds", justify="right")
     bd.add_column("share", justify="right")
-    for k, v in p.breakdown.items():
-        bd.add_row(k, f"{v:.4f}", f"{100 * v / p.step_time_s:5.1f}%")
+    for k, v in p.breakdown.items():   # prose names, as in the bar below (--json keeps the keys)
+        bd.add_row(TERM_LABELS.get(k, k), f"{v:.4f}", f"{100 * v / p.step_time_s:5.1f}%")
     con.print(bd)
-    con.print(breakdown_bar(dict(p.breakdown), p.step_time_s))
+    con.print(breakdown_bar(dict(p.breakdown), p.step_time_s, line_width=con.width))
     if p.memory:
         mt = Table(title="memory per GPU (GiB, worst stage)", box=None)
         mt.add_column("component")
         mt.add_column("GiB", justify="right")
         for k, v in p.memory.items():
-            mt.add_row(k, f"{v:.1f}")
+            mt.add_row(MEMORY_LABELS.get(k, k), f"{v:.1f}")
         con.print(mt)
     con.print(memory_bar(p.memory_gib_per_gpu, p.hbm_gib))
     usable = p.usable_gib if p.usable_gib is not None else p.hbm_gib
@@ -195,7 +196,6 @@ def _render(p, model, cluster, training) -> None:
 
     for line in memory_warnings([{"label": "", "prediction": {"memory_gib_per_gpu": p.memory_gib_per_gpu}}], p.hbm_gib):
         con.print(line, style="bold yellow")
-
 
 
 def validate_cmd(
@@ -226,21 +226,69 @@ def validate_cmd(
                          indent=2))
         return
     from rich.console import Console
+
+    con = Console()
+    con.print(validate_table(res["rows"], str(csv_path), con.width))
+    if res["mape_pct"] is not None:
+        con.print(mape_line(res), highlight=False)
+
+
+def mape_line(res: dict) -> str:
+    """``MAPE 5.87% over 24 rows; worst row mb196 (gpt-oss-120b, 64 H100): +49.5%``."""
+    rows = [r for r in res["rows"] if r.get("error_pct") is not None]
+    line = f"MAPE {res['mape_pct']:.2f}% over {len(rows)} rows"
+    if rows:
+        w = max(rows, key=lambda r: abs(r["error_pct"]))
+        line += f"; worst row {w['id']} ({w['model']}, {w['num_gpus']} {w['gpu']}, {w['config']}): {w['error_pct']:+.1f}%"
+    return line
+
+
+def validate_table(rows: list[dict], source: str, width: int | None = None):
+    """Predicted against measured TFLOP/s per row. Figures and names never wrap or truncate: at
+    narrow widths the stack goes to the caption (or under the model) and the layout under the model."""
     from rich.table import Table
 
-    t = Table(title=f"predicted vs measured: {csv_path}")
-    for col in ("id", "stack", "model", "GPUs", "prec", "layout", "pred TFLOP/s", "meas", "error", "fits"):
-        t.add_column(col, justify="right" if col in ("GPUs", "pred TFLOP/s", "meas", "error") else "left")
-    for r in res["rows"]:
-        err = "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        t.add_row(r["id"], r["stack"], r["model"], f"{r['num_gpus']} {r['gpu']}", r["precision"], r["config"],
-                  f"{r['predicted_tflops_per_gpu']:,.0f}",
-                  "" if r["measured_tflops_per_gpu"] is None else f"{r['measured_tflops_per_gpu']:,.0f}", err,
-                  "yes" if r["fits"] else "[red]no[/]")
-    con = Console()
-    con.print(t)
-    if res["mape_pct"] is not None:
-        con.print(f"MAPE {res['mape_pct']:.2f}%  (worst row {res['max_abs_error_pct']:.1f}%)")
+    from planner.output.explain import compact_table, first_that_fits, longest_token
+
+    def err(r):
+        return "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+
+    def figs(r):
+        return [f"{r['predicted_tflops_per_gpu']:,.0f}",
+                "" if r["measured_tflops_per_gpu"] is None else f"{r['measured_tflops_per_gpu']:,.0f}", err(r),
+                "yes" if r["fits"] else "[red]no[/]"]
+
+    stacks = sorted({r["stack"] for r in rows})
+    caption = "pred, meas: model TFLOP/s per GPU; error: pred / meas - 1; fits: in HBM"
+
+    def wide() -> Table:
+        t = compact_table(title=f"predicted vs measured: {source}", caption=caption)
+        for col in ("id", "stack", "model", "GPUs", "prec", "layout", "pred", "meas", "error", "fits"):
+            t.add_column(col, justify="right" if col in ("GPUs", "pred", "meas", "error") else "left",
+                         no_wrap=col != "layout", overflow="fold" if col == "layout" else "ellipsis",
+                         min_width=longest_token(r["config"] for r in rows) if col == "layout" else None)
+        for r in rows:
+            t.add_row(r["id"], r["stack"], r["model"], f"{r['num_gpus']} {r['gpu']}", r["precision"], r["config"],
+                      *figs(r))
+        return t
+
+    def narrow() -> Table:
+        one = len(stacks) == 1
+        cap = caption + (f"; stack {stacks[0]}" if one and stacks else "")
+        t = compact_table(title=f"predicted vs measured: {source}", caption=cap)
+        cells = [f"{r['model']}\n{r['config']}" + ("" if one else f"\n{r['stack']}") for r in rows]
+        t.add_column("id", no_wrap=True)
+        t.add_column("model, layout" + ("" if one else ", stack"), overflow="fold",
+                     min_width=max(longest_token(cells), 13))
+        t.add_column("GPUs", justify="right", overflow="fold", min_width=longest_token(
+            f"{r['num_gpus']} {r['gpu']}" for r in rows))
+        for col in ("prec", "pred", "meas", "error", "fits"):
+            t.add_column(col, justify="left" if col in ("prec", "fits") else "right", no_wrap=True)
+        for r, cell in zip(rows, cells):
+            t.add_row(r["id"], cell, f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
+        return t
+
+    return first_that_fits([wide(), narrow()], width)
 
 
 def calibrate_cmd(
@@ -287,7 +335,7 @@ def calibrate_cmd(
     if json_out:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"wrote {out}: {info['rows']} rows, MAPE {res['mape_pct']:.2f}% (worst {res['max_abs_error_pct']:.1f}%)")
+        print(f"wrote {out}: {info['rows']} rows fitted; " + mape_line(res))
         for k, v in doc["params"].items():
             print(f"  {k:28s} {v:.4g}")
         if mem is not None:

@@ -85,23 +85,25 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
         print(json.dumps({"presets": presets, "gpus": gpus}, indent=2))
         return
     from rich.console import Console
-    from rich.table import Table
 
     con = Console()
-    t = Table(title="Cluster presets (topoplan topology show NAME --gpus N)")
-    for col in ("preset", "GPU", "NVLink domain", "NIC Gb/s per GPU", "SU GPUs", "description"):
-        t.add_column(col)
-    for p in presets:
-        t.add_row(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
-                  p["description"])
+    from planner.output.explain import figure_table
+
+    t = figure_table("Cluster presets (topoplan topology show NAME --gpus N)",
+                     ("preset", "GPU", "domain", "NIC Gb/s", "SU GPUs", "description"),
+                     [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
+                       p["description"]) for p in presets],
+                     wrap=("description",), right=("domain", "NIC Gb/s", "SU GPUs"),
+                     caption="domain: GPUs per NVLink domain; NIC Gb/s per GPU; SU: scalable unit")
     con.print(t)
-    g = Table(title="GPU catalog (dense peaks; NVLink per direction)")
-    for col in ("GPU", "BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"):
-        g.add_column(col)
-    for s in gpus:
-        g.add_row(s["name"], f"{s['bf16_tflops']:g}", f"{s['fp8_tflops']:g}",
-                  "-" if s["fp4_tflops"] is None else f"{s['fp4_tflops']:g}", f"{s['hbm_gib']:g}",
-                  f"{s['hbm_tbps']:g}", f"{s['nvlink_gbps_uni']:g}", str(s["nvlink_domain_max"]), f"{s['nic_gbps']:g}")
+    g = figure_table("GPU catalog (dense peaks; NVLink per direction)",
+                     ("GPU", "BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"),
+                     [(s["name"], f"{s['bf16_tflops']:g}", f"{s['fp8_tflops']:g}",
+                       "-" if s["fp4_tflops"] is None else f"{s['fp4_tflops']:g}", f"{s['hbm_gib']:g}",
+                       f"{s['hbm_tbps']:g}", f"{s['nvlink_gbps_uni']:g}", str(s["nvlink_domain_max"]),
+                       f"{s['nic_gbps']:g}") for s in gpus],
+                     wrap=("BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC Gb/s"),
+                     right=("BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"))
     con.print(g)
 
 
@@ -135,7 +137,6 @@ def show_cmd(
     from collections import Counter
 
     from rich.console import Console
-    from rich.table import Table
 
     con = Console()
     sizes = Counter(doc["nvlink_domains"])
@@ -143,13 +144,15 @@ def show_cmd(
     con.print(f"[bold]{doc['name']}[/bold]: {doc['num_gpus']} healthy {c.gpu_spec.display} GPUs on "
               f"{len(c.nodes)} hosts; NVLink domains: {dom} GPUs "
               f"({c.gpu_spec.nvlink_gbps_uni:g} GB/s per GPU per direction)")
-    t = Table(title="scale-out tiers (lowest first)")
-    for col in ("tier", "Gb/s per GPU", "latency us", "oversubscription", "unit"):
-        t.add_column(col)
+    from planner.output.explain import figure_table
+
+    rows = []
     for tier in c.fabric_tiers:
         unit = f"{len(tier.groups)} groups" if tier.groups else (f"{tier.unit_gpus} GPUs" if tier.unit_gpus else "all")
-        t.add_row(tier.name, f"{tier.gbps_per_gpu:g}", f"{tier.latency_us:g}", f"{tier.oversubscription:g}", unit)
-    con.print(t)
+        rows.append((tier.name, f"{tier.gbps_per_gpu:g}", f"{tier.latency_us:g}", f"{tier.oversubscription:g}", unit))
+    con.print(figure_table("scale-out tiers (lowest first)",
+                           ("tier", "Gb/s per GPU", "latency us", "oversubscription", "unit"), rows,
+                           wrap=("tier",), right=("Gb/s per GPU", "latency us", "oversubscription")))
     con.print(doc["job_text"])
     h = c.health
     failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.failed_gpus)
@@ -276,23 +279,22 @@ def _size(n: int) -> str:
 
 def _print_calibration(doc: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console(width=max(Console().width, 132))
-    t = Table(title=f"{doc['cluster']}: measured against predicted (busbw GB/s; DeepEP: its own bandwidth)")
-    for col in ("row", "collective", "GPUs", "size", "measured", "before", "err", "after", "err"):
-        t.add_column(col, justify="left" if col in ("row", "collective") else "right")
-    for r in doc["rows"]:
-        t.add_row(Path(r["source"]).name, r["kind"], f"{r['gpus']}" + (f"/{r['domains']}d" if r["domains"] > 1 else ""),
-                  _size(r["bytes"]), f"{r['measured_gbps']:.2f}", f"{r['before_gbps']:.2f}",
-                  f"{r['before_error']:+.1%}", f"{r['after_gbps']:.2f}", f"{r['after_error']:+.1%}")
-    con.print(t)
-    p = Table(title="fitted figures (written under calibration: in the cluster file)")
-    for col in ("figure", "before", "after"):
-        p.add_column(col, justify="left" if col == "figure" else "right")
-    for row in doc["parameters"]:
-        p.add_row(row["name"], "-" if row["before"] is None else f"{row['before']:.4g}", f"{row['after']:.4g}")
-    con.print(p)
+    from planner.output.explain import figure_table
+
+    con = Console()
+    cols = ("row", "collective", "GPUs", "size", "measured", "before", "err", "after", "err ")
+    con.print(figure_table(
+        f"{doc['cluster']}: measured against predicted (busbw GB/s; DeepEP: its own bandwidth)", cols,
+        [(Path(r["source"]).name, r["kind"], f"{r['gpus']}" + (f"/{r['domains']}d" if r["domains"] > 1 else ""),
+          _size(r["bytes"]), f"{r['measured_gbps']:.2f}", f"{r['before_gbps']:.2f}",
+          f"{r['before_error']:+.1%}", f"{r['after_gbps']:.2f}", f"{r['after_error']:+.1%}") for r in doc["rows"]],
+        wrap=("row", "collective"), right=cols[2:],
+        caption="GPUs/Nd: over N NVLink domains; before, after: predicted before and after the fit"))
+    con.print(figure_table(
+        "fitted figures (written under calibration: in the cluster file)", ("figure", "before", "after"),
+        [(row["name"], "-" if row["before"] is None else f"{row['before']:.4g}", f"{row['after']:.4g}")
+         for row in doc["parameters"]], wrap=("figure",), right=("before", "after")))
     w = doc["worst"]
     if w is not None:
         verdict = "within" if doc["within_target"] else "OUTSIDE"

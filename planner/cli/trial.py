@@ -66,18 +66,49 @@ def trial_report_cmd(
     if json_out:
         print(json.dumps(doc, indent=2))
         return
-    for t in doc["trials"]:
-        line = f"{t['id']:40s} {t['label']:28s} predicted {t['predicted_tflops_per_gpu']:7.1f}"
-        if "measured_tflops_per_gpu" in t:
-            line += f"  measured {t['measured_tflops_per_gpu']:7.1f} ({t['error_pct']:+.1f}%, {t['iters_used']} iters)"
-        else:
-            line += "  (no log yet)"
-        if "refitted_tflops_per_gpu" in t:
-            line += f"  refitted {t['refitted_tflops_per_gpu']:7.1f} ({t['refitted_error_pct']:+.1f}%)"
-        print(line)
+    from rich.console import Console
+
+    con = Console()
+    con.print(trial_table(doc, con.width))
     if doc["mape_pct"] is not None:
-        print(f"MAPE as planned {doc['mape_pct']:.2f}%" + (f", refitted {doc['refitted_mape_pct']:.2f}%"
-                                                            if doc["refitted_mape_pct"] is not None else ""))
+        done = [t for t in doc["trials"] if t.get("error_pct") is not None]
+        line = f"MAPE as planned {doc['mape_pct']:.2f}%" + (f", refitted {doc['refitted_mape_pct']:.2f}%"
+                                                           if doc["refitted_mape_pct"] is not None else "")
+        if done:
+            w = max(done, key=lambda t: abs(t["error_pct"]))
+            line += f"; worst trial {w['id']} ({w['label']}): {w['error_pct']:+.1f}%"
+        con.print(line, highlight=False)
+
+
+def trial_table(doc: dict, width: int | None = None):
+    """One row per trial: predicted, measured and refitted model TFLOP/s per GPU; figures never wrap.
+    At narrow widths the trial's directory is shown by its number (``trial-NN``, the rest of its
+    name is the layout beside it) and then the iterations column is dropped."""
+    from planner.output.explain import figure_table, first_that_fits
+
+    refit = any("refitted_tflops_per_gpu" in t for t in doc["trials"])
+
+    def build(full_id: bool, iters: bool):
+        cols = (["trial", "layout", "predicted", "measured", "error"] + (["iters"] if iters else [])
+                + (["refitted", "error "] if refit else []))
+        rows = []
+        for t in doc["trials"]:
+            meas = "measured_tflops_per_gpu" in t
+            r = [t["id"] if full_id else "-".join(t["id"].split("-")[:2]),
+                 t["label"] + (" (compare)" if t.get("compare") else ""), f"{t['predicted_tflops_per_gpu']:,.1f}",
+                 f"{t['measured_tflops_per_gpu']:,.1f}" if meas else "no log",
+                 f"{t['error_pct']:+.1f}%" if meas else ""] + ([str(t.get("iters_used", "")) if meas else ""]
+                                                              if iters else [])
+            if refit:
+                r += ([f"{t['refitted_tflops_per_gpu']:,.1f}", f"{t['refitted_error_pct']:+.1f}%"]
+                      if "refitted_tflops_per_gpu" in t else ["", ""])
+            rows.append(r)
+        cap = ("model TFLOP/s per GPU; error: predicted / measured - 1" + ("; iters: steps averaged" if iters else "")
+               + ("" if full_id else "; trial-NN: the directory trial-NN-<layout>"))
+        return figure_table("trials: predicted against measured", cols, rows, wrap=("trial", "layout"),
+                            right=[c for c in cols if c not in ("trial", "layout")], caption=cap)
+
+    return first_that_fits([build(True, True), build(False, True), build(False, False)], width)
 
 
 def register(app: typer.Typer) -> None:

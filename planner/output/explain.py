@@ -104,7 +104,21 @@ TERM_LABELS: dict[str, str] = {
     "pp_p2p": "pipeline P2P",
     "dp_comm": "exposed DP",
     "optimizer": "optimizer",
-    "other": "other (launch overhead)",
+    "other": "other",
+}
+
+# Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal
+MEMORY_LABELS: dict[str, str] = {
+    "weights": "weights",
+    "weight_copies": "weight copies",
+    "grads": "gradients",
+    "optimizer": "optimizer state",
+    "fsdp_buffers": "FSDP gather buffers",
+    "activations": "activations",
+    "expert_imbalance": "expert imbalance",
+    "cuda_graphs": "CUDA graphs",
+    "logits": "logits",
+    "reserve": "reserve",
 }
 
 _STAGE_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -569,8 +583,7 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
             ("GiB", "right"), ("band", "right")]
 
     def build(keep: list[int]) -> Table:
-        table = Table(title="plans", caption=caption if 6 in keep else caption.split("; band")[0],
-                      box=box.SIMPLE_HEAD, pad_edge=False)
+        table = compact_table(title="plans", caption=caption if 6 in keep else caption.split("; band")[0])
         for k in keep:
             name, just = cols[k]
             if name == "layout":
@@ -586,6 +599,69 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
     if width and _min_width(table) > width:
         table = build(list(range(6)))
     return table
+
+
+def compact_table(**kw) -> Table:
+    """A table for terminal views: a rule under the header, two spaces between columns, no frame."""
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True, **kw)
+
+
+def figure_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: Sequence[str] = (),
+                 right: Sequence[str] = (), caption: str | None = None) -> Table:
+    """A compact table whose cells never truncate: the ``wrap`` columns (names, prose) wrap between
+    their words and are never narrower than their longest word; every other cell stays on one line."""
+    t = compact_table(title=title, caption=caption)
+    for k, col in enumerate(columns):
+        just = "right" if col in right else "left"
+        if col in wrap:
+            t.add_column(col, justify=just, overflow="fold",
+                         min_width=max(len(col.split()[0]) if col.split() else 1,
+                                       longest_token(r[k] for r in rows)))
+        else:
+            t.add_column(col, justify=just, no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def longest_token(values) -> int:
+    """Width of the longest whitespace-separated token of ``values`` (a column's cells): the
+    narrowest a column may get if it wraps only between tokens."""
+    return max((len(t) for v in values for t in str(v).split()), default=1)
+
+
+def first_that_fits(tables, width: int | None):
+    """The first of ``tables`` (widest first) that renders in ``width`` columns with every word of
+    every cell whole (rich shortens or crops cells when a table cannot fit), else the last: views
+    drop or move columns at narrow widths instead of truncating figures."""
+    tables = list(tables)
+    if not width:
+        return tables[0]
+    for t in tables:
+        con = Console(width=width, record=True, file=_NullFile(), color_system=None)
+        con.print(t)
+        out = con.export_text()
+        words = set(out.split())
+        if "…" not in out and all(w in words for w in _cell_words(t)):
+            return t
+    return tables[-1]
+
+
+def _cell_words(table: Table) -> set[str]:
+    out: set[str] = set()
+    for col in table.columns:
+        for cell in col._cells:
+            text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+            out.update(text.split())
+    return out
+
+
+class _NullFile:
+    def write(self, _text):
+        return 0
+
+    def flush(self):
+        pass
 
 
 def _min_width(renderable) -> int:

@@ -87,6 +87,25 @@ def memory_figure(stages: Sequence[Mapping[str, float]], hbm_gib: float | None, 
     return _save(fig, path)
 
 
+def group_colors(n: int) -> list:
+    """``n`` colours, none repeated: tab20's pairs' dark halves up to 10, tab20 up to 20, beyond that
+    hues stepped by the golden ratio around the circle (neighbouring groups far apart in hue, lightness
+    alternating), so that groups 0 and 20 no longer share a colour."""
+    import colorsys
+
+    if n <= 10:
+        return [_TAB20[2 * k] for k in range(n)]
+    if n <= 20:
+        return [_TAB20[k] for k in range(n)]
+    out = []
+    for k in range(n):
+        h = (k * 0.6180339887498949) % 1.0
+        light = (0.45, 0.62, 0.78)[k % 3]
+        sat = (0.85, 0.6)[(k // 3) % 2]
+        out.append(colorsys.hls_to_rgb(h, light, sat))
+    return out
+
+
 def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word: str) -> None:
     import numpy as np
 
@@ -96,7 +115,7 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
         for j, v in enumerate(row):
             arr[i, j] = v if v >= 0 else np.nan
     n = int(np.nanmax(arr)) + 1 if np.isfinite(arr).any() else 1
-    colors = [_TAB20[(2 * k) % 20] if n <= 10 else _TAB20[k % 20] for k in range(n)]
+    colors = group_colors(n)
     cmap = ListedColormap(colors).with_extremes(bad="#eeeeee")
     ax.imshow(np.ma.masked_invalid(arr), cmap=cmap, vmin=-0.5, vmax=n - 0.5, aspect="auto",
               interpolation="nearest")
@@ -106,6 +125,16 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
     if n <= 12:
         handles = [Patch(color=colors[k], label=f"{label} {k}") for k in range(n)]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    if n > 12 and len(grid) <= 64:   # no legend: each run of a group's GPUs carries its number
+        for i, row in enumerate(grid):
+            j = 0
+            while j < len(row):
+                k = j
+                while k + 1 < len(row) and row[k + 1] == row[j]:
+                    k += 1
+                if row[j] >= 0 and k - j >= 1:
+                    ax.text((j + k) / 2, i, str(row[j]), ha="center", va="center", fontsize=5, color="black")
+                j = k + 1
     if len(grid) <= 64:  # domain borders, while they can be told apart
         for i in range(len(grid) + 1):
             ax.axhline(i - 0.5, color="white", lw=1.2)

@@ -1,0 +1,154 @@
+"""The explanations printed with a plan: why-not lines that say something, labels that tell plans
+apart, the cluster's rack names, the idle-GPU note, EP group colours, the fewest GPUs that fit."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import re
+
+import pytest
+from test_report import plan_doc
+
+from planner.output import explain
+
+
+def test_why_not_gives_a_decimal_where_whole_percents_read_the_same():
+    doc = plan_doc()
+    alt = copy.deepcopy(doc["plans"][0])
+    best = doc["plans"][0]
+    # "other" grows from 0.6% to 1.35% of the step: "1% of the step vs 1%" says nothing
+    for e, share in ((best, 0.006), (alt, 0.0135)):
+        bd = e["prediction"]["breakdown"]
+        rest = sum(v for k, v in bd.items() if k != "other")
+        bd["other"] = share * rest / (1 - share)        # other / step == share, the step the sum of terms
+        e["prediction"]["step_time_s"] = rest + bd["other"]
+    alt["prediction"]["tokens_per_s_per_gpu"] *= 0.99
+    line = explain.why_not(best, alt, "racks")
+    assert "1% slower" in line and "per-layer launch overhead" in line
+    shares = re.search(r"\((\S+) of the step vs (\S+)\)", line).groups()
+    assert shares[0] != shares[1]
+    assert shares == ("1.4%", "0.6%")
+
+
+def test_pct_pair_adds_digits_until_the_shares_differ():
+    assert explain._pct_pair(0.11, 0.06) == "11% of the step vs 6%"
+    assert explain._pct_pair(0.0149, 0.0101) == "1.5% of the step vs 1.0%"
+    assert explain._pct_pair(0.01001, 0.01004) == "1.001% of the step vs 1.004%"
+
+
+def test_labels_show_the_pipeline_split_when_it_is_all_that_differs():
+    doc = plan_doc()
+    a = copy.deepcopy(doc["plans"][0])
+    b = copy.deepcopy(a)
+    b["config"]["pp_first"], b["config"]["pp_last"] = 30, 31
+    la, lb = explain.plan_labels([a, b])
+    assert la != lb
+    assert lb.endswith("(first/last stage 30/31 layers)") and la.endswith("(even PP split)")
+
+
+def test_placement_map_uses_the_cluster_domain_names_and_fits_the_width():
+    doc = plan_doc()
+    names = explain.domain_names_of(doc)
+    assert len(names) == 4 and names[0] != "0"
+    text = explain.placement_map(doc["plans"][0], [72] * 4, names=names, line_width=80).plain
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    from topologies.hostlist import expand
+
+    first = lines[0].split(":")[0].split(" ", 1)[1]   # "racks gb300-r[01-02]: 64/72 GPUs"
+    assert expand(first) == names[:2]
+    assert lines[1] == "0" * 64 + "." * 8
+    wide = explain.placement_map(doc["plans"][0], [72] * 4, names=names, line_width=200).plain
+    assert wide.splitlines()[0].split()[2] == "0" * 64 + "." * 8   # label and row on one line
+
+
+def _failed_tray_doc():
+    doc = plan_doc()
+    e = doc["plans"][0]
+    e["config"].update(tp=1, pp=3, vpp=1, ep=8, dp=64, mbs=1, gbs=8192, world=192)
+    return doc
+
+
+def test_idle_note_counts_the_idle_gpus_and_names_the_batch_as_the_cause():
+    doc = _failed_tray_doc()
+    note = explain.idle_note(doc, 252)
+    # hand calculation: 252 - 192 = 60 idle (24%); with PP3 every GPU would need DP84, and
+    # 8192 is not a multiple of 84
+    assert "60 of 252 GPUs idle (24%" in note
+    assert "DP84" in note and "8192" in note and "--gbs-range" in note
+    lo, hi = map(int, re.search(r"--gbs-range (\d+):(\d+)", note).groups())
+    assert lo <= 8192 <= hi and any(g % 84 == 0 for g in range(lo, hi + 1))
+    assert explain.idle_note(doc, 192) == ""
+
+
+def test_idle_note_when_the_batch_is_not_the_cause():
+    doc = _failed_tray_doc()
+    doc["plans"][0]["config"]["gbs"] = 84 * 96   # DP84 divides it: something else idles the GPUs
+    note = explain.idle_note(doc, 252)
+    assert "60 of 252 GPUs idle" in note and "not a multiple" not in note and "rules of the layout" in note
+
+
+def test_group_colours_do_not_repeat_beyond_twenty_groups():
+    from matplotlib.colors import to_rgb
+
+    from planner.output.report.figures import group_colors
+
+    for n in (10, 20, 21, 64, 256):
+        cols = [to_rgb(c) for c in group_colors(n)]
+        assert len(cols) == n
+        # no two the same; far apart up to 64 groups (beyond that the figure writes group numbers)
+        assert min(math.dist(a, b) for a, b in itertools.combinations(cols, 2)) > (0.02 if n <= 64 else 0.0)
+    c = group_colors(64)
+    assert c[0] != c[20] and c[1] != c[21]
+
+
+def test_smallest_fitting_bisects_to_the_first_count_that_fits():
+    from planner.cli.plan import smallest_fitting
+    from planner.errors import InfeasibleError
+
+    class Res:
+        def __init__(self, n):
+            self.plans = [type("E", (), {"label": f"layout on {n}"})()]
+
+    calls = []
+
+    def plan_at(n, need=96):
+        calls.append(n)
+        if n < need:
+            raise InfeasibleError("no layout fits")
+        return Res(n)
+
+    assert smallest_fitting(plan_at, 8, 8) == (96, "layout on 96", 8)
+    assert all(n % 8 == 0 for n in calls)
+    # brute force over other thresholds and steps
+    for need in (9, 16, 72, 100, 1000):
+        for step in (4, 8, 72):
+            if step >= need:   # it is called when the GPUs offered (here: step) do not fit
+                continue
+            got = smallest_fitting(lambda n: plan_at(n, need), step, step)
+            first = next(n for n in itertools.count(step, step) if n >= need)
+            assert got[0] == first, (need, step, got)
+    assert smallest_fitting(lambda n: plan_at(n, 10**9), 8, 8, cap=4096) is None
+
+
+def test_nothing_fits_names_a_gpu_count_that_fits(capsys):
+    from planner.cli import main
+    from planner.config import Training
+    from planner.model.spec import load_model
+    from planner.search.plan import plan
+    from topologies.loader import load_job
+
+    rc = main(["plan", "--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64"])
+    err = capsys.readouterr().err
+    assert rc == 3
+    m = re.search(r"(\d+) GPUs fit \((.+?)\), (\d+) do not", err)
+    assert m, err
+    n, lab, below = int(m.group(1)), m.group(2), int(m.group(3))
+    assert err.count("\n") == 1 and below < n
+    tr = Training(seq_len=4096, global_batch=64, precision="bf16", stack="megatron-26.08")
+    model = load_model("llama3.1-405b")
+    assert plan(model, load_job("dgx-h100", gpus=n), tr, top=1).plans[0].label == lab
+    with pytest.raises(Exception, match="no layout fits|memory lower bound"):
+        plan(model, load_job("dgx-h100", gpus=below), tr, top=1)
