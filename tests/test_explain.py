@@ -64,30 +64,49 @@ def test_placement_map_uses_the_cluster_domain_names_and_fits_the_width():
     assert wide.splitlines()[0].split()[2] == "0" * 64 + "." * 8   # label and row on one line
 
 
-def _failed_tray_doc():
+def test_idle_note_counts_the_idle_gpus():
     doc = plan_doc()
-    e = doc["plans"][0]
-    e["config"].update(tp=1, pp=3, vpp=1, ep=8, dp=64, mbs=1, gbs=8192, world=192)
-    return doc
-
-
-def test_idle_note_counts_the_idle_gpus_and_names_the_batch_as_the_cause():
-    doc = _failed_tray_doc()
-    note = explain.idle_note(doc, 252)
-    # hand calculation: 252 - 192 = 60 idle (24%); with PP3 every GPU would need DP84, and
-    # 8192 is not a multiple of 84
-    assert "60 of 252 GPUs idle (24%" in note
-    assert "DP84" in note and "8192" in note and "--gbs-range" in note
-    lo, hi = map(int, re.search(r"--gbs-range (\d+):(\d+)", note).groups())
-    assert lo <= 8192 <= hi and any(g % 84 == 0 for g in range(lo, hi + 1))
+    doc["plans"][0]["config"].update(tp=1, pp=3, vpp=1, ep=8, dp=64, mbs=1, gbs=8192, world=192)
+    note = explain.idle_note(doc, 252, "because")
+    assert note == "note: 60 of 252 GPUs idle (24% of the cluster); the plan runs on 192: because"
     assert explain.idle_note(doc, 192) == ""
 
 
-def test_idle_note_when_the_batch_is_not_the_cause():
-    doc = _failed_tray_doc()
-    doc["plans"][0]["config"]["gbs"] = 84 * 96   # DP84 divides it: something else idles the GPUs
-    note = explain.idle_note(doc, 252)
-    assert "60 of 252 GPUs idle" in note and "not a multiple" not in note and "rules of the layout" in note
+def test_plan_says_why_gpus_are_idle_and_which_batch_uses_them(capsys, monkeypatch, tmp_path):
+    """One failed tray of a GB200 rack: Qwen3-235B with GBS 8192 runs on 192 of 252 GPUs (DP must divide
+    8192). The note names a batch that uses more GPUs; planning that batch independently gives the
+    GPU count and the gain the note claims."""
+    import yaml
+
+    import planner
+    import topologies
+    from planner.cli import main
+    from topologies.cluster import cluster_from_dict
+
+    healthy = topologies.load_cluster("gb200-nvl72", gpus=256)
+    data = healthy.model_dump(exclude_none=True, mode="json")
+    data.setdefault("health", {}).setdefault("failed_trays", []).append(healthy.nodes[4].name)
+    path = tmp_path / "failed.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("COLUMNS", "200")
+    argv = ["plan", "--model", "qwen3-235b-a22b", "--cluster", str(path), "--precision", "mxfp8", "--gbs", "8192",
+            "--top", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    note = " ".join(out[out.index("note: "):].split())
+    m = re.search(r"(\d+) of 252 GPUs idle .*the plan runs on (\d+): DP(\d+) is the largest .* --gbs (\d+) the best "
+                  r"plan \((.+?)\) uses (\d+) GPUs for \+([\d.]+)% tokens/s", note)
+    assert m, note
+    idle, world, dp, gbs, label, used, gain = m.groups()
+    assert int(idle) + int(world) == 252 and 8192 % int(dp) == 0
+    training = planner.Training(seq_len=4096, global_batch=8192, precision="mxfp8", stack="megatron-26.08")
+    cluster = cluster_from_dict(data, "failed tray")
+    model = planner.load_model("qwen3-235b-a22b")
+    before = planner.plan(model, cluster, training, top=1).plans[0]
+    after = planner.plan(model, cluster, training.model_copy(update={"global_batch": int(gbs)}), top=1).plans[0]
+    assert before.world == int(world) and after.world == int(used) > before.world and after.label == label
+    assert after.prediction.tokens_per_s / before.prediction.tokens_per_s - 1 == pytest.approx(float(gain) / 100,
+                                                                                               abs=6e-4)
 
 
 def test_group_colours_do_not_repeat_beyond_twenty_groups():

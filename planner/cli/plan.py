@@ -275,7 +275,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(text + "\n")
             return
-        _render(doc, c, result)
+        _render(doc, c, result, replan=lambda g: plan(m, job, training.model_copy(update={"global_batch": g}), top=1,
+                                                      time_limit=time_limit, objective=obj, trainer=trainer,
+                                                      method=method, equal_slices=eq))
 
     @app.command("scale")
     def scale_cmd(
@@ -343,7 +345,7 @@ def register(app: typer.Typer) -> None:
         _render_scale(rows, con)
 
 
-def _render(doc, cluster, result) -> None:
+def _render(doc, cluster, result, replan=None) -> None:
     from rich.console import Console
 
     from planner.output.explain import render_plan
@@ -355,7 +357,8 @@ def _render(doc, cluster, result) -> None:
     # the solver line and the NVLink domains per group are printed by render_plan (once)
     from planner.output.explain import idle_note
 
-    note = idle_note(doc, doc["header"]["gpus_offered"])
+    offered = doc["header"]["gpus_offered"]
+    note = idle_note(doc, offered, idle_reason(result, offered, replan) if replan else "")
     if note:
         console.print(note, style="yellow", highlight=False)
     t = result.training
@@ -364,6 +367,38 @@ def _render(doc, cluster, result) -> None:
                   "per GPU")
     for line in memory_warnings(doc["plans"], hbm):
         console.print(line, style="bold yellow")
+
+
+def idle_reason(result, offered: int, replan) -> str:
+    """Why the best plan leaves GPUs idle and what to try. The layout's data-parallel degree must
+    divide the global batch (with the micro-batch): the nearest batch that a larger DP of the same
+    TP, CP, PP and EP divides (and that the trainer's rules accept) is planned with ``replan(gbs)``;
+    when that plan uses more GPUs and gives more tokens/s the line names the batch and the gain."""
+    from planner.errors import TopoplanError
+    from planner.rules import violations
+
+    best = result.plans[0]
+    cfg, tr = best.config, result.training
+    mp = cfg.model_parallel
+    gbs = best.gbs
+    dp = cfg.dp_for(best.world)
+    for d in range(offered // mp, dp, -1):
+        g = max(1, round(gbs / (d * cfg.mbs))) * d * cfg.mbs
+        cand = cfg.model_copy(update={"dp": d})
+        if violations(result.model, cand, tr.model_copy(update={"global_batch": g}), d * mp):
+            continue
+        try:
+            other = replan(g).plans[0]
+        except TopoplanError:
+            break
+        p0, p1 = best.prediction, other.prediction
+        if other.world > best.world and p1.tokens_per_s > p0.tokens_per_s:
+            return (f"DP{dp} is the largest data-parallel degree of {best.label} that divides the global batch "
+                    f"{gbs} and that the rules allow here; with --gbs {g} the best plan ({other.label}) uses "
+                    f"{other.world} GPUs for {p1.tokens_per_s / p0.tokens_per_s - 1:+.1%} tokens/s")
+        break
+    return ("no larger data-parallel degree of this layout divides the global batch and meets the rules, and "
+            "the layouts that would use more GPUs are predicted slower in total")
 
 
 def _render_uncertainty(doc, console) -> None:

@@ -735,9 +735,9 @@ def render_plan(doc: Mapping, console: Console | None = None, top: int | None = 
         console.print(Text(line, style="dim"))
 
 
-def idle_note(doc: Mapping, offered: int | None) -> str:
-    """A line when the best plan leaves offered GPUs idle: how many, the cluster throughput that
-    costs, why (a DP degree that must divide the global batch), and what to try. Empty otherwise."""
+def idle_note(doc: Mapping, offered: int | None, reason: str = "") -> str:
+    """A line when the best plan leaves offered GPUs idle: how many, the share of the cluster that is,
+    and ``reason`` (why, and what to try; the caller works it out with the model). Empty otherwise."""
     plans = doc.get("plans") or []
     if not plans or not offered:
         return ""
@@ -746,19 +746,5 @@ def idle_note(doc: Mapping, offered: int | None) -> str:
     if not world or world >= offered:
         return ""
     idle = offered - world
-    mp = int(cfg.get("tp") or 1) * int(cfg.get("cp") or 1) * int(cfg.get("pp") or 1)
-    mbs = int(cfg.get("mbs") or 1)
-    gbs = int(cfg.get("gbs") or (doc.get("training") or {}).get("global_batch") or 0)
-    dp_full = offered // mp
-    line = (f"note: {idle} of {offered} GPUs idle ({idle / offered:.0%} of the cluster's throughput at this "
-            f"per-GPU rate); the plan runs on {world}")
-    if gbs and dp_full > int(cfg.get("dp") or 0) and gbs % (dp_full * mbs):
-        line += (f": DP{dp_full} would use {dp_full * mp} GPUs with TP{cfg.get('tp', 1)} CP{cfg.get('cp', 1)} "
-                 f"PP{cfg.get('pp', 1)}, but the global batch {gbs} is not a multiple of DP x MBS = "
-                 f"{dp_full * mbs}, so DP{cfg.get('dp')} is the largest degree that divides it here")
-    else:
-        line += ": the rules of the layout (EP groups within DP x CP, the NVLink domains' sizes, memory) leave them unused"
-    lo, hi = max(1, int(gbs * 0.9)), int(gbs * 1.1) + 1
-    if gbs:
-        line += f"; try --gbs-range {lo}:{hi} to let the solver choose a batch that uses more GPUs"
-    return line
+    line = f"note: {idle} of {offered} GPUs idle ({idle / offered:.0%} of the cluster); the plan runs on {world}"
+    return line + (f": {reason}" if reason else "")
