@@ -241,9 +241,13 @@ def a2a_layer_time(fabric, shape, model, mbs: int, seq_len: int, cp: int, tp: in
     d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, model.hidden_size,
                                     EA.copies_per_token(model.top_k, shape.size, dedup), disp_bytes)
     t = EA.a2a_time(fabric, shape, d_bytes, c_bytes, "deepep" if dedup else "nccl", cross_scale)
-    if recompute != "full" and "moe" in (recompute or ()):
-        t *= RECOMPUTE_COMM
-    return t
+    return t * a2a_recompute_factor(recompute)
+
+
+def a2a_recompute_factor(recompute) -> float:
+    """The all-to-all's repeat under recompute (``a2a_layer_time`` reads recompute only through this):
+    selective recompute of the MoE block repeats dispatch and combine."""
+    return RECOMPUTE_COMM if (recompute != "full" and "moe" in (recompute or ())) else 1.0
 
 
 def cp_layer_time(fabric, tier: int, model, cp: int, mbs: int, seq_len: int, tp: int) -> float:

@@ -348,7 +348,8 @@ class ProgramBuilder:
     def _comm_tables(self) -> dict:
         """TP collectives, expert all-to-all and CP exchange of one layer and micro-batch
         (``steptime.tp_layer_time``, ``a2a_layer_time``, ``cp_layer_time``) at each group shape."""
-        from planner.cost.steptime import a2a_layer_time, cp_layer_time, dispatch_bytes, tp_layer_time
+        from planner.cost.steptime import (a2a_layer_time, a2a_recompute_factor, cp_layer_time, dispatch_bytes,
+                                           tp_layer_time)
 
         P, model, tr = self.prog, self.model, self.training
         s, h, fab = tr.seq_len, model.hidden_size, self.fabric
@@ -364,12 +365,16 @@ class ProgramBuilder:
         if model.is_moe:
             disp_b = dispatch_bytes(tr.precision, self.profile, self.arch)
             o_ep = self.par("ep.overlap")
-            avars = ("tp", "cp", "mbs", "dispatcher", "recompute")
+            # recompute reaches the all-to-all only through steptime.a2a_recompute_factor: a key of the
+            # table when that differs between the candidates
+            rcs = self.vals["recompute"]
+            by_rc = len({a2a_recompute_factor(_rc_arg(r)) for r in rcs}) > 1
+            avars = ("tp", "cp", "mbs", "dispatcher") + (("recompute",) if by_rc else ())
             out["avars"] = avars
             A, A1 = out["A"], out["A1"] = self._comm_pair(
                 avars, "ep",
                 lambda a, shp: (a2a_layer_time(fab, shp, model, a["mbs"], s, a["cp"], a["tp"], a["dispatcher"],
-                                               disp_b, _rc_arg(a["recompute"])), o_ep))
+                                               disp_b, _rc_arg(a.get("recompute", rcs[0]))), o_ep))
             # 1 where the recipe overlaps the all-to-all for this layout (EP > 1 assumed: with EP = 1
             # the all-to-all costs nothing either way), else 0: the exposed time is then A itself
             ovars = ("dispatcher", "recompute", "pp", "vpp", "fsdp")
