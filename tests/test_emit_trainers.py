@@ -668,3 +668,121 @@ def test_torchtitan_files_train_in_the_plan_precision(titan_results, emitted, re
         checked += 1
     assert checked >= 5
     _say(request, f"torchtitan ConfigManager: plan precision and CUDA graphs as emitted on {checked} plans")
+
+
+# --- a user's config.json of a family TorchTitan builds (issue 15) ----------------------------
+
+def _user_configs(root: Path) -> dict[str, Path]:
+    """config.json files as a user brings them: catalog shapes renamed, and a dense Qwen3 that the
+    catalog does not have (Qwen3-8B's published shape)."""
+    from planner.model.spec import catalog_entry
+
+    out = {}
+    for name, edit in (("llama3-8b", {}), ("qwen3-30b-a3b", {}),
+                       ("qwen3-30b-a3b", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                                          "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                                          "num_key_value_heads": 8, "intermediate_size": 12288,
+                                          "num_experts": None, "num_experts_per_tok": None,
+                                          "moe_intermediate_size": None})):
+        cfg = {k: v for k, v in catalog_entry(name).items() if k != "source"}
+        cfg.update({k: v for k, v in edit.items() if v is not None})
+        for k in [k for k, v in edit.items() if v is None]:
+            cfg.pop(k, None)
+        tag = f"acme-{cfg['model_type']}"
+        cfg["_name_or_path"] = f"acme/{tag}"
+        d = root / tag
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg))
+        out[tag] = d / "config.json"
+    return out
+
+
+def test_torchtitan_builds_a_user_config_json(tmp_path, request):
+    """TorchTitan files for a user's Llama, Qwen3 and Qwen3-MoE config.json: torchtitan's ConfigManager
+    parses them, its mesh has the plan's degrees, and the model it builds (meta device) has exactly
+    the parameters topoplan counts for the config.json."""
+    from planner.model.flops import param_counts
+    from planner.output.emit.torchtitan import parse_command
+
+    cases = [("acme-llama", ParallelConfig(tp=2, pp=2, mbs=1), "bf16", 16),
+             ("acme-qwen3", ParallelConfig(tp=2, pp=1, mbs=1), "fp8", 16),
+             ("acme-qwen3_moe", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16)]
+    paths = _user_configs(tmp_path)
+    jobs, expect = [], {}
+    for tag, cfg, prec, world in cases:
+        training = Training(seq_len=4096, global_batch=64, precision=prec, trainer="torchtitan")
+        cluster = hgx_cluster("b200", world // 8)
+        doc = plan_doc(str(paths[tag]), cluster, cfg, training, world=world)
+        out = tmp_path / f"emit-{tag}"
+        emit_plan(doc, ["torchtitan"], out)
+        assert not (out / "torchtitan" / "job.toml").exists()   # TorchTitan 0.2 has no flavour for it
+        jobs.append({"id": tag, "args": parse_command((out / "torchtitan" / "command.txt").read_text()),
+                     "world": world, "sm": 100, "path": str(out / "torchtitan")})
+        expect[tag] = (cfg, world, param_counts(load_model(str(paths[tag]))).total)
+    results = {r["id"]: r for r in _run("torchtitan_check.py", jobs, tmp_path)}
+    for tag, (cfg, world, params) in expect.items():
+        r = results[tag]
+        assert r["ok"], f"torchtitan refused {tag} at {r['stage']}: {r['error']}"
+        par = r["parallelism"]
+        assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["expert_parallel_degree"],
+                par["data_parallel_shard_degree"]) == (cfg.tp, cfg.pp, cfg.ep, world // cfg.model_parallel)
+        assert r["params"] == params, (tag, r["params"], params)
+        _say(request, f"torchtitan 0.3.0 check {tag} (user config.json): OK, {params:,} parameters as topoplan counts")
+
+
+def test_torchtitan_refuses_a_user_config_it_cannot_build(tmp_path):
+    from planner.model.spec import catalog_entry
+
+    cfg = {k: v for k, v in catalog_entry("mixtral-8x7b").items() if k != "source"}
+    p = tmp_path / "mixtral" / "config.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(cfg))
+    doc = plan_doc(str(p), hgx_cluster("h100", 2), ParallelConfig(tp=2, ep=8, etp=1, mbs=1),
+                   Training(seq_len=4096, global_batch=64, precision="bf16", trainer="torchtitan"), world=16)
+    with pytest.raises(InputError, match="model_type 'mixtral'.*llama \\(llama3\\)"):
+        emit_plan(doc, ["torchtitan"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# --- Llama 4 and GLM-4.5 on Megatron (issue 15) ------------------------------------------------
+
+def test_megatron_builds_llama4_and_glm45(mcore_dir, tmp_path, request):
+    """megatron-core's parse_args, validate_args and TransformerConfig accept the emitted args of Llama 4
+    Scout / Maverick and GLM-4.5, and the config megatron builds has their architecture: GLM's RoPE on
+    half of each head (partial_rotary_factor 0.5), Llama 4's NoPE layer every 4th, interleaved MoE
+    (Maverick), shared expert, sigmoid routing applied to the expert input, L2 q/k norm where the
+    config has use_qk_norm."""
+    from planner.output.emit.megatron import hf_extras
+
+    cases = {"glm-4.5": ParallelConfig(tp=2, pp=4, ep=8, etp=1, mbs=1),
+             "llama4-scout": ParallelConfig(tp=2, pp=2, ep=8, etp=1, mbs=1),
+             "llama4-maverick": ParallelConfig(tp=2, pp=4, ep=16, etp=1, mbs=1)}
+    jobs = []
+    for name, cfg in cases.items():
+        training = Training(seq_len=4096, global_batch=256, precision="bf16")
+        doc = plan_doc(name, hgx_cluster("b200", 8), cfg, training, world=64)
+        out = tmp_path / name
+        emit_plan(doc, ["megatron"], out)
+        jobs.append({"id": name, "args": bash_words(out / "megatron" / "args.txt"), "env": _megatron_env(out),
+                     "sm": 100})
+    data = _run("megatron_check.py", jobs, tmp_path, str(mcore_dir))
+    res = {r["id"]: r for r in data["results"]}
+    for name in cases:
+        r = res[name]
+        assert r["ok"], f"megatron-core refused {name} at {r['stage']}: {r['error']}"
+        m, hf, c = load_model(name), hf_extras(load_model(name)), r["config"]
+        assert c["num_moe_experts"] == m.num_experts and c["moe_shared_expert_intermediate_size"] == m.shared_ffn_hidden_size
+        assert [int(x) for x in c["moe_layer_freq"]] == [int(x) for x in m.moe_layers] if isinstance(
+            c["moe_layer_freq"], list) else all(m.moe_layers)
+        assert r["args"]["rotary_base"] == int(hf.get("rope_theta"))
+        if name == "glm-4.5":
+            assert r["args"]["rotary_percent"] == 0.5 == hf["partial_rotary_factor"]
+        else:
+            n = len(m.moe_layers)
+            # HF Llama 4: layer i has no RoPE when (i + 1) % 4 == 0
+            assert c["no_rope_freq"] == [int((i + 1) % 4 == 0) for i in range(n)]
+            assert c["qk_l2_norm"] is bool(hf["use_qk_norm"])
+            assert c["moe_router_score_function"] == "sigmoid" and c["moe_apply_probs_on_input"] is True
+            assert c["rotary_interleaved"] is True
+        _say(request, f"megatron-core {MCORE} check {name}: OK (rotary {r['args']['rotary_percent']}, "
+                      f"moe_layer_freq as the spec)")

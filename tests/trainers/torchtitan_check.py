@@ -104,6 +104,18 @@ def low_precision(cfg) -> dict:
     return {"linear": linear, "float8_recipes": sorted(recipes), "experts": experts}
 
 
+def _meta_params(cfg) -> int | str:
+    """Parameters of the model torchtitan builds from the config, on the meta device (no memory)."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = cfg.model_spec.model.build()
+        return int(sum(p.numel() for p in model.parameters()))
+    except Exception as exc:  # noqa: BLE001 - reported, the test decides
+        return f"{type(exc).__name__}: {exc}"
+
+
 def check(job: dict) -> dict:
     out = {"id": job["id"], "ok": False, "stage": "parse_args", "error": None}
     _SM["sm"] = int(job.get("sm", 90))
@@ -152,6 +164,7 @@ def check(job: dict) -> dict:
         out["ac"] = type(cfg.activation_checkpoint).__qualname__
         out["precision"] = low_precision(cfg)
         out["cuda_graphs"] = not cfg.training.disable_cuda_graphs
+        out["params"] = _meta_params(cfg)
         out["stage"] = "done"
         out["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - tyro exits with SystemExit(2)

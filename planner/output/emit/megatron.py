@@ -67,9 +67,11 @@ def hf_extras(model) -> dict:
     try:
         from planner.model.spec import catalog_entry
 
-        return catalog_entry(model.name)
+        entry = catalog_entry(model.name)
     except Exception:  # noqa: BLE001 - a user's config.json model: family defaults apply
         return {}
+    # multimodal configs (Llama 4) keep the language model's fields under text_config
+    return {**entry, **(entry.get("text_config") or {})}
 
 
 def moe_layer_freq(moe_layers) -> str:
@@ -78,6 +80,9 @@ def moe_layer_freq(moe_layers) -> str:
     flags = [1 if x else 0 for x in moe_layers]
     if all(flags):
         return "1"
+    for period in range(2, len(flags) // 2 + 1):   # a repeated block, e.g. Llama 4 Maverick's ([0]*1+[1]*1)*24
+        if len(flags) % period == 0 and flags == flags[:period] * (len(flags) // period):
+            return moe_layer_freq(flags[:period])[:-1] + f")*{len(flags) // period}"
     runs: list[list[int]] = []
     for f in flags:
         if runs and runs[-1][0] == f:
@@ -135,6 +140,10 @@ def model_args(ctx: EmitContext) -> list[str]:
         a.extend(["--disable-bias-linear", "--add-qkv-bias"])
     if m.qk_norm:
         a.append("--qk-layernorm")
+    if 0 < float(hf.get("partial_rotary_factor") or 1.0) < 1.0:   # GLM-4.5: RoPE on half of each head
+        a.extend(["--rotary-percent", _num(hf["partial_rotary_factor"])])
+    if m.family == "llama4":
+        a.extend(llama4_args(m, hf))
     if m.attention == "mla":
         a.append("--multi-latent-attention")
         if m.q_lora_rank:
@@ -180,6 +189,23 @@ def model_args(ctx: EmitContext) -> list[str]:
             a.extend(["--moe-router-num-groups", str(m.n_group), "--moe-router-group-topk", str(m.topk_group)])
     if m.mtp_layers:
         a.extend(["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor", "0.1"])
+    return a
+
+
+def llama4_args(m, hf: dict) -> list[str]:
+    """Llama 4 as Megatron-Bridge's Llama4ModelProvider runs it: interleaved RoPE skipped on every 4th
+    layer (iRoPE's NoPE layers), L2 q/k norm where the config has use_qk_norm (Scout), sigmoid top-1
+    routing whose probability scales the expert's input, the shared expert overlapped, Llama 3 RoPE
+    scaling on the 16-expert model (Llama4Experts16ModelProvider: factor 8). Chunked attention
+    (attention_chunk_size 8192) is Bridge's layer spec, not a Megatron flag: at sequence lengths up to
+    the chunk it is plain causal attention."""
+    a = ["--rotary-interleaved", "--no-rope-freq", str(int(hf.get("no_rope_layer_interval") or 4)),
+         "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input", "--moe-shared-expert-overlap"]
+    if hf.get("use_qk_norm"):
+        a.append("--qk-l2-norm")
+    rs = hf.get("rope_scaling") or {}
+    if rs.get("rope_type") != "llama3" and m.num_experts == 16:
+        a.extend(["--use-rope-scaling", "--rope-scaling-factor", "8"])
     return a
 
 

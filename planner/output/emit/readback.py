@@ -212,13 +212,13 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
     """The layout and training setup a TorchTitan 0.3.0 command line (and its topoplan_config.py) run."""
     flags = parse_flags(args)
     config_fn = _one(flags, "--config", "", str, source)
-    from planner.output.emit.torchtitan import CUSTOM_MODULE, MODELS
+    from planner.output.emit.torchtitan import CUSTOM_MODULE, MODELS, custom_stem
 
     module = _one(flags, "--module", "", str, source)
     known = MODELS.get(model.name.lower())
-    base = model.name.lower().replace("-", "_").replace(".", "_")   # torchtitan._custom_name's stem
+    base = custom_stem(model.name)   # torchtitan._custom_name's stem
     custom_ok = module == CUSTOM_MODULE and (config_fn == base or config_fn.startswith(base + "_"))
-    if known is None or not (custom_ok or (module, config_fn) == known[:2]):
+    if not (custom_ok or (known is not None and (module, config_fn) == known[:2])):
         raise InputError(f"{source}: --module {module} --config {config_fn} is not {model.name} "
                          f"({'torchtitan has no model for it' if known is None else f'--module {known[0]}'}); "
                          "give the model the files were written for")

@@ -31,6 +31,12 @@ MODELS = {
 }
 # a registry function of the same module whose recipe the custom flavour starts from
 BASE_CONFIG = {"qwen3": "qwen3_30b_a3b"}
+# A user's config.json of a family torchtitan 0.3.0 builds (HF model_type) -> (module, the registry
+# function whose recipe - optimizer, data, checkpointing - the written config starts from). Its model
+# is written out from the ModelSpec with the module's own layer builders as flavour USER_FLAVOUR.
+USER_FAMILIES = {"llama": ("llama3", "llama3_8b"), "qwen3": ("qwen3", "qwen3_14b"),
+                 "qwen3_moe": ("qwen3", "qwen3_30b_a3b")}
+USER_FLAVOUR = "topoplan"
 CUSTOM_MODULE = "topoplan_config"
 # The low-precision recipe a built-in registry function already applies (torchtitan 0.3.0:
 # llama3_405b carries a rowwise Float8Linear converter; the others train in BF16).
@@ -54,11 +60,42 @@ CONVERTERS = {
 
 
 def model_entry(ctx: EmitContext) -> tuple[str, str | None, str]:
+    """(module, registry function or None, flavour): a catalog model's own, or for a user's config.json
+    of a family torchtitan builds, the module and the flavour the written registry adds."""
     key = ctx.model.name.lower()
-    if key not in MODELS:
-        raise InputError(f"--trainer torchtitan: torchtitan 0.3.0 has no model definition for {ctx.model.name!r} "
-                         f"(it has {', '.join(sorted(MODELS))}); emit megatron or maxtext instead")
-    return MODELS[key]
+    if key in MODELS:
+        return MODELS[key]
+    if is_user_model(ctx.model):
+        return USER_FAMILIES[ctx.model.family][0], None, USER_FLAVOUR
+    fams = ", ".join(f"{f} ({m})" for f, (m, _) in USER_FAMILIES.items())
+    raise InputError(f"--trainer torchtitan: torchtitan 0.3.0 has no model definition for {ctx.model.name!r} "
+                     f"(model_type {ctx.model.family!r}; it has the catalog models {', '.join(sorted(MODELS))} and "
+                     f"builds config.json files of model_type {fams}); emit megatron or maxtext instead")
+
+
+def is_user_model(m) -> bool:
+    """A model that is not in MODELS but whose family torchtitan builds, in a shape its builders express
+    (raises InputError naming the field when the shape is one they cannot)."""
+    if m.name.lower() in MODELS or m.family not in USER_FAMILIES:
+        return False
+    moe = m.family == "qwen3_moe"
+    problems = []
+    if moe and not all(m.moe_layers):
+        problems.append("mlp_only_layers / decoder_sparse_step: torchtitan's qwen3 MoE makes every layer MoE")
+    if moe and m.shared_ffn_hidden_size:
+        problems.append("shared experts: torchtitan's qwen3 has none")
+    if not moe and m.num_experts:
+        problems.append(f"num_experts {m.num_experts}: torchtitan's {m.family} is dense")
+    if m.family == "llama" and m.head_dim * m.num_attention_heads != m.hidden_size:
+        problems.append(f"head_dim {m.head_dim}: torchtitan's llama3 uses hidden_size / num_attention_heads")
+    if m.attention != "gqa" or m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
+        problems.append("attention or MLP variant (MLA, biases, sliding window or a non-gated MLP)")
+    if m.family.startswith("qwen3") and not m.qk_norm:
+        problems.append("qk_norm: torchtitan's qwen3 always normalises q and k")
+    if problems:
+        raise InputError(f"--trainer torchtitan: {m.name} ({m.source or 'config.json'}): {'; '.join(problems)}; "
+                         "emit megatron instead")
+    return True
 
 
 def batch(ctx: EmitContext) -> tuple[int, int, int]:
@@ -152,11 +189,21 @@ def cuda_graphs(ctx: EmitContext) -> bool:
 
 def needs_converters(ctx: EmitContext) -> bool:
     """The plan's precision differs from what the built-in registry function trains in."""
+    if is_user_model(ctx.model):
+        return ctx.training.precision != "bf16"
     return ctx.training.precision != BASE_PRECISION.get(ctx.model.name.lower(), "bf16")
 
 
+def custom_stem(model_name: str) -> str:
+    """The registry function's name for a model: a Python identifier (``qwen3_235b_a22b``)."""
+    import re
+
+    stem = re.sub(r"\W", "_", model_name.lower().replace("-", "_").replace(".", "_"))
+    return stem if stem[:1].isalpha() else f"model_{stem}"
+
+
 def _custom_name(ctx: EmitContext) -> str:
-    name = ctx.model.name.lower().replace("-", "_").replace(".", "_")
+    name = custom_stem(ctx.model.name)
     return name if not needs_converters(ctx) else f"{name}_{ctx.training.precision.replace('-', '_')}"
 
 
@@ -178,7 +225,8 @@ def custom_registry(ctx: EmitContext) -> str | None:
     module, config, flavour = model_entry(ctx)
     if config is not None and not needs_converters(ctx):
         return None
-    base = config or BASE_CONFIG[module]
+    user = is_user_model(ctx.model)
+    base = config or (USER_FAMILIES[ctx.model.family][1] if user else BASE_CONFIG[module])
     conv = converters(ctx)
     names = sorted({c.split(".", 1)[0] for c in conv})
     imports = f"from torchtitan.components.quantization import {', '.join(names)}\n" if names else ""
@@ -189,19 +237,115 @@ def custom_registry(ctx: EmitContext) -> str | None:
     fqns = '["attention", "shared_experts", "feed_forward"]' if ctx.model.num_experts else '["attention", "feed_forward"]'
     conv_src = ("[" + ", ".join(c.replace("COMPILED", "compiled").replace("FQNS", fqns) for c in conv) + "]"
                 if conv else "None")
-    return f'''"""TorchTitan 0.3.0 config registry written by topoplan for {ctx.model.name} ({flavour!r} in
-torchtitan.models.{module}): it starts from {base}() and rebuilds the model spec; {why}.
+    if user:
+        where = (f"{ctx.model.source or 'config.json'}, written out below as flavour {flavour!r} of "
+                 f"torchtitan.models.{module}")
+        flavour_src = user_flavour(ctx.model, module)
+        vocab = ("    # the loss's vocabulary is the model's\n"
+                 "    fn = getattr(config.loss, 'loss_fn', config.loss)\n"
+                 "    if hasattr(fn, 'global_vocab_size'):\n"
+                 "        fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n")
+        assets = f"    config.hf_assets_path = {_user_assets(ctx.model)!r}\n"
+    else:
+        where, flavour_src, vocab = f"{flavour!r} in torchtitan.models.{module}", "", ""
+        assets = "" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"\n'
+    return f'''"""TorchTitan 0.3.0 config registry written by topoplan for {ctx.model.name} ({where}): it
+starts from {base}() and rebuilds the model spec; {why}.
 Put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
 
 {imports}from torchtitan.models.{module} import model_registry
 from torchtitan.models.{module}.config_registry import {base}
-
+{flavour_src}
 
 def {_custom_name(ctx)}():
     config = {base}()
     compiled = config.compile.enable and "model" in config.compile.components
     config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, "")}converters={conv_src})
-{"" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"{chr(10)}'}    return config
+{vocab}{assets}    return config
+'''
+
+
+def _user_assets(m) -> str:
+    """The tokenizer's directory: the config.json's own (Hugging Face keeps them together)."""
+    from pathlib import Path
+
+    return str(Path(m.source).parent) if m.source and m.source.endswith(".json") else "./assets/hf/" + m.name
+
+
+def _hf_rope(m) -> tuple[float, dict]:
+    """rope_theta and rope_scaling of the user's config.json (the ModelSpec does not carry them; they
+    change the positional encoding, not the parallel layout). Family defaults when the file is gone."""
+    import json
+    from pathlib import Path
+
+    theta = {"llama": 500000.0}.get(m.family, 1000000.0)
+    try:
+        cfg = json.loads(Path(m.source).read_text())
+    except (OSError, ValueError, TypeError):
+        return theta, {}
+    return float(cfg.get("rope_theta") or theta), dict(cfg.get("rope_scaling") or {})
+
+
+def user_flavour(m, module: str) -> str:
+    """Python source adding flavour USER_FLAVOUR to torchtitan.models.<module>'s config table: the
+    model of the ModelSpec built with the module's own layer builders and inits (as its built-in
+    flavours are; torchtitan 0.3.0's private helpers, pinned with the version)."""
+    theta, scaling = _hf_rope(m)
+    max_seq = int(m.max_position_embeddings or 131072)
+    common = ("from torchtitan.models.common import Embedding, Linear, RMSNorm\n"
+              "from torchtitan.models.common.config_utils import decoder_vocab_size\n")
+    if module == "llama3":
+        rope_kw = ""
+        if (scaling.get("rope_type") or scaling.get("type")) == "llama3":
+            rope_kw = (f', scaling="llama", scaling_factor={float(scaling.get("factor", 8.0))!r}, '
+                       f'low_freq_factor={float(scaling.get("low_freq_factor", 1.0))!r}, '
+                       f'high_freq_factor={float(scaling.get("high_freq_factor", 4.0))!r}, '
+                       f'original_max_position_embeddings={int(scaling.get("original_max_position_embeddings", 8192))}')
+        return f'''from torchtitan.models import llama3 as _family
+from torchtitan.models.common import ComplexRoPE
+{common}
+
+def _topoplan_model(attn_backend, tp_gemm_backend="default"):
+    dim, vocab = {m.hidden_size}, {m.vocab_size}
+    return _family.Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
+        layers=_family._build_llama3_layers(
+            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, n_heads={m.num_attention_heads},
+            n_kv_heads={m.num_kv_heads}, hidden_dim={m.ffn_hidden_size},
+            rope=ComplexRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r}{rope_kw}),
+            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend))
+
+
+_family.llama3_configs[{USER_FLAVOUR!r}] = _topoplan_model
+'''
+    moe = m.family == "qwen3_moe"
+    layers = (f"_family._build_qwen3_moe_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
+              f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
+              f"            moe_hidden_dim={m.moe_ffn_hidden_size}, num_experts={m.num_experts}, top_k={m.top_k}, "
+              "moe_comm_backend=moe_comm_backend," if moe else
+              f"_family._build_qwen3_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
+              f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
+              f"            hidden_dim={m.ffn_hidden_size},")
+    sig = "attn_backend, moe_comm_backend=\"standard\"" if moe else "attn_backend"
+    return f'''from torchtitan.models import qwen3 as _family
+from torchtitan.models.common import CosSinRoPE
+{common}
+
+def _topoplan_model({sig}):
+    dim, vocab = {m.hidden_size}, {m.vocab_size}
+    return _family.Qwen3Model.Config(
+        vocab_size=vocab, dim=dim, norm=_family._qwen3_norm(dim), enable_weight_tying={m.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._LINEAR_INIT),
+        layers={layers}
+            attn_backend=attn_backend,
+            rope=CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r})))
+
+
+_family.qwen3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
 
 
@@ -232,10 +376,9 @@ def files(ctx: EmitContext) -> dict[str, str]:
     hdr = (f"# TorchTitan 0.3.0 launch for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, "
            f"{ctx.world} x {ctx.gpu}.\n# Per node (see slurm/sbatch.sh for node ranks): torchrun --nnodes "
            f"{len(ctx.host_order)} --nproc-per-node {ctx.gpus_per_node} --node-rank $NODE_RANK -m torchtitan.train ARGS\n")
-    out = {
-        "torchtitan/command.txt": hdr + "python -m torchtitan.train " + " ".join(shlex.quote(a) for a in args) + "\n",
-        "torchtitan/job.toml": toml_job(ctx),
-    }
+    out = {"torchtitan/command.txt": hdr + "python -m torchtitan.train " + " ".join(shlex.quote(a) for a in args) + "\n"}
+    if not is_user_model(ctx.model):   # TorchTitan 0.2 has no flavour for a user's config.json
+        out["torchtitan/job.toml"] = toml_job(ctx)
     reg = custom_registry(ctx)
     if reg:
         out[f"torchtitan/{CUSTOM_MODULE}.py"] = reg
