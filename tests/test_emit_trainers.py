@@ -679,6 +679,7 @@ def _user_configs(root: Path) -> dict[str, Path]:
 
     out = {}
     for name, edit in (("llama3-8b", {}), ("qwen3-30b-a3b", {}),
+                       ("deepseek-v3", {"num_hidden_layers": 6, "first_k_dense_replace": 1, "n_routed_experts": 64}),
                        ("qwen3-30b-a3b", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
                                           "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
                                           "num_key_value_heads": 8, "intermediate_size": 12288,
@@ -698,7 +699,8 @@ def _user_configs(root: Path) -> dict[str, Path]:
 
 
 def test_torchtitan_builds_a_user_config_json(tmp_path, request):
-    """TorchTitan files for a user's Llama, Qwen3 and Qwen3-MoE config.json: torchtitan's ConfigManager
+    """TorchTitan files for a user's Llama, Qwen3, Qwen3-MoE and DeepSeek-V3-shaped config.json (the
+    last 6 layers, 64 experts): torchtitan's ConfigManager
     parses them, its mesh has the plan's degrees, and the model it builds (meta device) has exactly
     the parameters topoplan counts for the config.json."""
     from planner.model.flops import param_counts
@@ -706,7 +708,8 @@ def test_torchtitan_builds_a_user_config_json(tmp_path, request):
 
     cases = [("acme-llama", ParallelConfig(tp=2, pp=2, mbs=1), "bf16", 16),
              ("acme-qwen3", ParallelConfig(tp=2, pp=1, mbs=1), "fp8", 16),
-             ("acme-qwen3_moe", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16)]
+             ("acme-qwen3_moe", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16),
+             ("acme-deepseek_v3", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16)]
     paths = _user_configs(tmp_path)
     jobs, expect = [], {}
     for tag, cfg, prec, world in cases:

@@ -35,7 +35,7 @@ BASE_CONFIG = {"qwen3": "qwen3_30b_a3b"}
 # function whose recipe - optimizer, data, checkpointing - the written config starts from). Its model
 # is written out from the ModelSpec with the module's own layer builders as flavour USER_FLAVOUR.
 USER_FAMILIES = {"llama": ("llama3", "llama3_8b"), "qwen3": ("qwen3", "qwen3_14b"),
-                 "qwen3_moe": ("qwen3", "qwen3_30b_a3b")}
+                 "qwen3_moe": ("qwen3", "qwen3_30b_a3b"), "deepseek_v3": ("deepseek_v3", "deepseek_v3_671b")}
 USER_FLAVOUR = "topoplan"
 CUSTOM_MODULE = "topoplan_config"
 # The low-precision recipe a built-in registry function already applies (torchtitan 0.3.0:
@@ -78,18 +78,26 @@ def is_user_model(m) -> bool:
     (raises InputError naming the field when the shape is one they cannot)."""
     if m.name.lower() in MODELS or m.family not in USER_FAMILIES:
         return False
-    moe = m.family == "qwen3_moe"
+    moe = m.family in ("qwen3_moe", "deepseek_v3")
     problems = []
-    if moe and not all(m.moe_layers):
+    if m.family == "qwen3_moe" and not all(m.moe_layers):
         problems.append("mlp_only_layers / decoder_sparse_step: torchtitan's qwen3 MoE makes every layer MoE")
-    if moe and m.shared_ffn_hidden_size:
+    if m.family == "qwen3_moe" and m.shared_ffn_hidden_size:
         problems.append("shared experts: torchtitan's qwen3 has none")
     if not moe and m.num_experts:
         problems.append(f"num_experts {m.num_experts}: torchtitan's {m.family} is dense")
     if m.family == "llama" and m.head_dim * m.num_attention_heads != m.hidden_size:
         problems.append(f"head_dim {m.head_dim}: torchtitan's llama3 uses hidden_size / num_attention_heads")
-    if m.attention != "gqa" or m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
-        problems.append("attention or MLP variant (MLA, biases, sliding window or a non-gated MLP)")
+    if m.family == "deepseek_v3":
+        k = m.moe_layers.index(True) if any(m.moe_layers) else len(m.moe_layers)
+        if m.attention != "mla" or not all(m.moe_layers[k:]):
+            problems.append("attention or MoE pattern: torchtitan's deepseek_v3 is MLA with dense layers first")
+        if not m.shared_ffn_hidden_size or m.shared_ffn_hidden_size % max(1, m.moe_ffn_hidden_size):
+            problems.append("shared experts: a whole number of moe_intermediate_size experts")
+    elif m.attention != "gqa":
+        problems.append("attention: MLA")
+    if m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
+        problems.append("attention or MLP variant (biases, sliding window or a non-gated MLP)")
     if m.family.startswith("qwen3") and not m.qk_norm:
         problems.append("qk_norm: torchtitan's qwen3 always normalises q and k")
     if problems:
@@ -265,6 +273,65 @@ def {_custom_name(ctx)}():
 '''
 
 
+def _deepseek_flavour(m, theta: float, rs: dict, common: str) -> str:
+    """DeepSeek-V3-shaped config.json: MLA, dense layers first, routed plus shared experts, router
+    scoring, groups and scale from the file, YaRN RoPE. No MTP layers, as torchtitan's own
+    deepseek_v3_671b (num_mtp_layers=0)."""
+    hf = _hf_config(m)
+    score = hf.get("scoring_func") or "sigmoid"
+    groups = (f"router_num_expert_groups={m.n_group}, router_num_limited_groups={m.topk_group},"
+              if m.n_group > 1 else "")
+    yarn = ""
+    if (rs.get("type") or rs.get("rope_type")) == "yarn":
+        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
+                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
+                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
+    mscale = float(rs.get("mscale_all_dim", rs.get("mscale", 1.0)) or 1.0)
+    dense = m.moe_layers.index(True)
+    return f'''from torchtitan.models import deepseek_v3 as _family
+from torchtitan.models.common import ComplexRoPE
+{common}
+
+def _topoplan_model(attn_backend, moe_comm_backend, non_blocking_capacity_factor=None, num_mtp_layers=0):
+    dim, vocab = {m.hidden_size}, {m.vocab_size}
+    layers = _family._build_dsv3_layers(
+        n_layers={m.num_layers}, n_dense_layers={dense}, dim=dim, n_heads={m.num_attention_heads},
+        q_lora_rank={m.q_lora_rank or 0}, kv_lora_rank={m.kv_lora_rank}, qk_nope_head_dim={m.qk_nope_head_dim},
+        qk_rope_head_dim={m.qk_rope_head_dim}, v_head_dim={m.v_head_dim}, mscale={mscale!r},
+        dense_hidden_dim={m.ffn_hidden_size}, moe_hidden_dim={m.moe_ffn_hidden_size}, num_experts={m.num_experts},
+        num_shared_experts={m.shared_ffn_hidden_size // m.moe_ffn_hidden_size}, router_top_k={m.top_k},
+        router_score_func={score!r}, {groups}
+        router_route_scale={float(hf.get("routed_scaling_factor") or 1.0)!r},
+        router_route_norm={bool(hf.get("norm_topk_prob", False))},
+        attn_backend=attn_backend, moe_comm_backend=moe_comm_backend,
+        non_blocking_capacity_factor=non_blocking_capacity_factor,
+        rope=ComplexRoPE.Config(dim={m.qk_rope_head_dim}, max_seq_len={int(m.max_position_embeddings or 16384)}, \
+theta={theta!r}{yarn}))
+    return _family.DeepSeekV3Model.Config(
+        vocab_size=vocab, dim=dim, enable_weight_tying={m.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
+        layers=layers,
+        mtp_layers=_family._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers))
+
+
+_family.deepseekv3_configs[{USER_FLAVOUR!r}] = _topoplan_model
+'''
+
+
+def _hf_config(m) -> dict:
+    """The user's config.json as written (fields the ModelSpec does not carry), or {} when it is gone."""
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads(Path(m.source).read_text())
+    except (OSError, ValueError, TypeError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def _user_assets(m) -> str:
     """The tokenizer's directory: the config.json's own (Hugging Face keeps them together)."""
     from pathlib import Path
@@ -275,14 +342,8 @@ def _user_assets(m) -> str:
 def _hf_rope(m) -> tuple[float, dict]:
     """rope_theta and rope_scaling of the user's config.json (the ModelSpec does not carry them; they
     change the positional encoding, not the parallel layout). Family defaults when the file is gone."""
-    import json
-    from pathlib import Path
-
-    theta = {"llama": 500000.0}.get(m.family, 1000000.0)
-    try:
-        cfg = json.loads(Path(m.source).read_text())
-    except (OSError, ValueError, TypeError):
-        return theta, {}
+    theta = {"llama": 500000.0, "deepseek_v3": 10000.0}.get(m.family, 1000000.0)
+    cfg = _hf_config(m)
     return float(cfg.get("rope_theta") or theta), dict(cfg.get("rope_scaling") or {})
 
 
@@ -321,6 +382,8 @@ def _topoplan_model(attn_backend, tp_gemm_backend="default"):
 
 _family.llama3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
+    if module == "deepseek_v3":
+        return _deepseek_flavour(m, theta, scaling, common)
     moe = m.family == "qwen3_moe"
     layers = (f"_family._build_qwen3_moe_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
               f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
