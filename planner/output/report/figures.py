@@ -106,7 +106,8 @@ def group_colors(n: int) -> list:
     return out
 
 
-def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word: str) -> None:
+def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word: str,
+                names: Sequence[str] | None = None) -> None:
     import numpy as np
 
     width = max((len(r) for r in grid), default=1)
@@ -122,6 +123,9 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("GPU within " + word)
     ax.set_ylabel(word)
+    if names and len(names) == len(grid) and len(grid) <= 64:   # the cluster file's domain names
+        ax.set_yticks(range(len(grid)))
+        ax.set_yticklabels(names, fontsize=6 if len(grid) > 16 else 8)
     if n <= 12:
         handles = [Patch(color=colors[k], label=f"{label} {k}") for k in range(n)]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -141,15 +145,16 @@ def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word:
 
 
 def placement_figure(stage_grid: Sequence[Sequence[int]], ep_grid: Sequence[Sequence[int]] | None,
-                     word: str, path: Path, title: str = "") -> Path:
-    """Domains (rows) x GPUs (columns) coloured by pipeline stage and, beside it, by EP group."""
+                     word: str, path: Path, title: str = "", names: Sequence[str] | None = None) -> Path:
+    """Domains (rows, labelled with ``names`` when given) x GPUs (columns) coloured by pipeline stage
+    and, beside it, by EP group."""
     panels = 2 if ep_grid is not None else 1
     rows = len(stage_grid)
     fig = Figure(figsize=(6.5 * panels, min(12, max(2.8, 1.2 + 0.35 * rows))))
     axes = [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
-    _grid_panel(axes[0], stage_grid, "pipeline stage", "stage", word)
+    _grid_panel(axes[0], stage_grid, "pipeline stage", "stage", word, names)
     if ep_grid is not None:
-        _grid_panel(axes[1], ep_grid, "EP group", "EP group", word)
+        _grid_panel(axes[1], ep_grid, "EP group", "EP group", word, names)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

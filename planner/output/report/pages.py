@@ -130,7 +130,8 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
         is_moe = int(plans[0]["config"].get("ep") or 1) > 1
         egrid = explain.gpu_ep_grid(plans[0], sizes) if is_moe else None
         figs.append(fg.placement_figure(sgrid, egrid, word[:-1], stage / "placement.png",
-                                        f"Placement of #1 on {len(sizes)} {word}"))
+                                        f"Placement of #1 on {len(sizes)} {word}",
+                                        names=explain.domain_names_of(doc)))
         doms = (plans[0].get("placement") or {}).get("domains") or {}
         spans = ", ".join(f"{k.upper()} groups span {v} {word if int(v) != 1 else word[:-1]}"
                           for k, v in doms.items())
