@@ -94,11 +94,16 @@ def test_plan_says_why_gpus_are_idle_and_which_batch_uses_them(capsys, monkeypat
     assert main(argv) == 0
     out = capsys.readouterr().out
     note = " ".join(out[out.index("note: "):].split())
-    m = re.search(r"(\d+) of 252 GPUs idle .*the plan runs on (\d+): DP(\d+) is the largest .* --gbs (\d+) the best "
-                  r"plan \((.+?)\) uses (\d+) GPUs for \+([\d.]+)% tokens/s", note)
+    m = re.search(r"(\d+) of 252 GPUs idle .*the plan runs on (\d+): no data-parallel degree of (.+?) above "
+                  r"DP(\d+) divides the global batch 8192 \(with MBS(\d+)\) and meets the rules on these GPUs; "
+                  r"with --gbs (\d+) the best plan \((.+?)\) uses (\d+) GPUs for \+([\d.]+)% tokens/s", note)
     assert m, note
-    idle, world, dp, gbs, label, used, gain = m.groups()
-    assert int(idle) + int(world) == 252 and 8192 % int(dp) == 0
+    idle, world, shape, dp, mbs, gbs, label, used, gain = m.groups()
+    assert int(idle) + int(world) == 252
+    # hand check: 8192 = 2**13, so with TP*CP*PP = 3 no DP between 65 and 252 // 3 = 84 divides it
+    mp = int(world) // int(dp)
+    assert 8192 % (int(dp) * int(mbs)) == 0
+    assert all(8192 % (d * int(mbs)) for d in range(int(dp) + 1, 252 // mp + 1))
     training = planner.Training(seq_len=4096, global_batch=8192, precision="mxfp8", stack="megatron-26.08")
     cluster = cluster_from_dict(data, "failed tray")
     model = planner.load_model("qwen3-235b-a22b")

@@ -251,3 +251,18 @@ def test_trial_table_keeps_names_and_figures(width):
         assert fig in out
     assert ("trial-01-TP1-PP2-VPP8-EP32-MBS1-RC-mla_up_proj" if width == 160 else "trial-01") in out
     assert tokens_in("TP1 PP2 VPP8 EP32 MBS1 RC:mla_up_proj (compare)", out)
+
+
+@pytest.mark.skipif(not CSV.is_file(), reason="../shared/reference/calibration.csv is not checked out")
+@pytest.mark.parametrize("width", WIDTHS)
+def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path):
+    argv = ["calibrate", CSV, "--stack", "megatron-26.04", "-o", tmp_path / "fit.yaml"]
+    rc, out, _ = run(capsys, monkeypatch, width, *argv)
+    assert rc == 0 and "…" not in out
+    rc, js, _ = run(capsys, monkeypatch, width, *argv[:-1], tmp_path / "fit2.yaml", "--json")
+    d = json.loads(js)
+    first = out.splitlines()[0]
+    assert f"MAPE {d['mape_pct']:.2f}%" in first and "worst row mb" in first
+    assert f"{d['max_abs_error_pct']:.1f}%" in first
+    for name, value in d["params"].items():
+        assert re.search(re.escape(name) + r"\s+" + re.escape(f"{value:.4g}"), out), name

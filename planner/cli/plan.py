@@ -371,21 +371,33 @@ def _render(doc, cluster, result, replan=None) -> None:
 
 def idle_reason(result, offered: int, replan) -> str:
     """Why the best plan leaves GPUs idle and what to try. The layout's data-parallel degree must
-    divide the global batch (with the micro-batch): the nearest batch that a larger DP of the same
-    TP, CP, PP and EP divides (and that the trainer's rules accept) is planned with ``replan(gbs)``;
-    when that plan uses more GPUs and gives more tokens/s the line names the batch and the gain."""
+    divide the global batch (with the micro-batch) and meet the trainer's rules: the line says whether
+    a larger DP of the same TP, CP, PP and EP could have used more GPUs with this batch, then plans
+    (``replan(gbs)``) the nearest batch that a larger DP divides; when that plan uses more GPUs and
+    gives more tokens/s the line names the batch and the gain."""
     from planner.errors import TopoplanError
     from planner.rules import violations
 
     best = result.plans[0]
     cfg, tr = best.config, result.training
-    mp = cfg.model_parallel
-    gbs = best.gbs
+    mp, gbs, mbs = cfg.model_parallel, best.gbs, cfg.mbs
     dp = cfg.dp_for(best.world)
+    shape = " ".join(w for w in cfg.short().split() if not w.startswith(("DP", "MBS")))
+
+    def allowed(d: int, g: int) -> bool:
+        return not violations(result.model, cfg.model_copy(update={"dp": d}),
+                              tr.model_copy(update={"global_batch": g}), d * mp)
+
+    larger = [d for d in range(dp + 1, offered // mp + 1) if gbs % (d * mbs) == 0 and allowed(d, gbs)]
+    if larger:
+        why = (f"DP{larger[-1]} of {shape} would divide the global batch {gbs} and meet the rules, but the "
+               "solver predicts fewer tokens/s there")
+    else:
+        why = (f"no data-parallel degree of {shape} above DP{dp} divides the global batch {gbs} "
+               f"(with MBS{mbs}) and meets the rules on these GPUs")
     for d in range(offered // mp, dp, -1):
-        g = max(1, round(gbs / (d * cfg.mbs))) * d * cfg.mbs
-        cand = cfg.model_copy(update={"dp": d})
-        if violations(result.model, cand, tr.model_copy(update={"global_batch": g}), d * mp):
+        g = max(1, round(gbs / (d * mbs))) * d * mbs
+        if g == gbs or not allowed(d, g):
             continue
         try:
             other = replan(g).plans[0]
@@ -393,12 +405,10 @@ def idle_reason(result, offered: int, replan) -> str:
             break
         p0, p1 = best.prediction, other.prediction
         if other.world > best.world and p1.tokens_per_s > p0.tokens_per_s:
-            return (f"DP{dp} is the largest data-parallel degree of {best.label} that divides the global batch "
-                    f"{gbs} and that the rules allow here; with --gbs {g} the best plan ({other.label}) uses "
-                    f"{other.world} GPUs for {p1.tokens_per_s / p0.tokens_per_s - 1:+.1%} tokens/s")
+            return (f"{why}; with --gbs {g} the best plan ({other.label}) uses {other.world} GPUs for "
+                    f"{p1.tokens_per_s / p0.tokens_per_s - 1:+.1%} tokens/s")
         break
-    return ("no larger data-parallel degree of this layout divides the global batch and meets the rules, and "
-            "the layouts that would use more GPUs are predicted slower in total")
+    return why
 
 
 def _render_uncertainty(doc, console) -> None:
