@@ -680,6 +680,7 @@ def _user_configs(root: Path) -> dict[str, Path]:
     out = {}
     for name, edit in (("llama3-8b", {}), ("qwen3-30b-a3b", {}),
                        ("deepseek-v3", {"num_hidden_layers": 6, "first_k_dense_replace": 1, "n_routed_experts": 64}),
+                       ("gpt-oss-20b", {"num_hidden_layers": 6, "num_local_experts": 16, "num_attention_heads": 32}),
                        ("qwen3-30b-a3b", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
                                           "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
                                           "num_key_value_heads": 8, "intermediate_size": 12288,
@@ -699,8 +700,9 @@ def _user_configs(root: Path) -> dict[str, Path]:
 
 
 def test_torchtitan_builds_a_user_config_json(tmp_path, request):
-    """TorchTitan files for a user's Llama, Qwen3, Qwen3-MoE and DeepSeek-V3-shaped config.json (the
-    last 6 layers, 64 experts): torchtitan's ConfigManager
+    """TorchTitan files for a user's Llama, Qwen3, Qwen3-MoE, DeepSeek-V3- and GPT-OSS-shaped config.json
+    (the last two cut to 6 layers, 64 / 16 experts, GPT-OSS with 32 heads where torchtitan's own
+    builder fixes 64): torchtitan's ConfigManager
     parses them, its mesh has the plan's degrees, and the model it builds (meta device) has exactly
     the parameters topoplan counts for the config.json."""
     from planner.model.flops import param_counts
@@ -709,7 +711,8 @@ def test_torchtitan_builds_a_user_config_json(tmp_path, request):
     cases = [("acme-llama", ParallelConfig(tp=2, pp=2, mbs=1), "bf16", 16),
              ("acme-qwen3", ParallelConfig(tp=2, pp=1, mbs=1), "fp8", 16),
              ("acme-qwen3_moe", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16),
-             ("acme-deepseek_v3", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16)]
+             ("acme-deepseek_v3", ParallelConfig(tp=1, pp=2, ep=8, etp=1, mbs=1), "mxfp8", 16),
+             ("acme-gpt_oss", ParallelConfig(tp=2, pp=2, ep=4, etp=1, mbs=1), "bf16", 16)]
     paths = _user_configs(tmp_path)
     jobs, expect = [], {}
     for tag, cfg, prec, world in cases:

@@ -105,15 +105,22 @@ def low_precision(cfg) -> dict:
 
 
 def _meta_params(cfg) -> int | str:
-    """Parameters of the model torchtitan builds from the config, on the meta device (no memory)."""
+    """Parameters of the model torchtitan builds from the config, on the meta device (no memory).
+    VarlenAttention registers a FlashAttention kernel when built (no parameters; flash_attn is not
+    installed here): that registration is skipped while the model is built."""
     import torch
+    import torchtitan.models.common.attention as attn
 
+    saved = attn.activate_flash_attention_impl
+    attn.activate_flash_attention_impl = lambda *a, **k: None
     try:
         with torch.device("meta"):
             model = cfg.model_spec.model.build()
         return int(sum(p.numel() for p in model.parameters()))
     except Exception as exc:  # noqa: BLE001 - reported, the test decides
         return f"{type(exc).__name__}: {exc}"
+    finally:
+        attn.activate_flash_attention_impl = saved
 
 
 def check(job: dict) -> dict:

@@ -35,7 +35,8 @@ BASE_CONFIG = {"qwen3": "qwen3_30b_a3b"}
 # function whose recipe - optimizer, data, checkpointing - the written config starts from). Its model
 # is written out from the ModelSpec with the module's own layer builders as flavour USER_FLAVOUR.
 USER_FAMILIES = {"llama": ("llama3", "llama3_8b"), "qwen3": ("qwen3", "qwen3_14b"),
-                 "qwen3_moe": ("qwen3", "qwen3_30b_a3b"), "deepseek_v3": ("deepseek_v3", "deepseek_v3_671b")}
+                 "qwen3_moe": ("qwen3", "qwen3_30b_a3b"), "deepseek_v3": ("deepseek_v3", "deepseek_v3_671b"),
+                 "gpt_oss": ("gpt_oss", "gpt_oss_20b")}
 USER_FLAVOUR = "topoplan"
 CUSTOM_MODULE = "topoplan_config"
 # The low-precision recipe a built-in registry function already applies (torchtitan 0.3.0:
@@ -78,7 +79,7 @@ def is_user_model(m) -> bool:
     (raises InputError naming the field when the shape is one they cannot)."""
     if m.name.lower() in MODELS or m.family not in USER_FAMILIES:
         return False
-    moe = m.family in ("qwen3_moe", "deepseek_v3")
+    moe = m.family in ("qwen3_moe", "deepseek_v3", "gpt_oss")
     problems = []
     if m.family == "qwen3_moe" and not all(m.moe_layers):
         problems.append("mlp_only_layers / decoder_sparse_step: torchtitan's qwen3 MoE makes every layer MoE")
@@ -96,7 +97,12 @@ def is_user_model(m) -> bool:
             problems.append("shared experts: a whole number of moe_intermediate_size experts")
     elif m.attention != "gqa":
         problems.append("attention: MLA")
-    if m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
+    if m.family == "gpt_oss":
+        if not (m.attention_sinks and m.attention_bias and m.mlp_bias and m.router_bias and all(m.moe_layers)):
+            problems.append("GPT-OSS shape: torchtitan's gpt_oss has sinks, biases and MoE on every layer")
+        if m.shared_ffn_hidden_size:
+            problems.append("shared experts: torchtitan's gpt_oss has none")
+    elif m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
         problems.append("attention or MLP variant (biases, sliding window or a non-gated MLP)")
     if m.family.startswith("qwen3") and not m.qk_norm:
         problems.append("qk_norm: torchtitan's qwen3 always normalises q and k")
@@ -320,6 +326,55 @@ _family.deepseekv3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
 
 
+def _gptoss_flavour(m, theta: float, rs: dict, common: str) -> str:
+    """GPT-OSS-shaped config.json: the layers of torchtitan's _build_gptoss_layers with the file's heads,
+    KV heads, head dim and sliding-window layers (torchtitan's own builder fixes 64/8/64 and a 128 window
+    on even layers), sinks and biases, softmax top-k routing, YaRN RoPE."""
+    yarn = ""
+    if (rs.get("type") or rs.get("rope_type")) == "yarn":
+        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
+                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
+                f'truncate={bool(rs.get("truncate", True))}, '
+                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
+    windows = [m.sliding_window if w else None for w in m.swa_layers]
+    return f'''from torchtitan.models import gpt_oss as _family
+{common}
+
+def _topoplan_model(moe_comm_backend, attn_backend="varlen"):
+    dim, vocab, n_experts, top_k = {m.hidden_size}, {m.vocab_size}, {m.num_experts}, {m.top_k}
+    rope = _family.CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={int(m.max_position_embeddings or 131072)}, \
+theta={theta!r}{yarn})
+    windows = {windows!r}
+    layers = []
+    for i, window in enumerate(windows):
+        layers.append(_family.GptOssTransformerBlock.Config(
+            attention=_family._make_gptoss_attn_config(
+                dim=dim, layer_id=i, attn_backend=attn_backend, n_heads={m.num_attention_heads},
+                n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim}, sliding_window_size=window, fuse_qkv=True,
+                rope=rope),
+            attention_norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
+            ffn_norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
+            moe=_family.GptOssMoE.Config(
+                num_experts=n_experts, load_balance_coeff=1e-3,
+                routed_experts=_family._make_gptoss_experts_config(
+                    dim=dim, hidden_dim={m.moe_ffn_hidden_size}, num_experts=n_experts, layer_id=i, top_k=top_k,
+                    moe_comm_backend=moe_comm_backend),
+                router=_family.TokenChoiceTopKRouter.Config(
+                    num_experts=n_experts, score_func="softmax", route_norm=True, top_k=top_k,
+                    gate=Linear.Config(in_features=dim, out_features=n_experts, bias=True,
+                                       param_init=_family._depth_init(i))))))
+    return _family.GptOssModel.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
+        layers=layers)
+
+
+_family.gptoss_configs[{USER_FLAVOUR!r}] = _topoplan_model
+'''
+
+
 def _hf_config(m) -> dict:
     """The user's config.json as written (fields the ModelSpec does not carry), or {} when it is gone."""
     import json
@@ -342,7 +397,7 @@ def _user_assets(m) -> str:
 def _hf_rope(m) -> tuple[float, dict]:
     """rope_theta and rope_scaling of the user's config.json (the ModelSpec does not carry them; they
     change the positional encoding, not the parallel layout). Family defaults when the file is gone."""
-    theta = {"llama": 500000.0, "deepseek_v3": 10000.0}.get(m.family, 1000000.0)
+    theta = {"llama": 500000.0, "deepseek_v3": 10000.0, "gpt_oss": 150000.0}.get(m.family, 1000000.0)
     cfg = _hf_config(m)
     return float(cfg.get("rope_theta") or theta), dict(cfg.get("rope_scaling") or {})
 
@@ -384,6 +439,8 @@ _family.llama3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
     if module == "deepseek_v3":
         return _deepseek_flavour(m, theta, scaling, common)
+    if module == "gpt_oss":
+        return _gptoss_flavour(m, theta, scaling, common)
     moe = m.family == "qwen3_moe"
     layers = (f"_family._build_qwen3_moe_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
               f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
