@@ -109,10 +109,16 @@ OUT_OF_SAMPLE = [
          seq_len="4096", gbs="4096", mbs="2", tp="1", pp="4", vpp="4", cp="1", ep="64", etp="", fsdp="",
          recompute="mla_up_proj", model_tflops_per_gpu="1099", tokens_per_s_per_gpu="5372", cuda_graphs="false"),
 ]
-# Rows of calibration.csv whose published recipe runs eagerly (the CSV has no column for it): the recipe file
-# says so, it is not fitted. mb234: Megatron-Bridge gpt_oss_workload_base_configs.py (B300, NeMo 26.06
-# container) has its CUDA graph settings commented out.
-EAGER_RECIPES = {"mb234": "Megatron-Bridge gpt_oss_workload_base_configs.py: CUDA graphs commented out (B300, 26.06)"}
+# Rows of calibration.csv whose published recipe runs eagerly: planner/data/published_recipes.yaml records
+# each run's recipe settings with the Megatron-Bridge file and commit (validate and calibrate apply them).
+def _eager_recipes() -> dict:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "planner" / "data" / "published_recipes.yaml").read_text())
+    return {rid: e["source"] for rid, e in doc["runs"].items() if e.get("cuda_graphs") is False}
+
+
+EAGER_RECIPES = _eager_recipes()
 
 
 def out_of_sample() -> None:

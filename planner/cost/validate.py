@@ -8,7 +8,10 @@ optimizer) or 1 / the FSDP sharding degree (Megatron-Bridge's tables use both);
 an empty ``recompute`` means the cheapest recompute that fits in memory (none, then the selective
 sets, then full); text after the recompute value in brackets or after a space is a comment.
 An optional ``dispatcher`` column (alltoall, allgather, flex-deepep, flex-hybridep; empty = the
-stack's) gives the MoE token dispatcher the recipe used. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
+stack's) gives the MoE token dispatcher the recipe used. Optional ``tp_comm_overlap`` and
+``overlap_moe_expert_parallel_comm`` columns (true / false; empty = the trainer's default per layout)
+switch those overlaps. A published run that planner/data/published_recipes.yaml records (id, model,
+gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``).
 
@@ -109,6 +112,51 @@ def _cuda_graphs(row, source) -> bool:
                      "(or leave it empty for the stack's usual regime)")
 
 
+RECIPE_COLUMNS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm")  # optional true/false columns
+_PUBLISHED: dict | None = None
+
+
+def published_recipe(row: dict) -> dict:
+    """The recipe settings planner/data/published_recipes.yaml records for a published run (issue 12):
+    {setting: value, "source": ...} when the row's id, model, gpu, num_gpus and precision match an
+    entry, else {}."""
+    global _PUBLISHED
+    if _PUBLISHED is None:
+        import yaml
+
+        path = Path(__file__).resolve().parents[1] / "data" / "published_recipes.yaml"
+        _PUBLISHED = (yaml.safe_load(path.read_text()) or {}).get("runs") or {}
+    entry = _PUBLISHED.get((row.get("id") or "").strip())
+    if not entry:
+        return {}
+    if any(str(row.get(k) or "").strip().lower() != str(v).lower() for k, v in entry["match"].items()):
+        return {}
+    return {k: v for k, v in entry.items() if k != "match"}
+
+
+def with_published_recipe(row: dict) -> dict:
+    """The row with the recorded recipe settings of its published run in the columns it leaves empty."""
+    facts = published_recipe(row)
+    out = dict(row)
+    for key in ("cuda_graphs", "dispatcher") + RECIPE_COLUMNS:
+        if key in facts and not (row.get(key) or "").strip():
+            out[key] = str(facts[key]).lower()
+    return out
+
+
+def _recipe(row, source):
+    """The optional recipe columns (true / false; empty = auto, as the trainer decides per layout)."""
+    settings = {}
+    for key in RECIPE_COLUMNS:
+        v = (row.get(key) or "").strip().lower()
+        if v and v not in _TRUE + _FALSE:
+            raise InputError(f"{source}: row {row.get('id', '?')}: column {key!r} = {v!r}; use true or false "
+                             "(or leave it empty for the trainer's default)")
+        if v:
+            settings[key] = v in _TRUE
+    return settings
+
+
 def _recompute(text: str) -> str:
     """The recompute column without comments in brackets: ``none (recompute_modules=[])`` -> ``none``,
     ``mla_up_proj moe_act`` stays a module list (separators: space, comma, +)."""
@@ -153,6 +201,7 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
              usable_per_rack: int | None = None) -> Case:
     from planner.model.spec import load_model
 
+    row = with_published_recipe(row)
     rid = row.get("id") or "?"
     fsdp_deg = _int(row, "fsdp", 0, source)
     rc = _recompute(row.get("recompute", ""))
@@ -171,6 +220,7 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
         training = Training(seq_len=_int(row, "seq_len", None, source), global_batch=_int(row, "gbs", None, source),
                             precision=(row.get("precision") or "bf16").strip().lower(), stack=st,
                             trainer=prof.trainer, cuda_graphs=_cuda_graphs(row, source),
+                            recipe=_recipe(row, source),
                             memory_headroom="0")  # a measured run ran: it is judged against the whole HBM
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, f"{source}: row {rid}")) from None
