@@ -3,7 +3,12 @@
 Run from the repository root: `/work/venv/bin/python bench/derive_profiles.py`, then refit each with
 `topoplan calibrate planner/data/profiles/<rows>.csv --stack <name> -o planner/data/profiles/<name>.yaml`.
 """
-from planner.cost.profiles import dump_profile, load_profile
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _ROOT / "bench"]  # bench/solver.py is not solver/
+from planner.cost.profiles import dump_profile, load_profile  # noqa: E402
 base = load_profile("megatron-26.08")
 M = "megatron-26.08 fitted value: the same cuBLAS/CUTLASS/cuDNN kernels run under this stack"
 
@@ -11,11 +16,22 @@ def derive(name, trainer, desc, changes):
     params = {}
     for k, p in base.params.items():
         params[k] = p.model_copy(update={"prior": p.value, "fit": p.fit, "source": f"{M} ({p.source})"})
+    own = load_profile(name)  # the shipped profile: its fitted mem.elementwise is the eager prior
+    changes = dict(changes)
+    changes["mem.elementwise_eager"] = (own.param("mem.elementwise"), EAGER[name])
+    changes["dp.grad_bytes"] = (4.0, GRAD[name])
     for k, (v, src) in changes.items():
         p = params[k]
         params[k] = p.model_copy(update={"value": v, "prior": v, "source": src})
     return base.model_copy(update={"name": name, "trainer": trainer, "description": desc, "dispatcher": "alltoall",
                                    "fit_rows": "none: no measured rows of this stack in calibration.csv; derived from megatron-26.08", "params": params})
+
+# Settings added after the first derivation (kept here so that re-deriving reproduces them). Run the
+# derivation and the refit twice: the eager prior is the profile's own fitted mem.elementwise.
+EAGER = {"torchtitan": "prior: this profile's own fitted mem.elementwise: its rows (and the DeepSeek-V3 recipe) compile at most the loss, so the stack already runs eagerly",
+         "maxtext": "prior: this profile's own fitted mem.elementwise: XLA always fuses elementwise chains; there is no eager regime"}
+GRAD = {"torchtitan": "bytes per gradient in the reduce-scatter: 4, TorchTitan's FSDP2 MixedPrecisionPolicy reduces in FP32 (job config mixed_precision_reduce = float32 by default)",
+        "maxtext": "bytes per gradient in the reduce-scatter: 4, MaxText keeps FP32 weights (weight_dtype float32 by default) so XLA reduces FP32 gradients"}
 
 tt = derive("torchtitan", "torchtitan",
     "TorchTitan (PyTorch FSDP2/TP/PP/CP/EP). Priors: megatron-26.08's kernel efficiencies with TorchTitan's overlap and fusion behaviour; fitted to the TorchTitan team's H100 benchmarks (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, rows in torchtitan-h100-2024-12.csv; their H100s run at 500 W with 2.4 TB/s HBM2e, which gpu.speed@hopper absorbs). Refit with `topoplan calibrate` on your own runs.",
