@@ -595,10 +595,7 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
             table.add_row(*(r[k] for k in keep))
         return table
 
-    table = build(list(range(7)))
-    if width and _min_width(table) > width:
-        table = build(list(range(6)))
-    return table
+    return first_that_fits([build(list(range(7))), build(list(range(6)))], width)
 
 
 def compact_table(**kw) -> Table:
@@ -662,14 +659,6 @@ class _NullFile:
 
     def flush(self):
         pass
-
-
-def _min_width(renderable) -> int:
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    con = Console(width=10_000)
-    return Measurement.get(con, con.options, renderable).minimum
 
 
 def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: int = 40,
