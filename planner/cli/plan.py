@@ -136,10 +136,10 @@ def header_line(h: dict) -> str:
 
 
 def smallest_fitting(plan_at, offered: int, step: int, cap: int = 65536):
-    """The fewest GPUs (a multiple of ``step``, above ``offered``) on which ``plan_at(n)`` finds a
+    """The fewest GPUs (``offered`` plus whole units of ``step``, the GPUs of a host) on which ``plan_at(n)`` finds a
     layout: doubling until one fits, then bisection between the last count that did not and the
-    first that did. Returns (n, the best layout there, step) or None when nothing up to ``cap``
-    fits or the cluster cannot be sized (a cluster file of fixed size)."""
+    first that did. Returns (n, the best layout there, n less the largest count found not to fit) or
+    None when nothing up to ``cap`` fits or the cluster cannot be sized (a cluster file of fixed size)."""
     from planner.errors import TopoplanError
 
     step = max(1, int(step))
@@ -151,18 +151,17 @@ def smallest_fitting(plan_at, offered: int, step: int, cap: int = 65536):
             return None
 
     lo, hi = offered, None
-    n = max(step, -(-offered // step) * step)
+    n = (offered // step + 1) * step            # the next count of whole allocation units
     while n <= cap:
-        n = max(n, lo + step)
         lab = fits(n)
         if lab:
             hi = (n, lab)
             break
-        lo, n = n, n * 2
+        lo, n = n, 2 * n
     if hi is None:
         return None
     while hi[0] - lo > step:   # invariant: lo does not fit, hi fits
-        mid = (lo + (hi[0] - lo) // 2) // step * step
+        mid = lo + (hi[0] - lo) // step // 2 * step
         if mid <= lo:
             break
         lab = fits(mid)
@@ -250,7 +249,7 @@ def register(app: typer.Typer) -> None:
             n = smallest_fitting(lambda k: plan(m, load_job(cluster, gpus=k, usable_per_domain=usable_per_rack),
                                                 training, top=1, time_limit=time_limit, gbs_range=rng,
                                                 trainer=trainer, equal_slices=eq),
-                                 job.gpus, min(c.domain_sizes()))
+                                 job.gpus, min(node.gpus for node in c.nodes))   # the allocation unit
             if n is None:
                 raise
             raise InfeasibleError(f"{exc}: {n[0]} GPUs fit ({n[1]}), {n[0] - n[2]} do not") from None

@@ -450,25 +450,29 @@ def _mark_leads(plans: list[dict], objective_name: str | None) -> None:
 
 def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
     gpu = cluster.gpu_spec
+    n = getattr(b, "n_gpus", cluster.num_gpus)   # the GPUs the job offers
+    space = getattr(b, "vals", {})
     if shortfalls:
         short, label = min(shortfalls)
+        # only remedies the search did not already try (every layout of its space was refused)
         fixes = ["more GPUs (--gpus)"]
-        if "RC:full" not in label:
+        if "full" not in space.get("recompute", ()) and "RC:full" not in label:
             fixes.append("full recompute")
-        if "FSDP" not in label:
+        if True not in space.get("fsdp", ()) and "FSDP" not in label:
             fixes.append("FSDP")
-        if "MBS1" not in label.split():
+        if min(space.get("mbs", ()) or (2,)) > 1 and "MBS1" not in label.split():
             fixes.append("a smaller micro-batch")
         from planner.cost.memory import usable_hbm_gib
 
         room = usable_hbm_gib(gpu.hbm_gib, training)
         kept = "" if room >= gpu.hbm_gib else f" ({gpu.hbm_gib:.0f} GiB less the --memory-headroom {training.memory_headroom})"
-        return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout fits in {room:.1f} GiB{kept}; "
+        return (f"{model.name} on {n} {gpu.name.upper()} GPUs: no layout fits in {room:.1f} GiB{kept}; "
                 f"the closest ({label}) needs {short:.1f} GiB more per GPU. Use " + ", ".join(fixes[:-1])
                 + (" or " if len(fixes) > 1 else "") + fixes[-1])
-    return (f"{model.name} on {cluster.num_gpus} {gpu.name.upper()} GPUs: no layout satisfies the {training.trainer} "
+    fsdp = "" if True in space.get("fsdp", ()) else ", FSDP"
+    return (f"{model.name} on {n} {gpu.name.upper()} GPUs: no layout satisfies the {training.trainer} "
             f"rules and the memory lower bound (model state per GPU exceeds {gpu.hbm_gib:.0f} GiB HBM); use more GPUs "
-            f"(--gpus), FSDP or a larger global batch")
+            f"(--gpus){fsdp} or a larger global batch")
 
 
 def scale(model, cluster_for, sizes, training: Training, *, time_limit=None, objective="throughput",
