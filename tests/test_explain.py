@@ -171,6 +171,9 @@ def test_nothing_fits_names_a_gpu_count_that_fits(capsys):
     assert m, err
     n, lab, below = int(m.group(1)), m.group(2), int(m.group(3))
     assert err.count("\n") == 1 and below < n
+    # recompute, FSDP and micro-batch 1 were all in the searched space: more GPUs is the only remedy
+    assert "Use more GPUs (--gpus): " in err and "recompute" not in err.split("Use ")[1].split(":")[0]
+    assert "on 8 H100 GPUs" in err
     tr = Training(seq_len=4096, global_batch=64, precision="bf16", stack="megatron-26.08")
     model = load_model("llama3.1-405b")
     assert plan(model, load_job("dgx-h100", gpus=n), tr, top=1).plans[0].label == lab
