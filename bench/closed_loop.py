@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.cost.calibrate import calibrate_rows  # noqa: E402
+from planner.cost.calibrate import calibrate_rows, nearest_profile  # noqa: E402
 from planner.cost.profiles import load_profile  # noqa: E402
 from planner.cost.validate import read_rows, validate_rows  # noqa: E402
 from planner.model.flops import flops_per_token  # noqa: E402
@@ -49,15 +49,15 @@ def unseen_rows(rows: list[dict], stack: str) -> list[dict]:
     return sorted(out, key=lambda r: r["id"])
 
 
-def fold(rows: list[dict], k: int, stack: str, start=None) -> dict:
+def fold(rows: list[dict], k: int, stack: str, start, identify: bool = False) -> dict:
     fit = [r for i, r in enumerate(rows) if i % 3 == k]
     test = [r for i, r in enumerate(rows) if i % 3 != k]
     t0 = time.perf_counter()
-    prof, info = calibrate_rows(fit, stack, source="calibration.csv", start=start)
+    prof, info = calibrate_rows(fit, stack, source="calibration.csv", start=start, identify=identify)
     res = validate_rows(test, stack=stack, profile=prof, source="calibration.csv")
     return {"fold": k, "fit": len(fit), "test": len(test), "mape": res["mape_pct"],
             "worst": res["max_abs_error_pct"], "errors": [r["error_pct"] for r in res["rows"]],
-            "s": time.perf_counter() - t0}
+            "s": time.perf_counter() - t0, "kept": info["kept"]}
 
 
 def main() -> None:
@@ -69,25 +69,28 @@ def main() -> None:
     rows = read_rows(args.csv)
     stacks = args.stacks.split(",") if args.stacks else sorted({r["stack"] for r in rows})
     folds = [int(x) for x in args.folds.split(",")]
-    all_stacks = sorted({r["stack"] for r in rows})
-    pooled, pooled_shipped = {"priors": [], "other stack": []}, []
-    print(f"{'stack':16s} {'start':20s} {'fold':>4s} {'fit':>4s} {'test':>4s} {'MAPE':>7s} {'worst':>7s} "
+    modes = ("priors", "nearest", "nearest, informed only")
+    pooled, pooled_shipped = {m: [] for m in modes}, []
+    print(f"{'stack':16s} {'start':30s} {'fold':>4s} {'fit':>4s} {'test':>4s} {'MAPE':>7s} {'worst':>7s} "
           f"{'shipped':>8s}  time")
     for stack in stacks:
         mine = unseen_rows(rows, stack)
-        other = next((s for s in all_stacks if s != stack), None)
+        # calibrate's default for a stack without a profile, the stack's own shipped profile excluded
+        near = nearest_profile(load_profile(stack).trainer, exclude=(stack,))
         for k in folds:
             test_ids = {x["id"] for i, x in enumerate(mine) if i % 3 != k}
             shipped = validate_rows([x for x in rows if x["id"] in test_ids], source="calibration.csv")
             pooled_shipped.append(shipped["mape_pct"])
-            for mode, start in (("priors", None), ("other stack", load_profile(other) if other else None)):
-                if mode != "priors" and start is None:
+            for mode in modes:
+                if mode != "priors" and near is None:
                     continue
-                r = fold(mine, k, f"unseen-{stack}", start)
+                start = "priors" if mode == "priors" else load_profile(near)
+                r = fold(mine, k, f"unseen-{stack}", start, identify=mode.endswith("only"))
                 pooled[mode] += [abs(e) for e in r["errors"] if e is not None]
-                label = "priors" if start is None else f"from {start.name}"
-                print(f"{stack:16s} {label:20s} {k:4d} {r['fit']:4d} {r['test']:4d} {r['mape']:6.2f}% "
-                      f"{r['worst']:6.1f}% {shipped['mape_pct']:7.2f}%  {r['s']:.0f} s", flush=True)
+                label = "priors" if mode == "priors" else f"from {near}" + (", informed" if mode.endswith("only") else "")
+                print(f"{stack:16s} {label:30s} {k:4d} {r['fit']:4d} {r['test']:4d} {r['mape']:6.2f}% "
+                      f"{r['worst']:6.1f}% {shipped['mape_pct']:7.2f}%  {r['s']:.0f} s"
+                      + (f"  kept: {len(r['kept'])}" if mode.endswith("only") else ""), flush=True)
     for mode, errs in pooled.items():
         if errs:
             print(f"pooled, start {mode}: MAPE {statistics.mean(errs):.2f}% over {len(errs)} predictions "

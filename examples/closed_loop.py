@@ -13,7 +13,8 @@ team has not shown topoplan; they judge the refitted profile.
 2. the logs come back: the earlier run of the compare layout lands in its trial's ``logs/``
    (``topoplan trial-report`` shows predicted against measured);
 3. refit: ``calibrate`` reads the six logs (examples/logs/runs.csv: id, stack, model, gpu, num_gpus,
-   log) and fits my-megatron from the priors; the twelve unseen runs are predicted with it;
+   log) and fits my-megatron starting from the newest shipped Megatron profile (calibrate's default
+   for a stack without a profile of its own); the twelve unseen runs are predicted with it;
 4. plan again with the fitted profile (``--stack fitted.yaml``) and report the trials refitted.
 
     python examples/closed_loop.py --out out/closed_loop

@@ -145,3 +145,61 @@ def test_validate_reads_the_cuda_graphs_column():
     assert row_case(dict(row, id="mine", cuda_graphs="")).training.cuda_graphs is True
     with pytest.raises(InputError, match="cuda_graphs"):
         row_case(dict(row, cuda_graphs="maybe"))
+
+
+def test_posterior_reduction_against_the_closed_form():
+    # linear rows r = J u: with one parameter the posterior variance is 1 / (|J|^2 / s_r^2 + 1 / s_p^2);
+    # rows that carry exactly the prior's information halve the variance (reduction 1 - 1/sqrt(2))
+    import math
+
+    import numpy as np
+
+    from planner.cost.calibrate import MIN_REDUCTION, ROW_SIGMA, posterior_reduction
+
+    sigma = np.array([0.3, 0.3, 0.5])
+    col = ROW_SIGMA / sigma[0] / math.sqrt(2)            # two rows, |J_0|^2 = s_r^2 / s_p^2
+    jac = np.array([[col, 0.0, 0.0], [col, 0.0, 0.0], [0.0, 0.0, 2.0]])   # parameter 1 is read by no row
+    red = posterior_reduction(lambda u: jac @ u, np.zeros(3), np.full(3, 10.0), sigma)
+    assert red[0] == pytest.approx(1 - 1 / math.sqrt(2), rel=1e-6) == pytest.approx(MIN_REDUCTION)
+    assert red[1] == pytest.approx(0.0, abs=1e-12)
+    post = 1 / (4.0 / ROW_SIGMA ** 2 + 1 / 0.5 ** 2)
+    assert red[2] == pytest.approx(1 - math.sqrt(post) / 0.5, rel=1e-6)
+    # two parameters the rows only see as a sum share what the rows tell: each is reduced less than alone
+    pair = np.array([[1.0, 1.0], [1.0, 1.0]])
+    alone = posterior_reduction(lambda u: pair[:, :1] @ u, np.zeros(1), np.full(1, 10.0), sigma[:1])
+    both = posterior_reduction(lambda u: pair @ u, np.zeros(2), np.full(2, 10.0), sigma[:2])
+    assert both[0] == pytest.approx(both[1]) and both[0] < alone[0]
+
+
+def test_unseen_stack_starts_from_the_newest_profile_of_its_trainer():
+    from planner.cost.calibrate import nearest_profile
+
+    assert nearest_profile("megatron") == "megatron-26.08"
+    assert nearest_profile("megatron", exclude=("megatron-26.08",)) == "megatron-26.04"
+    assert nearest_profile("torchtitan") == "torchtitan" and nearest_profile("nope") is None
+    rows = [dict(r, stack="mine") for r in read_rows(CSV) if r["stack"] == "megatron-26.08" and r["model"] == "qwen3-30b-a3b"]
+    new = load_profile("megatron-26.08")
+    fitted, info = calibrate_rows(rows, "mine", source="rows.csv")
+    assert info["start"] == "megatron-26.08"
+    for key, p in fitted.params.items():   # the priors are 26.08's fitted values
+        assert p.prior == pytest.approx(new.params[key].value), key
+    _, info = calibrate_rows(rows, "mine", source="rows.csv", start="priors")
+    assert info["start"] == "priors"
+    _, info = calibrate_rows(read_rows(CSV), "megatron-26.08", source=str(CSV))   # a shipped name: its priors
+    assert info["start"] == "priors"
+
+
+def test_informed_only_keeps_what_the_rows_do_not_exercise():
+    # Qwen3-30B-A3B rows of 26.08 run MXFP8 on Blackwell: no NVFP4 row, no Hopper row; with
+    # identify=True those parameters keep their start exactly, and the ones the rows read are fitted
+    rows = [r for r in read_rows(CSV) if r["stack"] == "megatron-26.08" and r["model"] == "qwen3-30b-a3b"]
+    assert not any(r["precision"].lower() in ("nvfp4", "bf16") or r["gpu"] in ("H100", "H200") for r in rows)
+    base = base_profile("megatron-26.08")
+    fitted, info = calibrate_rows(rows, "megatron-26.08", source="rows.csv", identify=True)
+    for key in ("gemm.nvfp4", "gemm.nvfp4@blackwell-ultra", "gemm.bf16", "gpu.speed@hopper", "net.bw@hopper"):
+        assert key in info["kept"] and info["reduction"][key] < 0.01, key
+        assert fitted.params[key].value == base.params[key].value, key
+    assert set(info["fitted"]) == set(info["informed"]) and info["fitted"]
+    assert set(info["fitted"]) | set(info["kept"]) == {k for k, p in base.params.items() if p.fit}
+    _, every = calibrate_rows(rows, "megatron-26.08", source="rows.csv")
+    assert every["informed"] == info["informed"] and not every["kept"]

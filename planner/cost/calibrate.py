@@ -15,8 +15,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import yaml
+from scipy.optimize import least_squares
 
-from planner.cost.profiles import Param, Profile
+from planner.cost.predict import predict
+from planner.cost.profiles import PROFILE_DIR, Param, Profile, _version, available, load_profile
+from planner.cost.validate import resolve_case, row_case
+from planner.errors import InputError
 
 # name: (prior, min, max, fit, spread, source)
 PRIORS: dict[str, tuple] = {
@@ -86,6 +91,8 @@ PRIOR_WEIGHT = 0.05
 DIFF_STEP = 1e-3
 LOSS = "soft_l1"  # robust: a row whose recipe differs from the stack's usual one cannot drag the profile
 F_SCALE = 0.03  # residual scale (weighted log error) beyond which the loss grows linearly
+ROW_SIGMA = 0.05  # a row's log error the model leaves (the shipped profiles explain their own rows to 4-6%)
+MIN_REDUCTION = 1 - 1 / math.sqrt(2)  # fit a parameter when the rows tell at least as much as its prior
 
 
 def prior_profile(name: str, description: str = "", flops_formula: str = "current", dispatcher: str = "alltoall",
@@ -109,13 +116,10 @@ def _is_log(p: Param) -> bool:
     return p.min > 0
 
 
-def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60):
+def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60, identify: bool = False):
     """Least-squares fit of ``base``'s fitted parameters to ``cases`` (``planner.cost.validate.Case``,
-    recompute resolved, measured TFLOP/s set). Returns (profile, result info)."""
-    from scipy.optimize import least_squares
-
-    from planner.cost.predict import predict
-
+    recompute resolved, measured TFLOP/s set). Returns (profile, result info); ``identify``: fit only
+    the parameters whose ``posterior_reduction`` reaches ``MIN_REDUCTION`` (info: informed, fitted, kept)."""
     keys = [k for k, p in base.params.items() if p.fit]
     ps = [base.params[k] for k in keys]
     logk = [_is_log(p) for p in ps]
@@ -129,36 +133,73 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
 
     lo = to_u([p.min for p in ps])
     hi = to_u([p.max for p in ps])
-    u0 = np.clip(to_u(prior), lo + 1e-9, hi - 1e-9)
+    u_prior = to_u(prior)
+    u0 = np.clip(u_prior, lo + 1e-9, hi - 1e-9)
     w_rows = 1.0 / math.sqrt(max(len(cases), 1))
+    sigma = np.array([math.log(_spread(k)) if lg else _spread(k) for k, lg in zip(keys, logk)])
 
-    def residuals(u):
+    def row_errors(u):
         prof = base.with_values(dict(zip(keys, to_v(u))))
-        out = []
-        for c in cases:
-            pr = predict(c.model, c.cluster, c.config, c.training, profile=prof)
-            out.append(w_rows * math.log(max(pr.tflops_per_gpu, 1e-6) / c.measured_tflops))
-        for x, x0, lg, k in zip(u, to_u(prior), logk, keys):
-            sp = _spread(k)
-            out.append(PRIOR_WEIGHT * ((x - x0) / math.log(sp) if lg else (x - x0) / sp))
+        return np.array([math.log(max(predict(c.model, c.cluster, c.config, c.training, profile=prof).tflops_per_gpu,
+                                      1e-6) / c.measured_tflops) for c in cases])
+
+    info: dict = {}
+    reduction = posterior_reduction(row_errors, u0, hi, sigma) if keys else np.zeros(0)
+    informed = [i for i in range(len(keys)) if reduction[i] >= MIN_REDUCTION]
+    free = informed if identify else list(range(len(keys)))
+    info["informed"] = [keys[i] for i in informed]
+    info["fitted"] = [keys[i] for i in free]
+    info["kept"] = [k for i, k in enumerate(keys) if i not in free]
+    info["reduction"] = {k: round(float(r), 3) for k, r in zip(keys, reduction)}
+    if not free:
+        return base, {**info, "cost": 0.0, "nfev": 0, "status": 0}
+    u_all = u0.copy()
+
+    def residuals(uf):
+        u = u_all.copy()
+        u[free] = uf
+        out = list(w_rows * row_errors(u))
+        out += [PRIOR_WEIGHT * (u[i] - u_prior[i]) / sigma[i] for i in free]
         if progress is not None:
             progress.advance()
         return np.array(out)
 
-    res = least_squares(residuals, u0, bounds=(lo, hi), method="trf", x_scale="jac", diff_step=DIFF_STEP, loss=LOSS, f_scale=F_SCALE,
-                        max_nfev=max_nfev, xtol=1e-10, ftol=1e-10, gtol=1e-10)
-    vals = dict(zip(keys, to_v(res.x)))
+    res = least_squares(residuals, u0[free], bounds=(lo[free], hi[free]), method="trf", x_scale="jac", diff_step=DIFF_STEP,
+                        loss=LOSS, f_scale=F_SCALE, max_nfev=max_nfev, xtol=1e-10, ftol=1e-10, gtol=1e-10)
+    vals = dict(zip([keys[i] for i in free], to_v(res.x)))
     vals = {k: float(f"{v:.4g}") for k, v in vals.items()}
-    return base.with_values(vals), {"cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status)}
+    return base.with_values(vals), {**info, "cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status)}
+
+
+def posterior_reduction(row_errors, u0, hi, sigma) -> np.ndarray:
+    """For each parameter, the fraction by which the rows shrink its standard deviation under the
+    prior: the Gauss-Newton posterior of the linearised model at the start, with the prior's spread
+    ``sigma`` (per parameter, in the fitted scale) and a row error of ``ROW_SIGMA``::
+
+        C = (J^T J / ROW_SIGMA^2 + diag(1 / sigma^2))^-1,   reduction_j = 1 - sqrt(C_jj) / sigma_j
+
+    ``J`` is the Jacobian of the rows' log errors (one-sided differences of ``DIFF_STEP`` in the fitted
+    scale, stepping inward at a bound). A parameter no row exercises has a zero column and reduction 0;
+    two parameters the rows see only together (a GEMM efficiency and the GPU speed, rows of one GPU
+    and precision) share what the rows tell, and each is reduced less than either alone would be."""
+    base = row_errors(u0)
+    cols = []
+    for j in range(len(u0)):
+        h = DIFF_STEP * max(1.0, abs(u0[j]))
+        if u0[j] + h > hi[j]:
+            h = -h
+        u = u0.copy()
+        u[j] += h
+        cols.append((row_errors(u) - base) / h)
+    jac = np.array(cols).T if cols else np.zeros((len(base), 0))
+    precision = jac.T @ jac / ROW_SIGMA ** 2 + np.diag(1.0 / sigma ** 2)
+    post = np.linalg.inv(precision)
+    return 1.0 - np.sqrt(np.clip(np.diag(post), 0.0, None)) / sigma
 
 
 def base_profile(stack: str) -> Profile:
     """A fresh profile for ``stack`` at its priors, keeping a shipped profile's conventions (FLOP
     formula, dispatcher, trainer, description) when one of that name exists."""
-    import yaml
-
-    from planner.cost.profiles import PROFILE_DIR
-
     path = PROFILE_DIR / f"{stack}.yaml"
     if not path.exists():
         return prior_profile(stack)
@@ -175,6 +216,13 @@ def base_profile(stack: str) -> Profile:
                          doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"), overrides)
 
 
+def nearest_profile(trainer: str, exclude: tuple[str, ...] = ()) -> str | None:
+    """The shipped profile a stack of ``trainer`` topoplan has not seen starts from: the newest of that
+    trainer (Megatron by container release, ``megatron-26.08`` before ``megatron-26.04``), else None."""
+    names = [n for n in available() if n not in exclude and load_profile(n).trainer == trainer]
+    return max(names, key=lambda n: (_version(n) or (0, 0), n)) if names else None
+
+
 def start_profile(stack: str, start: Profile) -> Profile:
     """A profile for ``stack`` whose priors are another stack's values (``calibrate --from``, issue 13):
     a stack topoplan has not seen starts from the nearest one it knows instead of the published priors;
@@ -188,12 +236,14 @@ def start_profile(stack: str, start: Profile) -> Profile:
 
 
 def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude_model: str | None = None,
-                   progress=None, start: Profile | None = None) -> tuple[Profile, dict]:
-    """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column);
-    ``start``: a known stack whose values are the priors (``start_profile``), else the published priors."""
-    from planner.errors import InputError
-    from planner.cost.validate import resolve_case, row_case
+                   progress=None, start: Profile | str | None = None, identify: bool = False) -> tuple[Profile, dict]:
+    """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column).
 
+    ``start``: a known profile whose values are the priors (``start_profile``); ``"priors"``: the
+    published priors; None: a stack with a shipped profile of its name starts from the published priors
+    (how the shipped profiles are fitted), any other from ``nearest_profile`` of its trainer.
+    ``identify``: fit only the parameters the rows inform (``posterior_reduction``), the rest keep
+    their start. ``info`` says the start, which parameters the rows inform, and which were fitted."""
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
     if exclude_model:
         mine = [r for r in mine if r["model"].strip() != exclude_model]
@@ -203,11 +253,15 @@ def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude
     missing = [r.get("id", "?") for r in mine if not (r.get("model_tflops_per_gpu") or "").strip()]
     if missing:
         raise InputError(f"{source}: row {missing[0]}: model_tflops_per_gpu is empty; calibration needs measured rows")
-    base = base_profile(stack) if start is None else start_profile(stack, start)
+    if start is None and not (PROFILE_DIR / f"{stack}.yaml").exists():
+        near = nearest_profile(base_profile(stack).trainer)
+        start = load_profile(near) if near else "priors"
+    base = start_profile(stack, start) if isinstance(start, Profile) else base_profile(stack)
     cases = [resolve_case(row_case(r, stack, source, profile=base), base) for r in mine]
-    prof, info = fit_profile(cases, base, progress=progress)
+    prof, info = fit_profile(cases, base, progress=progress, identify=identify)
     name = source.rsplit("/", 1)[-1]
     prof = prof.model_copy(update={"fit_rows": f"{name}: {len(cases)} rows of stack {stack}"
                                    + (f" without {exclude_model}" if exclude_model else "")})
     info["rows"] = len(cases)
+    info["start"] = start.name if isinstance(start, Profile) else "priors"
     return prof, info
