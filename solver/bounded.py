@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 from ortools.sat.python import cp_model
 
-from solver.program import LayoutResult, Program, Solution
 from solver.numpy_engine import evaluate_many, feasible_rows, table_mask
+from solver.program import LayoutResult, Program, Solution
 
 
 # -- CP-SAT over a separable lower bound, with exact lazy evaluation ---------------------------------
@@ -54,8 +55,6 @@ def bound_many(prog: Program, factors, rows, vals) -> "np.ndarray":
     """``prod_j factor_j(x)`` for every row (``inf`` where a factor has no entry): the separable
     bound of :func:`solve_bounded` evaluated in numpy. ``vals``: node values of the rows, from
     :func:`evaluate_many` (only the nodes that key a factor are read)."""
-    import numpy as np
-
     out = np.ones(len(rows), dtype=np.float64)
     for f in factors:
         vars_, nodes, values = _factor_parts(f)
@@ -197,8 +196,6 @@ def feasible_blocks(prog: Program, master: Sequence[int]) -> "np.ndarray":
     """Every assignment of the ``master`` variables that satisfies the program's tables projected
     onto them (a relaxation: each feasible assignment of the whole program projects onto one), as
     an (R, n) array whose other columns are 0."""
-    import numpy as np
-
     keep = set(int(v) for v in master)
     sub = Program([prog.domains[v] if v in keep else 1 for v in range(len(prog.domains))], names=prog.names)
     inter, sub.forbidden = _projected_tables(prog, keep)
@@ -218,8 +215,6 @@ class _BestFitting:
     lazy ``accept`` (memory) best-first, checks each row once and drops those that do not fit."""
 
     def __init__(self, prog: Program, accept):
-        import numpy as np
-
         weighted = prog.weight is not None
         self.objs = np.zeros(0, dtype=np.float64 if weighted else np.int64)
         self.nodes = np.zeros(0, dtype=np.int64)
@@ -228,16 +223,12 @@ class _BestFitting:
         self.accept, self.checked, self.rejected = accept, {}, 0
 
     def add(self, obj, node, rows) -> None:
-        import numpy as np
-
         self.objs = np.concatenate([self.objs, obj])
         self.nodes = np.concatenate([self.nodes, node])
         self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=np.int64)])
 
     def top(self, k: int) -> list:
         """[(objective, node value, choice)] of the k best rows that fit, best first."""
-        import numpy as np
-
         fitting, drop = [], []
         for i in np.argsort(self.objs, kind="stable"):
             ch = tuple(int(a) for a in self.rows[i])
@@ -268,8 +259,6 @@ def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = Non
     the ``top``-th best fitting objective (OPTIMAL: every block left has a bound, hence every
     completion an objective, at least that large), or at ``time_limit`` (FEASIBLE, with the next
     block's bound as the proven bound)."""
-    import numpy as np
-
     t0 = time.perf_counter()
     n = len(prog.domains)
     keep = list(range(n)) if master is None else sorted(set(int(v) for v in master))
@@ -360,8 +349,6 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
     enumerated has ``S ln objective(x) > B > hi >= S ln T`` for each completion x, so none can
     enter the top K (OPTIMAL). Bands grow geometrically; at ``time_limit`` the result is FEASIBLE
     with the bound ``exp(hi / S)``."""
-    import numpy as np
-
     t0 = time.perf_counter()
     n = len(prog.domains)
     keep = list(range(n)) if master is None else sorted(set(int(v) for v in master))

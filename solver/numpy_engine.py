@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from solver.program import Program
 
 
@@ -14,8 +16,6 @@ from solver.program import Program
 def table_mask(prog: Program, rows) -> "np.ndarray":
     """Rows (R, n) that satisfy every allow/forbid table of ``prog`` (table nodes are checked by
     :func:`evaluate_many`)."""
-    import numpy as np
-
     ok = np.ones(len(rows), dtype=bool)
     for checks, allowed in ((prog.allowed, True), (prog.forbidden, False)):
         for vars_, tuples in checks:
@@ -35,8 +35,6 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
     """Every assignment that satisfies the allow/forbid tables and has an entry in every table
     node keyed by decision variables only, as an (R, n) int array. A vectorised join: variables
     are added in ``order`` and each table is applied as soon as all its variables are set."""
-    import numpy as np
-
     n = len(prog.domains)
     order = list(range(n)) if order is None else list(order)
     checks = [(v, t, True) for v, t in prog.allowed] + [(v, t, False) for v, t in prog.forbidden]
@@ -76,8 +74,6 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
     ``upto``: evaluate only nodes ``0..upto`` (nodes are in creation order, so a node's inputs come
     before it) and return that node's values as the objective, unweighted and without limits; the
     mask then covers only the tables met so far (a partial check, for lower bounds)."""
-    import numpy as np
-
     R = len(rows)
     ok = np.ones(R, dtype=bool)
     out: list = []
@@ -152,8 +148,6 @@ def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.nda
 
 def weights_of(prog: Program, rows) -> tuple["np.ndarray", "np.ndarray"]:
     """(objective weight, defined mask) for every row (weight 1 when the objective has none)."""
-    import numpy as np
-
     R = len(rows)
     if prog.weight is None:
         return np.ones(R, dtype=np.int64), np.ones(R, dtype=bool)

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from topologies.cluster import Calibration, Cluster, NVLinkFit, TierFit
 from topologies.collectives import NET_EFF_DEEPEP, NET_EFF_NCCL, Fabric, GroupShape, shape_of
 from topologies.errors import InputError
@@ -296,7 +298,6 @@ def _times(cluster: Cluster, cal: Calibration | None, obs: list[Observation]) ->
 def fit_fabric(cluster: Cluster, obs: list[Observation], notes: list[str] | None = None,
                sources: list[str] | None = None) -> Fit:
     """Fit the cluster's link figures to the observations (see the module docstring)."""
-    import numpy as np
     from scipy.optimize import least_squares
 
     base = cluster.calibration

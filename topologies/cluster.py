@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from topologies.errors import InputError
@@ -518,8 +519,6 @@ class Cluster(BaseModel):
         return data
 
     def to_yaml(self) -> str:
-        import yaml
-
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=120)
 
 

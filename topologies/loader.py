@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from topologies.errors import InputError
 from topologies.cluster import Cluster, cluster_from_dict
+from topologies.errors import InputError
+from topologies.gpus import get_gpu
 from topologies.presets import PRESETS, build_preset
 
 __all__ = ["Job", "load_cluster", "load_job", "read_cluster_file", "restrict"]
@@ -155,8 +156,6 @@ def load_job(name_or_path, gpus: int | None = None, usable_per_domain: int | Non
     # NVL72 preset, the planner chooses GPUs per rack: whole racks, N must be whole trays
     n = p.su_gpus if gpus is None else int(gpus)
     build_preset(text, gpus=n, oversubscription=1.0 if oversubscription is None else oversubscription)  # checks N
-    from topologies.gpus import get_gpu
-
     dmax = get_gpu(p.gpu).nvlink_domain_max
     racks = math.ceil(n / dmax)
     c = build_preset(text, gpus=racks * dmax, oversubscription=1.0 if oversubscription is None else oversubscription)
