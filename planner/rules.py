@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from planner.config import ParallelConfig, Training
+from planner.config import ParallelConfig, Recipe, Training
 from planner.errors import InputError
 
 
@@ -377,8 +377,6 @@ def effective_recipe(model, config, training):
     model, no FSDP flavour without FSDP). Deterministic and idempotent: the effective recipe of a
     Training holding an effective recipe is itself. Explicit settings are kept as given (the rules
     refuse the layouts they do not fit)."""
-    from planner.config import Recipe
-
     m, c, t = model, config, training
     r = t.recipe
     knobs = TRAINER_KNOBS.get(t.trainer, ())

@@ -100,7 +100,7 @@ def test_progress_bar_on_stderr_when_stdout_is_a_pipe(runs, capsys, monkeypatch)
         seen.append((description, total, prog.enabled(json_output, stream)))
         return real(description, total, json_output, stream)
 
-    monkeypatch.setattr(prog, "progress", spy)
+    monkeypatch.setattr("planner.cli.experts.progress", spy)   # the name the command calls
     assert main(base + ["--loads", str(tmp / "b.npy"), "--json"]) == 0
     assert seen == [(f"placing {L} MoE layers", L, True)]
     json.loads(capsys.readouterr().out)          # stdout is still one clean JSON document

@@ -10,13 +10,15 @@ from __future__ import annotations
 import sys
 
 import typer
+from pydantic import ValidationError
 
 try:  # typer >= 0.20 vendors click as typer._click
     from typer._click import exceptions as _cx
 except ImportError:  # pragma: no cover - older typer on real click
     from click import exceptions as _cx
 
-from planner.errors import TopoplanError
+from planner.cli import emit, experts, models, plan, predict, schema, topology
+from planner.errors import TopoplanError, pydantic_message
 
 app = typer.Typer(
     name="topoplan",
@@ -47,8 +49,6 @@ def _register() -> None:
     # Once per process: main() may run many times in-process (tests), commands must not pile up.
     if _STATE.get("registered"):
         return
-    from planner.cli import emit, experts, models, plan, predict, schema, topology
-
     for mod in (topology, models, predict, plan, emit, experts, schema, __import__("planner.cli.trial").cli.trial):
         mod.register(app)
     _STATE["registered"] = True
@@ -90,13 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         _echo_err(f"error: {exc.format_message()}")
         return exc.exit_code or 2
     except Exception as exc:  # noqa: BLE001 - last resort: one line, never a traceback without --debug
-        from pydantic import ValidationError
-
         if _STATE["debug"]:
             raise
         if isinstance(exc, ValidationError):
-            from planner.errors import pydantic_message
-
             _echo_err(f"error: {pydantic_message(exc)}")
             return 2
         _echo_err(f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")

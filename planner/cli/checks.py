@@ -15,7 +15,11 @@ from __future__ import annotations
 import math
 import sys
 
+from pydantic import ValidationError
+
+from planner.config import Training
 from planner.errors import InputError
+from planner.model.spec import load_model
 
 __all__ = ["FLAGS", "MIN_SEQ_LEN", "flag_message", "check_flags", "input_warnings", "nearby_gbs", "warn",
            "check_inputs"]
@@ -56,10 +60,6 @@ def check_flags(*, precision: str | None = None, trainer: str | None = None, seq
                 gbs: int | None = None) -> None:
     """Refuse what cannot be meant, naming the option: an unknown precision or trainer, a sequence
     shorter than ``MIN_SEQ_LEN`` tokens."""
-    from pydantic import ValidationError
-
-    from planner.config import Training
-
     if seq_len is not None and seq_len < MIN_SEQ_LEN:
         raise InputError(f"--seq-len {seq_len}: shorter than {MIN_SEQ_LEN} tokens, so a step is all fixed cost and "
                          "no recipe trains like that; give the training sequence length (e.g. 4096)")
@@ -120,8 +120,6 @@ def check_inputs(model: str, *, precision: str | None = None, trainer: str | Non
                  range_flag: bool = True) -> list[str]:
     """``check_flags``, then the model's warnings printed on stderr (and returned): what ``plan`` and
     ``predict`` call before they build anything."""
-    from planner.model.spec import load_model
-
     check_flags(precision=precision, trainer=trainer, seq_len=seq_len)
     lines = input_warnings(load_model(model), seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range,
                            range_flag=range_flag)

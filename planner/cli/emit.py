@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from planner.errors import InputError
+from planner.io import check_output
+from planner.output.emit import emit_plan, parse_trainers
 
 
 def register(app: typer.Typer) -> None:
@@ -27,10 +29,6 @@ def register(app: typer.Typer) -> None:
 
         Example: topoplan emit plan.json --trainer megatron,slurm --out launch/
         """
-        from planner.output.emit import emit_plan, parse_trainers
-
-        from planner.io import check_output
-
         names = parse_trainers(trainer)
         check_output(out, "--out", directory=True)
         try:

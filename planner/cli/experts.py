@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import typer
 
+from planner.cli.progress import progress
+from planner.config import ParallelConfig
+from planner.cost.placement import rank_groups
 from planner.errors import InputError
+from planner.io import atomic_dir, check_output
+from planner.model.spec import load_model
+from planner.output.report import write_report
+from planner.search.eplb import rebalance_experts
+from planner.search.experts import (
+    cross_domain_bytes,
+    ep_rank_domains,
+    evaluate_placement,
+    load_loads,
+    moves_between,
+    place,
+    sample_routing,
+)
+from topologies.loader import load_cluster
 
 
 def _read_previous(path: Path, layers: int, slots: int) -> np.ndarray:
@@ -40,9 +58,6 @@ def _read_previous(path: Path, layers: int, slots: int) -> np.ndarray:
 
 def _ep_gpus(plan_path: Path, ep: int) -> list[int]:
     """Cluster GPU indices of the first EP group of the first plan in a plan JSON."""
-    from planner.config import ParallelConfig
-    from planner.cost.placement import rank_groups
-
     try:
         doc = json.loads(Path(plan_path).read_text())
         entry = doc["plans"][0]
@@ -88,10 +103,6 @@ def register(app: typer.Typer) -> None:
 
         Example: topoplan place-experts --model deepseek-v3 --cluster dgx-h100 --gpus 64 --ep 64 --loads loads.npy --json
         """
-        from planner.search.experts import cross_domain_bytes, ep_rank_domains, load_loads, place
-        from planner.model.spec import load_model
-        from topologies.loader import load_cluster
-
         # options first: a bad value answers at once, before any file is read or layer solved
         if ep < 1:
             raise InputError(f"--ep {ep}: the EP group needs at least 1 GPU; give a positive --ep")
@@ -100,8 +111,6 @@ def register(app: typer.Typer) -> None:
                              "give a positive value or drop it (default: experts/EP + 1 spare)")
         if gpus is not None and gpus < 1:
             raise InputError(f"--gpus {gpus}: give a positive GPU count")
-        from planner.io import check_output
-
         for path, opt in ((out, "--out"), (report, "--report")):
             if path is not None:
                 check_output(path, opt, directory=True)
@@ -132,10 +141,6 @@ def register(app: typer.Typer) -> None:
         prev = _read_previous(previous, n_layers, ep * K) if previous is not None else None
         if max_moves is not None and prev is None:
             raise InputError("--max-moves needs --previous (the placement the moves are counted against)")
-        import sys
-
-        from planner.cli.progress import progress
-
         # a bar on stderr while a person watches it, even when stdout goes to a pipe or a file
         with progress(f"placing {n_layers} MoE layers", total=n_layers, stream=sys.stderr) as bar:
             pl = place(arr, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
@@ -161,8 +166,6 @@ def register(app: typer.Typer) -> None:
         }
         doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed, previous=prev, max_moves=max_moves)
         if out is not None:
-            from planner.io import atomic_dir
-
             with atomic_dir(out, option="--out") as stage:
                 np.save(stage / "physical_to_logical.npy", pl.physical_to_logical)
                 np.save(stage / "logical_to_physical.npy", l2p)
@@ -171,8 +174,6 @@ def register(app: typer.Typer) -> None:
                 np.save(stage / "ep_rank_domain.npy", pl.rank_domain)
                 (stage / "placement.json").write_text(json.dumps(doc))
         if report is not None:
-            from planner.output.report import write_report
-
             write_report("place-experts", doc, report)
         if as_json:
             print(json.dumps(doc))
@@ -209,9 +210,6 @@ def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, token
     EPLB ignores a previous placement: with ``previous`` each entry says so (``moves_capped``
     false, ``moves``: expert copies its placement needs against ``previous``, all layers), so a
     move-capped topoplan placement is not read as if EPLB had worked under the same cap."""
-    from planner.search.eplb import rebalance_experts
-    from planner.search.experts import evaluate_placement, moves_between, sample_routing
-
     ep = len(rank_domain)
     domains = int(rank_domain.max()) + 1
     L = loads.shape[0]

@@ -6,6 +6,9 @@ import json
 
 import typer
 
+from planner.model.flops import flops_terms, param_counts
+from planner.model.spec import catalog, load_model
+
 models_app = typer.Typer(
     name="models",
     help="The built-in model catalog and any Hugging Face config.json.\n\n"
@@ -16,9 +19,6 @@ models_app = typer.Typer(
 
 
 def _facts(name_or_path: str, seq_len: int) -> dict:
-    from planner.model.flops import flops_terms, param_counts
-    from planner.model.spec import load_model
-
     m = load_model(name_or_path)
     pc = param_counts(m)
     terms = flops_terms(m, seq_len)
@@ -51,8 +51,6 @@ def list_models(json_out: bool = typer.Option(False, "--json", help="print JSON"
 
     Example: topoplan models list
     """
-    from planner.model.spec import catalog
-
     rows = [_facts(n, 4096) for n in catalog()]
     if json_out:
         keys = ("name", "family", "params_total", "params_active", "params_active_without_embedding", "gflop_per_token")

@@ -4,13 +4,29 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
 
 from planner.cli.checks import check_inputs
-from planner.errors import InputError
+from planner.cli.progress import progress
+from planner.config import ParallelConfig, Training
+from planner.cost.predict import predict
+from planner.cost.uncertainty import lead
+from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
+from planner.io import atomic_write_text, check_output
+from planner.model.spec import load_model
+from planner.output.emit import emit_plan
+from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
+from planner.output.report import write_report
+from planner.rules import check, violations
+from planner.search.plan import plan, scale
+from topologies.loader import load_job
 
 _OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
 _LAYOUT_KEYS = {"TP": "tp", "PP": "pp", "VPP": "vpp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "MBS": "mbs"}
@@ -19,13 +35,6 @@ _LAYOUT_KEYS = {"TP": "tp", "PP": "pp", "VPP": "vpp", "CP": "cp", "EP": "ep", "E
 def parse_layout(text: str):
     """``TP1,PP2,VPP8,EP32`` (commas or spaces; also CP, ETP, DP, MBS, FSDP, RC:<recompute>, the
     tokens of ``ParallelConfig.short()``) -> ParallelConfig; InputError names the token at fault."""
-    import re
-
-    from pydantic import ValidationError
-
-    from planner.config import ParallelConfig
-    from planner.errors import pydantic_message
-
     fields: dict = {}
     for tok in [t for t in re.split(r"[,\s]+", text or "") if t]:
         up = tok.upper()
@@ -52,10 +61,6 @@ def compare_entry(text: str, model, cluster, result, gpus: int | None = None) ->
     on the GPUs the job offers (``gpus``, default every GPU of the cluster; DP fills them unless the
     layout gives it), and the best plan's lead over it with the uncertainty verdict
     (``planner.cost.uncertainty.lead``)."""
-    from planner.cost.predict import predict
-    from planner.cost.uncertainty import lead
-    from planner.rules import check
-
     cfg = parse_layout(text)
     best = result.plans[0]
     tr = result.training.model_copy(update={"global_batch": best.gbs})
@@ -87,11 +92,6 @@ def _gbs_range(text: str | None) -> tuple[int, int] | None:
 
 
 def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_headroom=None):
-    from pydantic import ValidationError
-
-    from planner.config import Training
-    from planner.errors import pydantic_message
-
     try:
         return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
                         trainer=trainer or "megatron", cuda_graphs=cuda_graphs,
@@ -140,8 +140,6 @@ def smallest_fitting(plan_at, offered: int, step: int, cap: int = 65536):
     layout: doubling until one fits, then bisection between the last count that did not and the
     first that did. Returns (n, the best layout there, n less the largest count found not to fit) or
     None when nothing up to ``cap`` fits or the cluster cannot be sized (a cluster file of fixed size)."""
-    from planner.errors import TopoplanError
-
     step = max(1, int(step))
 
     def fits(n):
@@ -216,17 +214,10 @@ def register(app: typer.Typer) -> None:
 
         Example: topoplan plan --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8 --gbs 4096
         """
-        from planner.io import atomic_write_text
-        from planner.model.spec import load_model
-        from planner.search.plan import plan
-        from topologies.loader import load_job
-
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
-        from planner.io import check_output
-
         for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
             if path is not None:
                 check_output(path, opt, directory=is_dir)   # refused before the search runs
@@ -237,8 +228,6 @@ def register(app: typer.Typer) -> None:
         c = job.cluster
         emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
         # MaxText's equal slices are a constraint of the search when MaxText runs the plan
-        from planner.errors import InfeasibleError
-
         eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
         try:
             result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
@@ -261,13 +250,9 @@ def register(app: typer.Typer) -> None:
         text = json.dumps(doc, indent=2)
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
-            from planner.output.emit import emit_plan
-
             trainers = [t.strip() for t in emit.split(",") if t.strip()]
             emit_plan(doc, trainers, out)
         if report is not None:
-            from planner.output.report import write_report
-
             write_report("plan", doc, report)
         if save_plan is not None:
             atomic_write_text(save_plan, text + "\n", option="--save-plan")
@@ -303,11 +288,6 @@ def register(app: typer.Typer) -> None:
 
         Example: topoplan scale --model deepseek-v3 --cluster gb300-nvl72 --gpus 256,512,1024 --precision mxfp8
         """
-        from planner.model.spec import load_model
-        from planner.search.plan import scale
-        from planner.cli.progress import progress
-        from topologies.loader import load_job
-
         try:
             sizes = [int(s) for s in gpus.split(",") if s.strip()]
         except ValueError:
@@ -317,8 +297,6 @@ def register(app: typer.Typer) -> None:
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
         if report is not None:
-            from planner.io import check_output
-
             check_output(report, "--report", directory=True)   # refused before the sizes are planned
         training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
                              memory_headroom)
@@ -331,31 +309,21 @@ def register(app: typer.Typer) -> None:
                "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
                                 m.name, cluster, sizes, [r["world"] for r in rows])}
         if report is not None:
-            from planner.output.report import write_report
-
             write_report("scale", doc, report)
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from rich.console import Console
-
         con = Console()
         con.print(header_line(doc["header"]), highlight=False)
         _render_scale(rows, con)
 
 
 def _render(doc, cluster, result, replan=None) -> None:
-    from rich.console import Console
-
-    from planner.output.explain import render_plan
-
     console = Console()
     console.print(header_line(doc["header"]), highlight=False)
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
     _render_uncertainty(doc, console)
     # the solver line and the NVLink domains per group are printed by render_plan (once)
-    from planner.output.explain import idle_note
-
     offered = doc["header"]["gpus_offered"]
     note = idle_note(doc, offered, idle_reason(result, offered, replan) if replan else "")
     if note:
@@ -374,9 +342,6 @@ def idle_reason(result, offered: int, replan) -> str:
     a larger DP of the same TP, CP, PP and EP could have used more GPUs with this batch, then plans
     (``replan(gbs)``) the nearest batch that a larger DP divides; when that plan uses more GPUs and
     gives more tokens/s the line names the batch and the gain."""
-    from planner.errors import TopoplanError
-    from planner.rules import violations
-
     best = result.plans[0]
     cfg, tr = best.config, result.training
     mp, gbs, mbs = cfg.model_parallel, best.gbs, cfg.mbs
@@ -435,18 +400,12 @@ def _render_uncertainty(doc, console) -> None:
 
 
 def _render_scale(rows, console=None) -> None:
-    from rich.console import Console
-
     console = console or Console()
     console.print(scale_table(rows, console.width))
 
 
 def scale_table(rows, width: int | None = None):
     """The scaling table: figures never wrap; the layout and the solver cell wrap between tokens."""
-    from rich.table import Table
-
-    from planner.output.explain import compact_table, first_that_fits, longest_token
-
     cells = [[f"{r['gpus']:,}", f"{r['world']:,}", r["layout"], f"{r['tokens_per_s']:,.0f}",
               f"{r['tflops_per_gpu']:,.0f}", f"{100 * r['retention']:.1f}%", f"{r['status']} {r['wall_s']:.1f} s"]
              for r in rows]

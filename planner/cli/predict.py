@@ -7,14 +7,38 @@ import json
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from planner.cli.checks import check_inputs
+from planner.cli.plan import header, header_line, memory_warnings
+from planner.cli.progress import progress
+from planner.config import ParallelConfig, Training
+from planner.cost.placement import make_placement
+from planner.cost.predict import predict
+from planner.cost.profiles import dump_profile, load_profile
+from planner.cost.runs.memfit import fit_memory
+from planner.cost.validate import read_rows, validate_rows
+from planner.errors import InfeasibleError, InputError, pydantic_message
+from planner.io import atomic_write_text, check_output
+from planner.model.spec import load_model
+from planner.output.emit.readback import read_files
+from planner.output.explain import (
+    MEMORY_LABELS,
+    TERM_LABELS,
+    breakdown_bar,
+    compact_table,
+    first_that_fits,
+    longest_token,
+    memory_bar,
+)
+from planner.rules import check
+from planner.search.plan import gpd_options
+from topologies.loader import load_cluster, load_job
 
 
 def _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher):
-    from pydantic import ValidationError
-
-    from planner.config import ParallelConfig
-    from planner.errors import InputError, pydantic_message
-
     try:
         return ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, fsdp=fsdp,
                               recompute=recompute, dispatcher=dispatcher)
@@ -59,25 +83,11 @@ def predict_cmd(
     Example: topoplan predict --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8
     --gbs 4096 --pp 2 --vpp 8 --ep 32
     """
-    from pydantic import ValidationError
-
-    from planner.config import Training
-    from planner.errors import InfeasibleError, InputError, pydantic_message
-    from planner.model.spec import load_model
-    from planner.cost.placement import make_placement
-    from planner.cost.predict import predict
-    from planner.cost.profiles import load_profile
-    from planner.cli.checks import check_inputs
-    from planner.rules import check
-    from topologies.loader import load_cluster
-
     prof = load_profile(stack or "megatron-26.08")
     check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
     m = load_model(model)
     order = None
     if from_files is not None:   # the layout, batch, precision and recipe come from the files
-        from planner.output.emit.readback import read_files
-
         cfg, training, order = read_files(from_files, m, gpus, stack=None if stack is None else prof.name)
         prof = load_profile(training.stack)
         if cfg.dp is None and gpus:
@@ -100,9 +110,6 @@ def predict_cmd(
             raise InputError(pydantic_message(exc, "options")) from None
     # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
     # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices
-    from planner.search.plan import gpd_options
-    from topologies.loader import load_job
-
     if gpus and cfg.dp is None:
         check(m, cfg, training, cfg.world(gpus))  # a broken rule is named before the racks are sized
     job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
@@ -121,8 +128,6 @@ def predict_cmd(
             p = q
     if p is None:  # no choice holds the world: the one-line reason
         make_placement(cl, cfg, world, gpus_per_domain)
-    from planner.cli.plan import header, header_line
-
     h = header(training, m.name, cl.name, gpus or cl.num_gpus, p.world)
     if json_out:
         d = p.to_dict()
@@ -130,8 +135,6 @@ def predict_cmd(
         d["header"] = h
         print(json.dumps(d, indent=2))
     else:
-        from rich.console import Console
-
         Console().print(header_line(h), highlight=False)
         _render(p, m, cl, training)
     if not p.fits:  # the prediction is shown (JSON too, with fits false); the exit code says infeasible
@@ -149,11 +152,6 @@ def shortfall(p) -> str:
 
 
 def _render(p, model, cluster, training) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from planner.output.explain import MEMORY_LABELS, TERM_LABELS, breakdown_bar, memory_bar
-
     con = Console()
     con.print(f"[bold]{model.name}[/] on {cluster.name} ({p.world} x {cluster.gpu_spec.name.upper()}), "
               f"{training.precision}, seq {training.seq_len}, gbs {training.global_batch}, stack {p.stack}")
@@ -192,8 +190,6 @@ def _render(p, model, cluster, training) -> None:
         over = f"{p.hbm_gib:.0f} GiB" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable ({p.hbm_gib:.0f} GiB less the memory headroom)"
         con.print(f"[bold red]does not fit:[/] {p.memory_gib_per_gpu:.1f} GiB > {over}; "
                   "try recompute, more PP/EP or a smaller micro-batch")
-    from planner.cli.plan import memory_warnings  # issue 11 item 6: above 95% of HBM
-
     for line in memory_warnings([{"label": "", "prediction": {"memory_gib_per_gpu": p.memory_gib_per_gpu}}], p.hbm_gib):
         con.print(line, style="bold yellow")
 
@@ -213,9 +209,6 @@ def validate_cmd(
 
     Example: topoplan validate ../shared/reference/calibration.csv
     """
-    from planner.cli.progress import progress
-    from planner.cost.validate import read_rows, validate_rows
-
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress("validating rows", total=len(rows), json_output=json_out) as bar:
         res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar, usable_per_rack=usable_per_rack)
@@ -225,8 +218,6 @@ def validate_cmd(
         print(json.dumps({"rows": [{k: r[k] for k in keep} for r in res["rows"]], "mape_pct": res["mape_pct"]},
                          indent=2))
         return
-    from rich.console import Console
-
     con = Console()
     con.print(validate_table(res["rows"], str(csv_path), con.width))
     if res["mape_pct"] is not None:
@@ -246,10 +237,6 @@ def mape_line(res: dict) -> str:
 def validate_table(rows: list[dict], source: str, width: int | None = None):
     """Predicted against measured TFLOP/s per row. Figures and names never wrap or truncate: at
     narrow widths the stack goes to the caption (or under the model) and the layout under the model."""
-    from rich.table import Table
-
-    from planner.output.explain import compact_table, first_that_fits, longest_token
-
     def err(r):
         return "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
 
@@ -299,43 +286,43 @@ def calibrate_cmd(
     out: Path = typer.Option(..., "-o", "--out", help="profile YAML to write"),
     model: str = typer.Option(None, "--model", help="logs: the model when the log cannot tell (catalog name or config.json)"),
     cluster: str = typer.Option(None, "--cluster", help="logs: the GPU (a preset such as dgx-h100, or H100, GB200, ...)"),
-    start: str = typer.Option(None, "--from", help="start from this known profile's values (name or YAML) instead of "
-                              "the published priors: for a stack close to one topoplan knows"),
+    start: str = typer.Option(None, "--from", help="start from this known profile's values (name or YAML), or 'priors' "
+                              "(the published priors); default: a stack with a shipped profile of its name from the "
+                              "priors, any other from the newest shipped profile of its trainer (docs/calibration.md)"),
+    informed_only: bool = typer.Option(False, "--informed-only", help="fit only the parameters the rows inform; the "
+                                       "rest keep their start (docs/calibration.md)"),
     json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
 
     Example: topoplan calibrate ../shared/reference/calibration.csv --stack megatron-26.08 -o my.yaml
     """
-    from planner.cost.calibrate import calibrate_rows
-    from planner.io import atomic_write_text
-    from planner.cost.profiles import dump_profile, load_profile
-    from planner.cli.progress import progress
-    from planner.cost.validate import read_rows, validate_rows
-
-    from planner.io import check_output
-
     check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
+    from planner.cost.calibrate import calibrate_rows  # lazy: loads scipy.optimize (~0.3 s), for calibrate only
+
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar,
-                                    start=None if start is None else load_profile(start))
+                                    start=start if start in (None, "priors") else load_profile(start),
+                                    identify=informed_only)
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
-    from planner.cost.runs.memfit import fit_memory   # issue 13: measured peaks fit the memory reserve
-
     mem = fit_memory(mine, prof, source=str(csv_path))
     if mem is not None:
         prof = prof.model_copy(update={"memory": mem})
     atomic_write_text(out, dump_profile(prof), option="--out")
     res = validate_rows(mine, stack=stack, profile=prof, source=str(csv_path))
-    doc = {"profile": str(out), "rows": info["rows"], "mape_pct": res["mape_pct"],
+    doc = {"profile": str(out), "rows": info["rows"], "start": info["start"], "informed": info["informed"],
+           "kept": info["kept"], "mape_pct": res["mape_pct"],
            "max_abs_error_pct": res["max_abs_error_pct"],
            "params": {k: p.value for k, p in prof.params.items() if p.fit},
            "memory": None if mem is None else mem.model_dump()}
     if json_out:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"wrote {out}: {info['rows']} rows fitted; " + mape_line(res))
+        print(f"wrote {out}: {info['rows']} rows fitted, starting from "
+              + ("the published priors" if info["start"] == "priors" else f"{info['start']}'s values") + "; " + mape_line(res))
+        print(f"  the rows inform {len(info['informed'])} of {len(info['reduction'])} free parameters: " + (", ".join(info["informed"]) or "none")
+              + (f"; kept at the start: {', '.join(info['kept'])}" if info["kept"] else ""))
         for k, v in doc["params"].items():
             print(f"  {k:28s} {v:.4g}")
         if mem is not None:

@@ -30,6 +30,16 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 T = TypeVar("T")
 
 
@@ -91,9 +101,6 @@ def progress(description: str, total: int | None = None, json_output: bool = Fal
     if not enabled(json_output, stream):
         yield _Silent(total)
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     prog = Progress(
         SpinnerColumn(),
         TextColumn("[progress.description]{task.description}"),

@@ -9,6 +9,8 @@ import sys
 
 import typer
 
+from planner.search.document import schema_text
+
 schema_app = typer.Typer(
     name="schema",
     help="JSON Schemas of the documents topoplan writes.\n\nExample: topoplan schema plan > plan.schema.json",
@@ -23,8 +25,6 @@ def plan_schema_cmd():
 
     Example: topoplan schema plan > plan.schema.json
     """
-    from planner.search.document import schema_text
-
     sys.stdout.write(schema_text())
 
 

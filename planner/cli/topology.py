@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from planner.errors import InputError
+from planner.io import atomic_write_text
+from planner.output.explain import figure_table
+from planner.search.plan import gpd_options
+from topologies import importers
+from topologies.calibrate import TARGET, fit_fabric, observations, predict
+from topologies.cluster import cluster_from_dict
+from topologies.collectives import fabric_for
+from topologies.gpus import GPUS
+from topologies.loader import load_cluster, load_job
+from topologies.presets import PRESETS
 
 topology_app = typer.Typer(
     name="topology",
@@ -44,8 +56,6 @@ def cluster_summary(cluster) -> dict:
 
 def job_summary(job) -> dict:
     """How many GPUs the racks (nodes) hold, how many the job uses, and who picks the GPUs per domain."""
-    from planner.search.plan import gpd_options
-
     opts = [o for o in gpd_options(job) if o is not None]
     if job.per_domain is not None:
         how = f"{job.per_domain} GPUs per NVLink domain (--usable-per-rack)"
@@ -67,9 +77,6 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
 
     Example: topoplan topology list
     """
-    from topologies.gpus import GPUS
-    from topologies.presets import PRESETS
-
     presets = [
         {"name": p.name, "gpu": p.gpu, "nvlink_domain": GPUS[p.gpu].nvlink_domain_max,
          "nic_gbps": GPUS[p.gpu].nic_gbps, "su_gpus": p.su_gpus, "description": p.description}
@@ -84,11 +91,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
     if as_json:
         print(json.dumps({"presets": presets, "gpus": gpus}, indent=2))
         return
-    from rich.console import Console
-
     con = Console()
-    from planner.output.explain import figure_table
-
     t = figure_table("Cluster presets (topoplan topology show NAME --gpus N)",
                      ("preset", "GPU", "domain", "NIC Gb/s", "SU GPUs", "description"),
                      [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
@@ -122,8 +125,6 @@ def show_cmd(
 
     Example: topoplan topology show gb300-nvl72 --gpus 288 --json
     """
-    from topologies.loader import load_job
-
     job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack, oversubscription=oversubscription)
     c = job.cluster
     if as_yaml:
@@ -134,18 +135,12 @@ def show_cmd(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    from collections import Counter
-
-    from rich.console import Console
-
     con = Console()
     sizes = Counter(doc["nvlink_domains"])
     dom = ", ".join(f"{n} x {s}" for s, n in sorted(sizes.items(), reverse=True))
     con.print(f"[bold]{doc['name']}[/bold]: {doc['num_gpus']} healthy {c.gpu_spec.display} GPUs on "
               f"{len(c.nodes)} hosts; NVLink domains: {dom} GPUs "
               f"({c.gpu_spec.nvlink_gbps_uni:g} GB/s per GPU per direction)")
-    from planner.output.explain import figure_table
-
     rows = []
     for tier in c.fabric_tiers:
         unit = f"{len(tier.groups)} groups" if tier.groups else (f"{tier.unit_gpus} GPUs" if tier.unit_gpus else "all")
@@ -182,9 +177,6 @@ def import_cmd(
 
     Example: topoplan topology import slurm topology.conf --gpu gb200 --gpus-per-node 4 -o cluster.yaml
     """
-    from planner.io import atomic_write_text
-    from topologies import importers
-
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InputError(f"--gpus-per-node {gpus_per_node}: must be positive")
     key = fmt.strip().lower()
@@ -223,12 +215,6 @@ def calibrate_cmd(
 
     Example: topoplan topology calibrate cluster.yaml all_reduce_perf.txt alltoall_perf.txt -o cluster.yaml
     """
-    from planner.io import atomic_write_text
-    from topologies.calibrate import TARGET, fit_fabric, observations
-    from topologies.cluster import cluster_from_dict
-    from topologies.collectives import fabric_for
-    from topologies.loader import load_cluster
-
     c = load_cluster(cluster, gpus=gpus)
     obs, notes = observations(c, results)
     fit = fit_fabric(c, obs, notes, sources=[r.rpartition("@")[0] if "@" in r and not Path(r).exists() else r
@@ -237,8 +223,6 @@ def calibrate_cmd(
     data["calibration"] = fit.calibration.model_dump(exclude_none=True)
     written = cluster_from_dict(data, str(out))
     # the written file prices the rows as the fit did (Fabric reads the calibration block)
-    from topologies.calibrate import predict
-
     fab = fabric_for(written)
     check = [predict(fab, ob) for ob in obs]
     if any(abs(a - b) > 1e-9 * max(a, b) for a, b in zip(check, fit.after)):
@@ -278,10 +262,6 @@ def _size(n: int) -> str:
 
 
 def _print_calibration(doc: dict) -> None:
-    from rich.console import Console
-
-    from planner.output.explain import figure_table
-
     con = Console()
     cols = ("row", "collective", "GPUs", "size", "measured", "before", "err", "after", "err ")
     con.print(figure_table(

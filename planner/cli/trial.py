@@ -7,6 +7,14 @@ import json
 from pathlib import Path
 
 import typer
+from rich.console import Console
+
+from planner.cli.plan import parse_layout
+from planner.cost.profiles import load_profile
+from planner.errors import InputError
+from planner.io import check_output
+from planner.output.explain import figure_table, first_that_fits
+from planner.output.trial import MANIFEST, report, write_trials
 
 
 def trial_cmd(
@@ -23,10 +31,6 @@ def trial_cmd(
 
     Example: topoplan trial plan.json --top 3 --iters 20 --out trials
     """
-    from planner.errors import InputError
-    from planner.io import check_output
-    from planner.output.trial import write_trials
-
     if not plan_json.is_file():
         raise InputError(f"{plan_json}: no such file; write one with topoplan plan ... --save-plan plan.json")
     try:
@@ -34,8 +38,6 @@ def trial_cmd(
     except json.JSONDecodeError as exc:
         raise InputError(f"{plan_json}: not JSON ({exc.msg}, line {exc.lineno})") from None
     check_output(out, "--out")
-    from planner.cli.plan import parse_layout
-
     text = compare or (doc.get("compare") or {}).get("label")
     trials = write_trials(doc, out, top=top, iters=iters, compare=parse_layout(text) if text else None,
                           trainer=trainer)
@@ -56,18 +58,12 @@ def trial_report_cmd(
 
     Example: topoplan trial-report trials --profile fitted.yaml
     """
-    from planner.cost.profiles import load_profile
-    from planner.errors import InputError
-    from planner.output.trial import MANIFEST, report
-
     if not (out / MANIFEST).is_file():
         raise InputError(f"{out}: no {MANIFEST}; give a directory written by topoplan trial")
     doc = report(out, load_profile(profile) if profile else None)
     if json_out:
         print(json.dumps(doc, indent=2))
         return
-    from rich.console import Console
-
     con = Console()
     con.print(trial_table(doc, con.width))
     if doc["mape_pct"] is not None:
@@ -84,8 +80,6 @@ def trial_table(doc: dict, width: int | None = None):
     """One row per trial: predicted, measured and refitted model TFLOP/s per GPU; figures never wrap.
     At narrow widths the trial's directory is shown by its number (``trial-NN``, the rest of its
     name is the layout beside it) and then the iterations column is dropped."""
-    from planner.output.explain import figure_table, first_that_fits
-
     refit = any("refitted_tflops_per_gpu" in t for t in doc["trials"])
 
     def build(full_id: bool, iters: bool):

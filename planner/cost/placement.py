@@ -22,10 +22,12 @@ from __future__ import annotations
 import weakref
 from functools import lru_cache
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.config import ParallelConfig
 from planner.errors import InfeasibleError, InputError
+from topologies.collectives import fabric_for, shape_of
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 _DENSE_AXES = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp"}
@@ -225,10 +227,6 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
     hit = memo.get(key)
     if hit is not None:
         return hit
-    import numpy as np
-
-    from topologies.collectives import shape_of
-
     dom = _domains_of(cluster)
     r2g = np.asarray(placement.rank_to_gpu)
     rdom = dom[r2g]
@@ -267,8 +265,6 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
 
 
 def _domains_of(cluster):
-    import numpy as np
-
     memo = _memo_of(cluster)
     hit = memo.get("domains")
     if hit is None:
@@ -283,8 +279,6 @@ _MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _memo_of(cluster) -> dict:
-    from topologies.collectives import fabric_for
-
     fabric = fabric_for(cluster)
     memo = _MEMOS.get(fabric)
     if memo is None:

@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
-from planner.errors import InputError
+from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import Placement, default_gpus_per_domain, group_shapes, make_placement
 from planner.cost.profiles import load_profile
-from planner.rules import violations as rule_violations
 from planner.cost.steptime import TERMS, step_time
-
+from planner.cost.uncertainty import band
+from planner.errors import InputError
+from planner.model.flops import flops_per_token
+from planner.model.pipeline import pipeline_layout
+from planner.rules import violations as rule_violations
 
 @dataclass
 class Prediction:
@@ -83,8 +86,6 @@ class Prediction:
 
 @lru_cache(maxsize=256)
 def _flops_per_token(model, seq_len: int, tp: int, formula: str) -> float:
-    from planner.model.flops import flops_per_token
-
     return flops_per_token(model, seq_len, tp=tp, formula=formula)
 
 
@@ -92,8 +93,6 @@ _MEM_CACHE: dict = {}
 
 
 def _memory(model, config, training, world, gpu_spec, layout, balance=None, profile=None):
-    from planner.cost.memory import memory_per_gpu, options_for
-
     # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
     # and the profile's fitted memory terms (issue 13)
     opts = options_for(training, profile)
@@ -115,8 +114,6 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     ``config.dispatcher = None`` takes the stack profile's dispatcher; ``Prediction.config`` (and
     ``to_dict()["dispatcher"]``) report the dispatcher that was priced.
     """
-    from planner.model.pipeline import pipeline_layout
-
     prof = load_profile(profile if profile is not None else training.stack)
     if config.dispatcher is None:  # None = the stack profile's default dispatcher
         config = config.model_copy(update={"dispatcher": prof.dispatcher})
@@ -142,15 +139,11 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
                    expert_balance=expert_balance, layout=layout)
     fpt = _flops_per_token(model, training.seq_len, config.tp, prof.flops_formula)
     tokens_per_s = training.global_batch * training.seq_len / st.step_time_s
-    from planner.cost.uncertainty import band
-
     unc = band(model, cluster, config, training, prof.name, ep_domains=shapes["ep"].domains)
     low, high = unc.bounds(tokens_per_s / world * fpt / 1e12)
     bal = None if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
     mem = _memory(model, config, training, world, gpu, layout, bal, prof)
     peak = float(mem.peak_gib)
-    from planner.cost.memory import usable_hbm_gib
-
     usable = usable_hbm_gib(gpu.hbm_gib, training)  # fits = within HBM less the memory headroom
     return Prediction(
         tflops_per_gpu=tokens_per_s / world * fpt / 1e12,

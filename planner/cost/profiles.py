@@ -36,6 +36,7 @@ Parameter vocabulary (see docs/steptime.md for the equations):
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -154,8 +155,6 @@ def available() -> list[str]:
 
 
 def _version(name: str) -> tuple[int, int] | None:
-    import re
-
     m = re.fullmatch(r"megatron-(\d{2})\.(\d{2})(?:\.\d+)?", name)
     return (int(m.group(1)), int(m.group(2))) if m else None
 

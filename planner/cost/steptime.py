@@ -30,6 +30,10 @@ from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
 from planner.cost.terms import tensor_parallel as TP
 from planner.cost.terms import exposed
+from planner.model.flops import layer_costs
+from planner.model.pipeline import pipeline_layout
+from planner.rules import TRAINER_KNOBS, effective_recipe
+from topologies.collectives import fabric_for as ff
 
 TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
          "imbalance", "other")
@@ -37,8 +41,6 @@ LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
 
 def fabric_for(cluster):
-    from topologies.collectives import fabric_for as ff
-
     return ff(cluster)
 
 
@@ -138,8 +140,6 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     without it. CUDA graphs price ``mem.elementwise`` (captured and fused) or ``mem.elementwise_eager``;
     TorchTitan's graph switch is not priced (its profile fits one elementwise factor to eager runs),
     so there ``Training.cuda_graphs`` decides as before."""
-    from planner.rules import TRAINER_KNOBS, effective_recipe
-
     rec = effective_recipe(model, config, training)
     knobs = TRAINER_KNOBS.get(training.trainer, ())
     o_tp = profile.param("tp.overlap", arch)
@@ -159,8 +159,6 @@ def host_regime(model, config: ParallelConfig, training: Training) -> tuple[bool
     capture the expert launches too. Megatron only: other trainers have no host floor."""
     if training.trainer != "megatron":
         return False, False
-    from planner.rules import effective_recipe
-
     rec = effective_recipe(model, config, training)
     impl, mods = rec.cuda_graph_impl, rec.cuda_graph_modules
     if impl == "full_iteration":
@@ -297,8 +295,6 @@ class RankInventory:
 @lru_cache(maxsize=1024)
 def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
     """Per pipeline rank: its ``RankInventory`` (memoised per model and layout)."""
-    from planner.model.flops import layer_costs
-
     costs = layer_costs(model, seq_len)
     kinds = layer_kinds(model)
     mtp_k = mtp_kind(model)
@@ -334,8 +330,6 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
               shapes: dict, expert_balance=None, layout=None) -> StepTime:
     """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
-    from planner.model.pipeline import pipeline_layout
-
     gpu = cluster.gpu_spec
     prec = training.precision
     s = training.seq_len

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
+
+from planner.cost.placement import default_gpus_per_domain, group_shapes, make_placement
 from planner.errors import InputError
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "uncertainty.yaml"
@@ -90,8 +93,6 @@ def classify(model, cluster, config, training, ep_domains: int | None = None, pl
 
 
 def _ep_domains(cluster, config, placement) -> int:
-    from planner.cost.placement import default_gpus_per_domain, group_shapes, make_placement
-
     if placement is None:
         world = config.world(cluster.num_gpus)
         gpd = default_gpus_per_domain(cluster.domain_sizes(), config, world)
@@ -130,8 +131,6 @@ class Band:
 
 @lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> dict:
-    import yaml
-
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:

@@ -26,13 +26,22 @@ against the whole HBM (``memory_headroom`` 0: they ran).
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from planner.config import ParallelConfig, Training
+from planner.cost.placement import inner_block
+from planner.cost.predict import predict
+from planner.cost.profiles import load_profile
+from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
 from planner.errors import InputError, pydantic_message
+from planner.model.spec import load_model
+from planner.rules import violations
+from topologies.loader import load_cluster
 
 GPU_PRESETS = {"H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200", "B300": "dgx-b300",
                "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
@@ -66,14 +75,10 @@ def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None
         raise InputError(f"{path}: no such file; give a CSV in the schema of calibration.csv, a trainer log or a "
                          "directory of logs")
     if path.is_dir() or path.suffix.lower() != ".csv":
-        from planner.cost.runs import rows_from_logs
-
         return rows_from_logs([path], model=model, cluster=cluster, stack=stack)
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         cols = reader.fieldnames or []
-        from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs
-
         missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
         if missing:
             raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
@@ -122,8 +127,6 @@ def published_recipe(row: dict) -> dict:
     entry, else {}."""
     global _PUBLISHED
     if _PUBLISHED is None:
-        import yaml
-
         path = Path(__file__).resolve().parents[1] / "data" / "published_recipes.yaml"
         _PUBLISHED = (yaml.safe_load(path.read_text()) or {}).get("runs") or {}
     entry = _PUBLISHED.get((row.get("id") or "").strip())
@@ -180,9 +183,6 @@ def cluster_for(gpu: str, num_gpus: int, config: ParallelConfig, source: str = "
 def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig, usable: int | None = None):
     """A preset cluster of ``num_gpus`` GPUs; NVL72 racks run the most GPUs per rack that keeps the
     inner parallel groups (tp*cp, etp*ep) whole and divides ``num_gpus`` (64 of 72 for EP32/EP64)."""
-    from planner.cost.placement import inner_block
-    from topologies.loader import load_cluster
-
     # ``usable`` (the row's usable_per_rack column or validate --usable-per-rack): the same cluster
     # as topologies.loader.load_job(preset, num_gpus, usable) builds for plan and predict
     if usable is None and preset.lower().endswith("nvl72") and num_gpus > 72:
@@ -199,8 +199,6 @@ def preset_cluster(preset: str, num_gpus: int, config: ParallelConfig, usable: i
 
 def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=None,
              usable_per_rack: int | None = None) -> Case:
-    from planner.model.spec import load_model
-
     row = with_published_recipe(row)
     rid = row.get("id") or "?"
     fsdp_deg = _int(row, "fsdp", 0, source)
@@ -212,8 +210,6 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
             cp=_int(row, "cp", 1, source), ep=_int(row, "ep", 1, source), etp=int(etp) if etp else None,
             mbs=_int(row, "mbs", 1, source), fsdp=fsdp_deg >= 1, recompute=rc or "none")
         st = (stack or row.get("stack") or "megatron-26.08").strip()
-        from planner.cost.profiles import load_profile
-
         prof = profile if profile is not None else load_profile(st)
         disp = (row.get("dispatcher") or "").strip().lower()
         config = ParallelConfig.model_validate(config.model_dump() | {"dispatcher": disp or prof.dispatcher})
@@ -231,8 +227,6 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
     if not etp and model.is_moe and config.tp > 1:
         # Megatron's default ETP = TP; a published run whose expert grid cannot hold that default
         # (etp*ep*pp does not divide the GPUs) set ETP = 1, as Megatron-Bridge's MoE recipes do
-        from planner.rules import violations
-
         if any(v.rule == "expert_grid_div_world" for v in violations(model, config, training, n)):
             config = config.model_copy(update={"etp": 1})
     usable = _int(row, "usable_per_rack", 0, source) or usable_per_rack  # optional column, else the option
@@ -255,8 +249,6 @@ def fits_as_run(p, case: Case) -> bool:
 
 def predict_case(case: Case, profile=None):
     """Predict a row; an empty recompute takes the cheapest candidate that fits."""
-    from planner.cost.predict import predict
-
     if not case.auto_recompute:
         return predict(case.model, case.cluster, case.config, case.training, profile=profile)
     first = None
@@ -313,6 +305,4 @@ def resolve_case(case: Case, profile=None) -> Case:
     if not case.auto_recompute:
         return case
     p = predict_case(case, profile)
-    import dataclasses
-
     return dataclasses.replace(case, config=p.config, auto_recompute=False)

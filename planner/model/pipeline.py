@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from planner.errors import InputError
+from planner.model.flops import layer_costs, logits_flops
 from planner.model.spec import ModelSpec
 
 _UNITS_PER_LAYER = 20  # weight resolution: 1/20 of the mean decoder layer
@@ -188,8 +189,6 @@ def layout_from_string(text: str, model: ModelSpec, pp: int) -> PipelineLayout:
 
 def _weights(model: ModelSpec, seq_len: int) -> tuple[list[int], int]:
     """Integer weights of the decoder layers and the last stage's extra (MTP layers + heads)."""
-    from planner.model.flops import layer_costs, logits_flops
-
     costs = layer_costs(model, seq_len)
     dec = [c.flops_with_router for c in costs if c.kind == "decoder"]
     unit = sum(dec) / len(dec) / _UNITS_PER_LAYER

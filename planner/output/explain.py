@@ -46,12 +46,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from planner.config import ParallelConfig
 from planner.errors import InputError
+from planner.search.document import PlanDocument, load_document
+from topologies.cluster import Cluster
+from topologies.hostlist import compress
 
 # Every term of the step-time model's breakdown (planner.cost.steptime.TERMS) and the category its
 # seconds are drawn in; tests/test_report.py checks that the keys are exactly the model's terms.
@@ -270,8 +275,6 @@ def plan_labels(entries: Sequence[Mapping]) -> list[str]:
 def _grid_sizes(config: Mapping, world: int, grid: str) -> dict[str, int]:
     """Axis sizes of the attention or the expert grid: the degrees of ``config`` (a plan's config or
     any subset of ParallelConfig's fields) on ``world`` ranks, derived by ``ParallelConfig.on``."""
-    from planner.config import ParallelConfig
-
     lay = ParallelConfig.model_validate({k: config[k] for k in ("tp", "pp", "cp", "ep", "etp")
                                          if config.get(k) is not None}).on(world)
     c = lay.config
@@ -310,9 +313,6 @@ def ep_group(rank: int, config: Mapping, world: int, order: str = "tp-cp-ep-dp-p
 
 def domain_sizes_of(doc) -> list[int]:
     """Healthy GPUs per NVLink domain of the plan document's cluster (a PlanDocument or its JSON)."""
-    from planner.search.document import PlanDocument
-    from topologies.cluster import Cluster
-
     if isinstance(doc, PlanDocument):
         return list(doc.cluster.domain_sizes())
     return list(Cluster.model_validate(doc["cluster"]).domain_sizes())
@@ -320,9 +320,6 @@ def domain_sizes_of(doc) -> list[int]:
 
 def domain_names_of(doc) -> list[str]:
     """Names of the NVLink domains (``Cluster.domain_names()``), in the order of ``domain_sizes_of``."""
-    from planner.search.document import PlanDocument
-    from topologies.cluster import Cluster
-
     if isinstance(doc, PlanDocument):
         return list(doc.cluster.domain_names())
     return list(Cluster.model_validate(doc["cluster"]).domain_names())
@@ -334,8 +331,6 @@ def _stage_glyph(stage: int) -> str:
 
 def _coords_all(config: Mapping, world: int, order: str, grid: str):
     """Coordinates of every rank at once (numpy), same arithmetic as ``rank_coords``."""
-    import numpy as np
-
     sizes = _grid_sizes(config, world, grid)
     rest = np.arange(world, dtype=np.int64)
     coords = {}
@@ -346,8 +341,6 @@ def _coords_all(config: Mapping, world: int, order: str, grid: str):
 
 
 def _per_gpu_grid(plan: Mapping, domain_sizes: Sequence[int], what: str) -> list[list[int]]:
-    import numpy as np
-
     config = plan.get("config") or {}
     pl = plan.get("placement") or {}
     rank_to_gpu = np.asarray(pl.get("rank_to_gpu") or [], dtype=np.int64)
@@ -396,8 +389,6 @@ def _run_label(word: str, a: int, b: int, names: Sequence[str] | None) -> str:
     if names and len(names) > b:
         if a == b:
             return f"{word} {names[a]}"
-        from topologies.hostlist import compress
-
         return f"{word}s {compress(list(names[a:b + 1]))}"
     return f"{word} {a}" if a == b else f"{word}s {a}-{b}"
 
@@ -701,8 +692,6 @@ def render_plan(doc: Mapping, console: Console | None = None, top: int | None = 
                 hbm_gib: float | None = None, rejected: Sequence[Mapping] | None = None) -> None:
     """Print the whole explanation of a plan document (a ``PlanDocument`` or its JSON object, which
     is validated first) to ``console`` (stdout by default), within the console's width."""
-    from planner.search.document import load_document
-
     doc = load_document(doc, "plan document").dump()
     console = console or Console()
     plans = doc.get("plans") or []

@@ -26,7 +26,17 @@ import json
 import re
 from pathlib import Path
 
+from planner.cost.placement import group_shapes, make_placement
+from planner.cost.predict import predict
+from planner.cost.profiles import load_profile
+from planner.cost.runs import rows_from_trials
+from planner.cost.validate import validate_rows
 from planner.errors import InputError
+from planner.io import atomic_dir, current_umask
+from planner.output.emit import emit_plan
+from planner.rules import check
+from planner.search.document import load_launch
+from planner.search.plan import PlanEntry, PlanResult
 
 MANIFEST = "trials.json"
 TRAINERS = ("megatron", "bridge", "torchtitan", "maxtext")
@@ -39,12 +49,6 @@ def _slug(label: str) -> str:
 def compare_plan_entry(doc: dict, cfg) -> dict:
     """A plan entry (config, prediction, placement) for the layout ``cfg`` (a ParallelConfig, e.g.
     ``planner.cli.plan.parse_layout("TP1,PP2")``) on the plan's job."""
-    from planner.cost.placement import group_shapes, make_placement
-    from planner.cost.predict import predict
-    from planner.rules import check
-    from planner.search.document import load_launch
-    from planner.search.plan import PlanEntry, PlanResult
-
     launch = load_launch(doc)
     model, cluster, training = launch.model.spec, launch.cluster, launch.training
     best = doc["plans"][0]["config"]
@@ -53,8 +57,6 @@ def compare_plan_entry(doc: dict, cfg) -> dict:
     if cfg.dp is None:
         cfg = cfg.model_copy(update={"dp": world // cfg.model_parallel})
     if cfg.dispatcher is None:
-        from planner.cost.profiles import load_profile
-
         cfg = cfg.model_copy(update={"dispatcher": load_profile(training.stack).dispatcher})
     check(model, cfg, training, world)
     placement = make_placement(cluster, cfg, world)
@@ -153,10 +155,6 @@ used (docs/closed_loop.md).
 def write_trials(plan_doc: dict, out: Path, *, top: int = 3, iters: int = 20, compare=None,
                  trainer: str | None = None) -> list[dict]:
     """Write the trial directories, ``submit_all.sh``, ``trials.json`` and ``README.md`` into ``out``."""
-    from planner.io import atomic_dir, current_umask
-    from planner.output.emit import emit_plan
-    from planner.search.document import load_launch
-
     if iters < 5:
         raise InputError(f"--iters {iters}: run at least 5 iterations (the first max(2, N/5) are warm-up and the "
                          "median needs 3 more); 20 is a good default")
@@ -207,9 +205,6 @@ def write_trials(plan_doc: dict, out: Path, *, top: int = 3, iters: int = 20, co
 
 def report(out: Path, profile=None) -> dict:
     """Predicted (at planning time), measured and, with ``profile``, refitted figures per trial."""
-    from planner.cost.runs import rows_from_trials
-    from planner.cost.validate import validate_rows
-
     man = json.loads((Path(out) / MANIFEST).read_text())
     rows = {r["id"]: r for r in rows_from_trials(out)}
     refit = {}

@@ -14,6 +14,7 @@ import numpy as np
 
 from planner.search.program import BUBBLE
 from planner.search.space import VARIABLES
+from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
 
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
@@ -32,8 +33,6 @@ def bound_factors(b):
     Lmin_r (rho_head, rho_mtp likewise), t_s >= Lmin_r * (sum_k n_sk rho_k + ...). Factors:
     840 (m + (pp-1)/vpp) over (gbs, mbs, dp, pp, vpp); max_s (sum_k n_sk rho_k + ...) over
     (pp, vpp, split); Lmin_r over the layer variables; the objective weight over its own."""
-    import numpy as np
-
     src, P, vals = b._src, b.prog, b.vals
 
     def tab(node):
@@ -159,8 +158,6 @@ def exhaustive(prog, b, top: int, accept, time_limit: float | None = None):
     bound first; the search stops when ``top`` fitting layouts are known and the next bound is no
     better than the worst of them (OPTIMAL), or at ``time_limit`` (FEASIBLE, and the next bound is
     the proven bound)."""
-    from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
-
     t0 = time.perf_counter()
     order = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "vpp", "split", "gbs", "mbs", "ep", "etp", "recompute",
                                "dispatcher", "gpd", "fsdp")]

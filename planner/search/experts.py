@@ -40,13 +40,15 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from planner.errors import InputError
+from planner.errors import InfeasibleError, InputError
+from planner.model.spec import ModelSpec, load_model
 from solver.expert_metrics import (  # noqa: F401  (re-exported: the metrics are part of this API)
     DISPATCH_MODELS,
     replica_counts,
@@ -60,7 +62,8 @@ from solver.expert_metrics import (  # noqa: F401  (re-exported: the metrics are
     moves_between,
     layer_metrics,
 )
-
+from solver.experts import logical_maps, solve_layer
+from topologies.loader import load_cluster
 
 
 # --------------------------------------------------------------------------------------- loads
@@ -210,7 +213,6 @@ def ep_rank_domains(cluster, ep: int, gpu_indices: Sequence[int] | None = None) 
     gpus = cluster.gpus()
     if gpu_indices is None:
         if ep > len(gpus):
-            from planner.errors import InfeasibleError
             raise InfeasibleError(f"--ep {ep}: the cluster has only {len(gpus)} healthy GPUs; use a smaller --ep or more --gpus")
         gpu_indices = range(ep)
     raw = [gpus[i].domain for i in gpu_indices]
@@ -235,7 +237,6 @@ class ExpertPlacement:
 
     def logical_maps(self):
         """(logical_to_physical[layers, experts, max], logical_count[layers, experts])."""
-        from solver.experts import logical_maps
         return logical_maps(self.physical_to_logical, self.num_experts)
 
     def expert_balance(self, hidden: int, tokens_per_step: float, moe_layers: int | None = None) -> ExpertBalance:
@@ -279,8 +280,6 @@ def _routing_label(recorded: bool, n_group: int, topk_group: int, top_k: int, to
 def _place_one(args):
     (i, load, group_of, rank_domain, K, prev, max_moves, time_limit, seed, dispatch, routing,
      n_group, topk_group, top_k, tokens) = args
-    from solver.experts import solve_layer
-
     sel = routing if routing is not None else sample_routing(load, n_group, topk_group, top_k, tokens, seed + i)
     res = solve_layer(load, group_of, rank_domain, K, dispatch=dispatch, prev=prev, max_moves=max_moves,
                       time_limit=time_limit, seed=seed, tokens=sel)
@@ -309,7 +308,6 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
             for i in range(L)]
     workers = min(workers or os.cpu_count() or 1, L)
     if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=workers) as pool:
             out = []
             for o in pool.map(_place_one, jobs):
@@ -338,13 +336,10 @@ def expert_balance_for(model, cluster, ep: int, loads, *, slots_per_gpu: int | N
     ``model``/``cluster``: specs or names; ``loads``: array ``[MoE layers, experts]`` or a file path.
     ``slots_per_gpu`` defaults to one spare slot per GPU; ``tokens_per_step`` (tokens the EP group
     routes per step) defaults to 4096 per EP rank."""
-    from planner.model.spec import ModelSpec, load_model
-
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if not spec.is_moe:
         raise InputError(f"model {spec.name}: dense model, no experts to place")
     if not hasattr(cluster, "gpus"):
-        from topologies.loader import load_cluster
         cluster = load_cluster(cluster, gpus=gpus)
     moe_layers = int(sum(spec.moe_layers))
     if isinstance(loads, (str, os.PathLike)):

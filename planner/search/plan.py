@@ -35,12 +35,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.config import ParallelConfig, Training
+from planner.config import DEFAULT_STACKS, ParallelConfig, Training
+from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
+from planner.cost.placement import make_placement
+from planner.cost.predict import predict
+from planner.cost.profiles import load_profile
+from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError
+from planner.model.flops import param_counts
+from planner.rules import violations
 from planner.search.bounds import bound_factors, exhaustive
+from planner.search.document import PlanDocument
 from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
-from planner.search.space import VARIABLES, build_space
-from solver.layout import enumerate_bounded, solve, solve_bounded
+from planner.search.space import VARIABLES, build_space, gpd_candidates
+from solver.layout import enumerate_bounded, evaluate_many, feasible_rows, solve, solve_bounded
+from topologies.loader import Job
 
 OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
 # Search engines over the same program (docs/solver.md): "enumerate" (default) and "cp-sat" walk
@@ -77,8 +86,6 @@ class PlanResult:
 
     def document(self):
         """The plan document as its typed value (``planner.search.document.PlanDocument``)."""
-        from planner.search.document import PlanDocument
-
         return PlanDocument.model_validate(self.to_dict())
 
     def to_dict(self) -> dict:
@@ -148,8 +155,6 @@ def even_per_domain(domain_sizes: list[int], gpus: int, per_node: int) -> int | 
 
 def gpd_options(job) -> list[int | None]:
     """The GPUs-per-domain choices ``plan`` offers for a ``topologies.loader.Job`` (None = all)."""
-    from planner.search.space import gpd_candidates
-
     if job.per_domain is not None:
         return [None]
     out = gpd_candidates(job.cluster.domain_sizes())
@@ -285,14 +290,8 @@ class _Request:
 
 def _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
              equal_slices) -> _Request:
-    from planner.cost.profiles import load_profile
-    from planner.model.flops import param_counts
-    from topologies.loader import Job
-
     trainer = trainer or training.trainer
     if trainer != training.trainer:   # priced with the trainer's own profile unless a stack was chosen
-        from planner.config import DEFAULT_STACKS
-
         update = {"trainer": trainer}
         if training.stack == DEFAULT_STACKS.get(training.trainer):
             update["stack"] = DEFAULT_STACKS[trainer]
@@ -337,8 +336,6 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
     """The lazy constraints: the exact ``planner.cost.memory`` peak must fit in HBM less the headroom
     (a cut covers every layout that agrees on the choices memory reads), and with ``equal_slices``
     MaxText's mesh must factor into its slices. Returns (accept, shortfalls)."""
-    from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
-
     gpu = cluster.gpu_spec
     mem_vars = [b.vi[v] for v in VARIABLES if v not in _MEMORY_FREE]
     mesh_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "gpd")]
@@ -376,8 +373,6 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
         raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
     if not shortfalls and prog.limits:
         # the memory bound dropped every layout: price exactly the few it rates closest
-        from solver.layout import evaluate_many, feasible_rows
-
         rows = feasible_rows(prog)
         if len(rows):
             lim = prog.limits[0][0]
@@ -392,10 +387,6 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
 def _entries(res, b, model, cluster, training, trainer, prof):
     """The solutions as PlanEntry (rules re-checked, ``predict`` with the chosen placement) and the
     largest relative gap between the program's step time and predict's."""
-    from planner.cost.placement import make_placement
-    from planner.cost.predict import predict
-    from planner.rules import violations
-
     entries = []
     max_err = 0.0
     for sol in res.solutions:
@@ -439,8 +430,6 @@ def _bound_value(res, b, training, entry: PlanEntry, objective: str):
 def _mark_leads(plans: list[dict], objective_name: str | None) -> None:
     """Each plan's lead over the next (in the objective's quantity, central predictions) and whether
     it lies inside the leader's uncertainty band (``planner.cost.uncertainty.lead``)."""
-    from planner.cost.uncertainty import lead
-
     key = "tflops_per_gpu" if objective_name == "tflops_per_gpu" else "tokens_per_s"
     for a, b in zip(plans, plans[1:]):
         pa, pb = a["prediction"], b["prediction"]
@@ -462,8 +451,6 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
             fixes.append("FSDP")
         if min(space.get("mbs", ()) or (2,)) > 1 and "MBS1" not in label.split():
             fixes.append("a smaller micro-batch")
-        from planner.cost.memory import usable_hbm_gib
-
         room = usable_hbm_gib(gpu.hbm_gib, training)
         kept = "" if room >= gpu.hbm_gib else f" ({gpu.hbm_gib:.0f} GiB less the --memory-headroom {training.memory_headroom})"
         return (f"{model.name} on {n} {gpu.name.upper()} GPUs: no layout fits in {room:.1f} GiB{kept}; "

@@ -20,17 +20,47 @@ edge) as a weighted minimisation of the step.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from functools import reduce
 
 import numpy as np
 
 from planner.config import ParallelConfig, Training
+from planner.cost.memory import WEIGHT_COPY_BYTES, fsdp_buffer_bytes, options_for, state_bytes, usable_hbm_gib
+from planner.cost.placement import domain_slots
+from planner.cost.predict import _flops_per_token
+from planner.cost.steptime import (
+    LOW_PRECISION,
+    a2a_layer_time,
+    a2a_recompute_factor,
+    cp_layer_time,
+    dispatch_bytes,
+    efficiencies,
+    head_time,
+    host_regime,
+    kind_host_time,
+    kind_time,
+    kinds_of,
+    p2p_bytes,
+    profile_fabric,
+    rank_inventory,
+    recipe_pricing,
+    recompute_arg,
+    tp_layer_time,
+    windows,
+)
+from planner.cost.terms import data_parallel as DPc
+from planner.cost.terms import optimizer as OPT
+from planner.cost.terms import pipeline as PPL
+from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
-from planner.cost.steptime import head_time, kind_time, kinds_of, recompute_arg, windows
+from planner.model.flops import layer_costs, param_counts
+from planner.model.pipeline import pipeline_layout
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
-from solver.layout import Program
+from solver.layout import Program, evaluate_many
+from topologies.collectives import GroupShape
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
@@ -51,8 +81,6 @@ def _lcm(values) -> int:
 
 
 def _rank_map(cluster, gpd) -> RankMap:
-    from planner.cost.placement import domain_slots
-
     sizes = cluster.domain_sizes()
     slots = domain_slots(sizes, gpd)
     r2g = np.concatenate([np.arange(st, st + n, dtype=np.int64) for st, n in slots if n > 0])
@@ -86,8 +114,6 @@ class ProgramBuilder:
 
     def __init__(self, model, cluster, training: Training, space: Space, profile, objective: str,
                  min_world: int):
-        from planner.cost.steptime import LOW_PRECISION, efficiencies, profile_fabric
-
         self.model, self.cluster, self.training, self.space = model, cluster, training, space
         self.profile, self.objective = profile, objective
         self.vals = space.values
@@ -106,8 +132,6 @@ class ProgramBuilder:
         self.n_gpus = cluster.num_gpus
         self.shape_ids = _Ids()
         self.notes: list[str] = []
-        from topologies.collectives import GroupShape
-
         self.GroupShape = GroupShape
 
     # -- small utilities -------------------------------------------------------------------
@@ -120,8 +144,6 @@ class ProgramBuilder:
     def combos(self, *names):
         """(index tuple, value dict) for every combination of the named variables that the
         canonical-form constraints allow."""
-        import itertools
-
         for ix in itertools.product(*(range(len(self.vals[n])) for n in names)):
             a = {n: self.vals[n][i] for n, i in zip(names, ix)}
             if structural_ok(self.space, a):
@@ -140,8 +162,6 @@ class ProgramBuilder:
 
     # -- build ---------------------------------------------------------------------------------
     def build(self):
-        from planner.model.pipeline import pipeline_layout
-
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
         s = tr.seq_len
         # 1. trainer rules and canonical form
@@ -291,8 +311,6 @@ class ProgramBuilder:
         """The recipe as each layout runs it (``steptime.recipe_pricing``): TP overlap is on for every
         TP > 1 or for none; CUDA graphs follow recompute (one ``Efficiencies`` per recompute choice);
         the all-to-all overlap is chosen per layout by the OV node of ``_comm_tables``."""
-        from planner.cost.steptime import efficiencies, recipe_pricing
-
         model, tr = self.model, self.training
 
         def pricing(**kw):
@@ -348,9 +366,6 @@ class ProgramBuilder:
     def _comm_tables(self) -> dict:
         """TP collectives, expert all-to-all and CP exchange of one layer and micro-batch
         (``steptime.tp_layer_time``, ``a2a_layer_time``, ``cp_layer_time``) at each group shape."""
-        from planner.cost.steptime import (a2a_layer_time, a2a_recompute_factor, cp_layer_time, dispatch_bytes,
-                                           tp_layer_time)
-
         P, model, tr = self.prog, self.model, self.training
         s, h, fab = tr.seq_len, model.hidden_size, self.fabric
         out = {}
@@ -388,8 +403,6 @@ class ProgramBuilder:
     def _layer_nodes(self, per, comm) -> dict:
         """Per kind, the layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch, with
         the host floor (``steptime.host_regime``, ``kind_host_time``): launch + max(layer, host)."""
-        from planner.cost.steptime import host_regime, kind_host_time
-
         P, model, tr, q = self.prog, self.model, self.training, self.q
         zero = P.const(0)
 
@@ -441,8 +454,6 @@ class ProgramBuilder:
         """Pipeline ranks grouped into slots: distinct per-rank inventories (``steptime.rank_inventory``)
         in first-occurrence order, so the first argmax is ``step_time``'s max over ranks. Each slot's
         micro-batch time t_s = sum_k n_sk L_k + mtp_s MTP + loss_s HEAD."""
-        from planner.cost.steptime import rank_inventory
-
         P, model, s = self.prog, self.model, self.training.seq_len
         kind_list = self.kind_list
         slots_of = {}
@@ -495,8 +506,6 @@ class ProgramBuilder:
 
     def _pipeline_core(self, TMAX):
         """Micro-batches m = gbs / (mbs dp) and CORE = 840 (m + bubble_factor(pp, vpp)) * TMAX."""
-        from planner.cost.terms import pipeline as PPL
-
         P, tr = self.prog, self.training
         mt, b1 = {}, {}
         for ix, a in self.combos("gbs", "mbs", "dp"):
@@ -516,9 +525,6 @@ class ProgramBuilder:
     def _p2p(self):
         """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier) times the
         exposed transfers per step (``terms.pipeline.p2p_transfers``) in units of 1/840."""
-        from planner.cost.steptime import p2p_bytes
-        from planner.cost.terms import pipeline as PPL
-
         P, tr, h = self.prog, self.training, self.model.hidden_size
         o_pp = self.par("pp.overlap")
         p1, pb = {}, {}
@@ -539,8 +545,6 @@ class ProgramBuilder:
         """Data parallel and optimizer of each slot (``terms.data_parallel.dp_time``, ``dp_exposed`` /
         ``fsdp_exposed``'s composition, ``terms.optimizer.optimizer_time``); the critical slot's are
         charged. Returns the DP and optimizer nodes (seconds / 840 units: weighted by BUBBLE)."""
-        from planner.cost.terms import data_parallel as DPc
-
         P, vals, model = self.prog, self.vals, self.model
         zero = P.const(0)
         EE = P.table_t(self.idx("tp", "ep", "etp"), {ix: a["ep"] * (a["tp"] if a["etp"] is None else a["etp"])
@@ -585,8 +589,6 @@ class ProgramBuilder:
 
     def _slot_dense_dp(self, node, dpt, ids_by_pp, dp_by_pp):
         """[RS], [AG], [RS1], [AG1], [OPT] of a slot's dense parameters (lists, for the expert parts)."""
-        from planner.cost.terms import optimizer as OPT
-
         P, vals, q, hbm = self.prog, self.vals, self.q, self.eff.hbm_bps
         dl_tab = P.nodes[node["dl"]].values
         rsd, agd, rsd1, agd1, od = {}, {}, {}, {}, {}
@@ -611,8 +613,6 @@ class ProgramBuilder:
 
     def _slot_expert_dp(self, node, dpt, ids_by_pp, edp_by_pp, EE):
         """RS, AG, RS1, AG1, OPT nodes of a slot's expert parameters over the expert-data-parallel group."""
-        from planner.cost.terms import optimizer as OPT
-
         P, q, hbm = self.prog, self.q, self.eff.hbm_bps
         ex_tab = P.nodes[node["ex"]].values
         rse, age, rse1, age1, oe = {}, {}, {}, {}, {}
@@ -649,9 +649,6 @@ class ProgramBuilder:
         - Megatron's distributed optimizer shard, (dense + expert) / W.
         Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
         ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
-        from planner.model.flops import layer_costs, param_counts
-        from planner.cost.memory import WEIGHT_COPY_BYTES, fsdp_buffer_bytes, options_for, state_bytes
-
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
         opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
         megatron = tr.trainer == "megatron"
@@ -664,8 +661,6 @@ class ProgramBuilder:
         layer_experts = max((c.n_experts * c.expert_params for c in layer_costs(model, tr.seq_len)
                              if c.kind == "decoder" and c.n_experts), default=0.0)
         GiB = float(1 << 30)
-        from planner.cost.memory import usable_hbm_gib  # issue 11 item 6: HBM less the headroom
-
         budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - opt.reserve_gib) * GiB / 1e3)  # kB
         # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
@@ -701,8 +696,6 @@ class ProgramBuilder:
         band of the layout's regime (``planner.cost.uncertainty.band_for``, the one predict reports);
         sets ``band_min`` (its least value over FSDP, a free variable of the block search) as a bound
         factor and ``lb_scale`` (its least value) for the exhaustive search's lower bound."""
-        from planner.cost.uncertainty import band_for, classify
-
         P, model, tr = self.prog, self.model, self.training
 
         def scaled(cp, fsdp, ep_domains):   # the regime predict classifies for such a layout
@@ -729,8 +722,6 @@ class ProgramBuilder:
         """The band factor (BAND_SCALE * exp(h)) the objective node carries for a solution; 1 when not robust."""
         if getattr(self, "band_node", None) is None:
             return 1
-        from solver.layout import evaluate_many
-
         _, _, vals_ = evaluate_many(self.prog, np.asarray([choice], dtype=np.int64), upto=self.band_node)
         return int(vals_[self.band_node][0])
 
@@ -754,8 +745,6 @@ class ProgramBuilder:
             P.minimize(total, self.idx("gbs"), w)
             return
         # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
-        from planner.cost.predict import _flops_per_token
-
         fpt = {t: _flops_per_token(self.model, tr.seq_len, t, self.profile.flops_formula) for t in vals["tp"]}
         ratios = {}
         for ix, a in self.combos("tp", "cp", "pp", "dp", "gbs"):
@@ -783,8 +772,6 @@ class ProgramBuilder:
 
 def used_per_domain(cluster, gpd, world) -> list[int]:
     """GPUs of each NVLink domain the first ``world`` ranks use (placement fills domains in order)."""
-    from planner.cost.placement import domain_slots
-
     out, left = [], world
     for _, k in domain_slots(cluster.domain_sizes(), gpd):
         if left <= 0:

@@ -15,12 +15,17 @@ dropped (CUDA-graph capture, allocator growth, NCCL set-up); the step time is th
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planner.cost.profiles import load_profile
+from planner.cost.runs import maxtext, megatron, torchtitan
 from planner.errors import InputError
+from planner.model.flops import flops_per_token
+from planner.model.spec import catalog, load_model
 
 MIN_ITERS = 3
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
@@ -74,8 +79,6 @@ def _gpu_key(name: str | None) -> str | None:
 
 
 def _megatron(text: str, source: str) -> Run:
-    from planner.cost.runs import megatron
-
     p = megatron.parse(text, source)
     iters = p["iterations"]
     step_ms, used, skip = _median_after_warmup([(it[0], it[2]) for it in iters], source, "iteration")
@@ -97,8 +100,6 @@ def _megatron(text: str, source: str) -> Run:
 
 
 def _torchtitan(text: str, source: str) -> Run:
-    from planner.cost.runs import torchtitan
-
     p = torchtitan.parse(text, source)
     steps = p["steps"]
     tps, used, skip = _median_after_warmup([(s[0], s[2]) for s in steps], source, "step")
@@ -109,8 +110,6 @@ def _torchtitan(text: str, source: str) -> Run:
 
 
 def _maxtext(text: str, source: str) -> Run:
-    from planner.cost.runs import maxtext
-
     p = maxtext.parse(text, source)
     steps = p["steps"]
     sec, used, skip = _median_after_warmup([(s[0], s[1]) for s in steps], source, "step")
@@ -123,8 +122,6 @@ def _maxtext(text: str, source: str) -> Run:
 
 def read_log(path: str | Path) -> Run:
     """The run a rank log records (the trainer is recognised from the text)."""
-    from planner.cost.runs import maxtext, megatron, torchtitan
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such log file")
@@ -149,8 +146,6 @@ def log_files(path: str | Path) -> list[Path]:
     for p in sorted(path.rglob("*")):
         if p.is_file() and p.suffix in LOG_SUFFIXES and p.name not in ("args.txt", "command.txt", "overrides.txt"):
             head = p.read_text(errors="replace")
-            from planner.cost.runs import maxtext, megatron, torchtitan
-
             if megatron.detect(head) or torchtitan.detect(head) or maxtext.detect(head):
                 found.append(p)
     if not found:
@@ -163,8 +158,6 @@ def match_model(shape: dict, source: str) -> str | None:
     """The catalog model whose layers, width, heads and experts the log prints (None: no unique match)."""
     if not shape:
         return None
-    from planner.model.spec import catalog, load_model
-
     hits = []
     for name in catalog():
         try:
@@ -233,10 +226,6 @@ def run_row(run: Run, base: dict | None = None, *, rid: str | None = None) -> di
 
 
 def _flops_per_token(row: dict) -> float:
-    from planner.cost.profiles import load_profile
-    from planner.model.flops import flops_per_token
-    from planner.model.spec import load_model
-
     try:
         prof = load_profile(row["stack"])
     except InputError:   # a stack no profile describes yet (calibrate starts it from the priors)
@@ -299,8 +288,6 @@ TRIALS_MANIFEST = "trials.json"
 def rows_from_trials(out: str | Path) -> list[dict]:
     """Rows for the trials of a ``topoplan trial`` directory whose logs exist: the manifest
     (``trials.json``) gives the model, GPU, stack and GPUs, each ``trial-*/logs/`` the rest."""
-    import json
-
     man = json.loads((Path(out) / TRIALS_MANIFEST).read_text())
     rows = []
     for t in man["trials"]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.memory import FRAGMENTATION, RESERVE_GIB
+from planner.cost.profiles import MemoryFit
+from planner.cost.validate import predict_case, row_case
 
 NON_ALLOCATOR_GIB = 0.6 + 1.5   # CUDA context ~0.6 GiB, NCCL communicators and buffers ~1.5 GiB
 PRIOR_WEIGHT = 0.1               # GiB of residual worth one default-sized step of a term
@@ -45,9 +47,6 @@ def fit_memory(rows: list[dict], profile, source: str = "runs"):
     Each row is predicted with ``profile`` (its recompute resolved as validate does) and split into
     the modelled tensors and the activation total the fragmentation share applies to."""
     from scipy.optimize import lsq_linear
-
-    from planner.cost.profiles import MemoryFit
-    from planner.cost.validate import predict_case, row_case
 
     a_rows, b_rows = [], []
     for r in rows:

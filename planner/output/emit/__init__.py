@@ -10,6 +10,8 @@ on any error nothing in ``out`` changes. docs/emitters.md lists the files and fl
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +19,10 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from planner.config import ParallelConfig, Training
+from planner.cost.profiles import load_profile
 from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
+from planner.search.document import load_launch
 
 EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
 
@@ -78,8 +82,6 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
 
     The document is read through ``planner.search.document.LaunchDocument`` (the model spec, cluster
     and training setup as their own pydantic models); the layout must agree with its placement."""
-    from planner.search.document import load_launch
-
     launch = load_launch(plan_doc)
     if not 0 <= index < len(launch.plans):
         raise InputError(f"--index {index}: plan.json holds plans 0..{len(launch.plans) - 1}; pick one of those")
@@ -92,8 +94,6 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, f"plan.json plans[{index}].config")) from None
     if config.dispatcher is None:  # absent or null in plan.json: the stack profile's dispatcher
-        from planner.cost.profiles import load_profile
-
         config = config.model_copy(update={"dispatcher": load_profile(training.stack).dispatcher})
     gbs = cfg_raw.get("gbs")
     if gbs is not None and gbs != training.global_batch:  # the solver chose the batch (--gbs-range)
@@ -153,9 +153,6 @@ def parse_trainers(value: str | list[str]) -> list[str]:
 
 def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
     """The files each trainer needs, as ``{relative path: text}``."""
-    import dataclasses
-    import importlib
-
     ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:

@@ -10,7 +10,9 @@ megatron/args.txt. Keys: ../shared/reference/trainers.md section 4.
 
 from __future__ import annotations
 
+from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
+from planner.output.emit.megatron import megatron_env, recipe_of
 
 # catalog model -> Bridge recipe function (megatron.bridge.recipes)
 RECIPES = {
@@ -49,8 +51,6 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         if disp.startswith("flex-"):
             o["model.moe_flex_dispatcher_backend"] = disp.split("-", 1)[1]
     if c.pp > 1:
-        from planner.model.pipeline import pipeline_layout
-
         o["model.pipeline_model_parallel_layout"] = pipeline_layout(
             m, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len).megatron_layout()
     if c.recompute == "full":
@@ -76,8 +76,6 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         o["checkpoint.ckpt_format"] = "fsdp_dtensor"
     # the recipe settings, the same values megatron/args.txt passes (TransformerConfig field names;
     # comm_overlap.* is Bridge's CommOverlapConfig, which would otherwise re-decide the overlaps)
-    from planner.output.emit.megatron import recipe_of
-
     r = recipe_of(ctx)
     o["model.cuda_graph_impl"] = r.cuda_graph_impl
     o["model.cuda_graph_scope"] = list(r.cuda_graph_modules)
@@ -114,8 +112,6 @@ def files(ctx: EmitContext) -> dict[str, str]:
              f"# recipe: {recipe}" if recipe else
              f"# recipe: none known for {ctx.model.name}; start from its model provider (AutoBridge) and apply these",
              "# Apply with process_config_with_overrides(cfg, cli_overrides=[...]) or on the recipe's command line."]
-    from planner.output.emit.megatron import megatron_env
-
     env = megatron_env(ctx)
     env.pop("WORLD_SIZE", None)
     if env:

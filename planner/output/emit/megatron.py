@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import shlex
 
+from planner.model.pipeline import pipeline_layout
+from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
+from planner.rules import effective_recipe
 
 # Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).
 PRECISION_FLAGS = {
@@ -65,8 +68,6 @@ def hf_extras(model) -> dict:
     """HF fields the ModelSpec does not carry (rope base, norm epsilon, router scoring), from the
     packaged catalog (planner/data/models.json) when the model is a catalog entry, else {}."""
     try:
-        from planner.model.spec import catalog_entry
-
         entry = catalog_entry(model.name)
     except Exception:  # noqa: BLE001 - a user's config.json model: family defaults apply
         return {}
@@ -215,8 +216,6 @@ def pipeline_args(ctx: EmitContext) -> list[str]:
     c = ctx.config
     if c.pp == 1:
         return []
-    from planner.model.pipeline import pipeline_layout
-
     layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last,
                              seq_len=ctx.training.seq_len).megatron_layout()
     return [LAYOUT_FLAGS["layout"], layout]
@@ -224,8 +223,6 @@ def pipeline_args(ctx: EmitContext) -> list[str]:
 
 def recipe_of(ctx: EmitContext):
     """The recipe as Megatron runs this layout (planner.rules.effective_recipe): what is written and priced."""
-    from planner.rules import effective_recipe
-
     return effective_recipe(ctx.model, ctx.config, ctx.training)
 
 

@@ -18,6 +18,23 @@ from pydantic import ValidationError
 
 from planner.config import ParallelConfig, Recipe, Training
 from planner.errors import InputError, pydantic_message
+from planner.model.pipeline import layout_from_string, pipeline_layout
+from planner.output.emit.megatron import (
+    DISPATCHER_FLAGS,
+    LAYOUT_FLAGS as F,
+    PRECISION_FLAGS,
+    RECIPE_BOOLS,
+    RECIPE_FLAGS,
+    parse_args_file,
+)
+from planner.output.emit.torchtitan import (
+    BASE_PRECISION,
+    CONVERTERS,
+    CUSTOM_MODULE,
+    MODELS,
+    custom_stem,
+    parse_command,
+)
 
 
 def parse_flags(args: list[str]) -> dict[str, list[str]]:
@@ -57,8 +74,6 @@ def _one(flags, flag, default=None, kind=str, source="args"):
 
 def _pipeline(model, pp: int, text: str | None, seq_len: int, source: str):
     """(vpp, pp_first, pp_last) whose planned layout is exactly ``text`` (Megatron's layout string)."""
-    from planner.model.pipeline import layout_from_string, pipeline_layout
-
     if pp == 1 or not text:
         return 1, None, None
     given = layout_from_string(text, model, pp)
@@ -77,8 +92,6 @@ def _pipeline(model, pp: int, text: str | None, seq_len: int, source: str):
 
 def _split_of(model, pp: int, counts: list[int], seq_len: int, source: str):
     """(vpp, pp_first, pp_last) whose planned layout has exactly these decoder layers per stage."""
-    from planner.model.pipeline import pipeline_layout
-
     if len(counts) % pp:
         raise InputError(f"{source}: {len(counts)} pipeline stages do not divide over pp={pp} ranks")
     vpp = len(counts) // pp
@@ -95,9 +108,6 @@ def _split_of(model, pp: int, counts: list[int], seq_len: int, source: str):
 def megatron_setup(args: list[str], model, world: int | None = None, *, stack: str | None = None,
                    source: str = "megatron/args.txt") -> tuple[ParallelConfig, Training, str]:
     """The layout, training setup (recipe included) and rank order a Megatron argument list runs."""
-    from planner.output.emit.megatron import (DISPATCHER_FLAGS, LAYOUT_FLAGS as F, PRECISION_FLAGS, RECIPE_BOOLS,
-                                              RECIPE_FLAGS)
-
     flags = parse_flags(args)
     for flag, have in (("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
                        ("--num-experts", model.num_experts or None)):
@@ -153,8 +163,6 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
 
 
 def read_args_file(path: Path) -> list[str]:
-    from planner.output.emit.megatron import parse_args_file
-
     try:
         return parse_args_file(Path(path).read_text())
     except OSError as exc:
@@ -191,15 +199,11 @@ def read_megatron(path: Path, model, *, stack: str | None = None) -> tuple[Paral
 def _tt_precision(registry_text: str | None, config_fn: str, model) -> str:
     """The precision a TorchTitan launch trains in: the converters of the emitted registry
     (``planner.output.emit.torchtitan.CONVERTERS``), or the built-in registry function's own recipe."""
-    from planner.output.emit.torchtitan import BASE_PRECISION, CONVERTERS
-
     if registry_text is None:
         return BASE_PRECISION.get(model.name.lower(), "bf16")
     line = next((ln for ln in registry_text.splitlines() if "converters=" in ln), "")
     if not line or "converters=None" in line:
         return "bf16"
-    import re
-
     for name, (linear, _) in CONVERTERS.items():   # the class and its recipe name identify the precision
         recipe = re.search(r'recipe_name="\w+"', linear)
         if linear.split("(")[0] + "(" in line and (recipe is None or recipe.group(0) in line):
@@ -212,8 +216,6 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
     """The layout and training setup a TorchTitan 0.3.0 command line (and its topoplan_config.py) run."""
     flags = parse_flags(args)
     config_fn = _one(flags, "--config", "", str, source)
-    from planner.output.emit.torchtitan import CUSTOM_MODULE, MODELS, custom_stem
-
     module = _one(flags, "--module", "", str, source)
     known = MODELS.get(model.name.lower())
     base = custom_stem(model.name)   # torchtitan._custom_name's stem
@@ -272,8 +274,6 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
 
 def read_torchtitan(path: Path, model, world: int, *, stack: str | None = None):
     """``torchtitan/command.txt`` (or its directory) -> setup; its topoplan_config.py is read when used."""
-    from planner.output.emit.torchtitan import CUSTOM_MODULE, parse_command
-
     path = Path(path)
     if path.is_dir():
         path = path / "command.txt" if (path / "command.txt").is_file() else path / "torchtitan" / "command.txt"

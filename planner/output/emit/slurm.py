@@ -30,6 +30,11 @@ import shlex
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext
+from planner.output.emit.bridge import RECIPES
+from planner.output.emit.megatron import megatron_env
+from topologies.gpus import get_gpu
+from topologies.hostlist import compress
+from topologies.presets import is_preset_host
 
 MASTER_PORT = 29500
 FILL = "FILL_ME"
@@ -82,8 +87,6 @@ def trainers(ctx: EmitContext) -> list[str]:
 
 def _unlaunchable(ctx: EmitContext, trainer: str) -> str | None:
     if trainer == "bridge":
-        from planner.output.emit.bridge import RECIPES
-
         if ctx.model.name.lower() not in RECIPES:
             return (f"Megatron-Bridge has no recipe for {ctx.model.name} (it has {', '.join(sorted(RECIPES))}); "
                     "emit megatron,slurm instead")
@@ -122,15 +125,11 @@ def hosts_per_domain(ctx: EmitContext) -> int | None:
 
 def placeholder_hosts(ctx: EmitContext) -> bool:
     """True when every host name is one a preset made up (``gb300-r01-t01``, ``h100-n0001``)."""
-    from topologies.presets import is_preset_host
-
     return all(is_preset_host(h) for h in ctx.host_order)
 
 
 def hostlist(ctx: EmitContext) -> str:
     """The plan's hosts in rank order as one Slurm hostlist expression."""
-    from topologies.hostlist import compress
-
     return compress(ctx.host_order)
 
 
@@ -164,8 +163,6 @@ def _placeholder(var: str) -> str:
 
 def fabric_exports(ctx: EmitContext) -> list[str]:
     """Comment and export lines for what the plan itself fixes about the network."""
-    from topologies.gpus import get_gpu
-
     out = []
     if get_gpu(ctx.gpu).nvls_busbw_gbps:
         out += ["# NVLink SHARP: NCCL's default (2 = use when the NVSwitches offer it). The plan's all-reduce times",
@@ -189,8 +186,6 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
 
 
 def task_script(ctx: EmitContext) -> str:
-    from planner.output.emit.megatron import megatron_env
-
     names = trainers(ctx)
     blocks = node_blocks(ctx)
     hosts = ctx.host_order
@@ -202,8 +197,6 @@ def task_script(ctx: EmitContext) -> str:
     mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
     recipe = ""
     if "bridge" in names:
-        from planner.output.emit.bridge import RECIPES
-
         recipe = RECIPES[ctx.model.name.lower()]
     return f"""#!/usr/bin/env bash
 # Per-task launcher written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},

@@ -13,10 +13,15 @@ Keys: ../shared/reference/trainers.md section 2.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
+from pathlib import Path
 
-from planner.output.emit import EmitContext
 from planner.errors import InputError
+from planner.model.pipeline import pipeline_layout
+from planner.output.emit import EmitContext
+from planner.rules import _graphs_problem, effective_recipe
 
 # catalog model -> (module, config function or None, model_registry flavour)
 MODELS = {
@@ -154,8 +159,6 @@ def parallelism(ctx: EmitContext) -> dict[str, object]:
 
 def stage_fqns(ctx: EmitContext) -> list[list[str]]:
     """TorchTitan module names per pipeline stage, from planner.model.pipeline's layout."""
-    from planner.model.pipeline import pipeline_layout
-
     c = ctx.config
     layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len)
     out = []
@@ -194,8 +197,6 @@ def cuda_graphs(ctx: EmitContext) -> bool:
     runs the layout (planner.rules.effective_recipe with trainer torchtitan). Trainer.Config.
     _validate_cuda_graphs refuses graphs with PP or with the all-to-all EP dispatcher, so those layouts
     run without them whatever the plan's recipe asked for."""
-    from planner.rules import _graphs_problem, effective_recipe
-
     tr = ctx.training.model_copy(update={"trainer": "torchtitan"})
     impl = effective_recipe(ctx.model, ctx.config, tr).cuda_graph_impl
     return impl != "none" and _graphs_problem(ctx.model, ctx.config, tr, impl) is None
@@ -210,8 +211,6 @@ def needs_converters(ctx: EmitContext) -> bool:
 
 def custom_stem(model_name: str) -> str:
     """The registry function's name for a model: a Python identifier (``qwen3_235b_a22b``)."""
-    import re
-
     stem = re.sub(r"\W", "_", model_name.lower().replace("-", "_").replace(".", "_"))
     return stem if stem[:1].isalpha() else f"model_{stem}"
 
@@ -377,9 +376,6 @@ _family.gptoss_configs[{USER_FLAVOUR!r}] = _topoplan_model
 
 def _hf_config(m) -> dict:
     """The user's config.json as written (fields the ModelSpec does not carry), or {} when it is gone."""
-    import json
-    from pathlib import Path
-
     try:
         cfg = json.loads(Path(m.source).read_text())
     except (OSError, ValueError, TypeError):
@@ -389,8 +385,6 @@ def _hf_config(m) -> dict:
 
 def _user_assets(m) -> str:
     """The tokenizer's directory: the config.json's own (Hugging Face keeps them together)."""
-    from pathlib import Path
-
     return str(Path(m.source).parent) if m.source and m.source.endswith(".json") else "./assets/hf/" + m.name
 
 
@@ -515,8 +509,6 @@ def parse_command(text: str) -> list[str]:
 
 def _toml(v) -> str:
     if isinstance(v, list):
-        import json
-
         return json.dumps(v)
     if isinstance(v, bool):
         return "true" if v else "false"

@@ -36,7 +36,7 @@ def write_report(kind: str, data, out_dir) -> list[Path]:
     """Write ``index.html`` + PNG figures + ``data.json`` for ``kind`` into ``out_dir``.
 
     Returns the paths written (inside ``out_dir``), ``index.html`` first."""
-    from planner.output.report import pages
+    from planner.output.report import pages  # lazy: its figures load matplotlib (~0.3 s), for --report only
 
     if kind not in KINDS:
         raise InputError(f"report kind {kind!r} is unknown; use one of {', '.join(KINDS)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from planner.errors import InputError
+from planner.search.document import load_scale
 
 
 def _num(x) -> float | None:
@@ -36,8 +37,6 @@ def scale_points(doc) -> list[dict]:
     """The rows of a ``scale --json`` document (``planner.search.document.ScaleDocument``), sorted by
     GPU count: gpus, tokens_per_s, tokens_per_s_per_gpu, tflops_per_gpu, retention, label, and the
     best plan's breakdown. InputError naming the field for a document that is not one."""
-    from planner.search.document import load_scale
-
     rows = sorted(load_scale(doc).rows, key=lambda r: r.gpus)
     return [{"gpus": r.gpus, "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
              "tflops_per_gpu": r.tflops_per_gpu, "retention": r.retention, "label": r.layout,

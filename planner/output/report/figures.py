@@ -5,9 +5,11 @@ one PNG, returning its path.
 
 from __future__ import annotations
 
+import colorsys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
@@ -91,8 +93,6 @@ def group_colors(n: int) -> list:
     """``n`` colours, none repeated: tab20's pairs' dark halves up to 10, tab20 up to 20, beyond that
     hues stepped by the golden ratio around the circle (neighbouring groups far apart in hue, lightness
     alternating), so that groups 0 and 20 no longer share a colour."""
-    import colorsys
-
     if n <= 10:
         return [_TAB20[2 * k] for k in range(n)]
     if n <= 20:
@@ -108,8 +108,6 @@ def group_colors(n: int) -> list:
 
 def _grid_panel(ax, grid: Sequence[Sequence[int]], title: str, label: str, word: str,
                 names: Sequence[str] | None = None) -> None:
-    import numpy as np
-
     width = max((len(r) for r in grid), default=1)
     arr = np.full((len(grid), width), np.nan)
     for i, row in enumerate(grid):
@@ -241,8 +239,6 @@ def expert_slots_figure(slots: Sequence[Sequence[int]], slots_per_gpu: int, doma
                         path: Path) -> Path:
     """Layers (rows) x EP ranks (columns): how many slots of each GPU hold a replicated expert
     (an expert with more than one slot in that layer), with domain borders."""
-    import numpy as np
-
     n_layers = len(slots)
     n_slots = max(len(s) for s in slots)
     ranks = max(1, n_slots // max(1, slots_per_gpu))

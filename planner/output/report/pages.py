@@ -5,11 +5,13 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from planner.output import explain
 from planner.output.report import data as rd
 from planner.output.report import figures as fg
+from planner.search.document import load_document
 
 _CSS = """
 body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;
@@ -28,8 +30,6 @@ def _e(x) -> str:
 
 
 def _page(title: str, subtitle: str, body: Sequence[str]) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         ver = version("topoplan")
     except PackageNotFoundError:  # running from a source tree
@@ -59,8 +59,6 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1) -> s
 
 def validate(kind: str, data) -> None:
     if kind == "plan":
-        from planner.search.document import load_document
-
         load_document(data, "plan document")
     elif kind == "scale":
         rd.scale_points(data)
