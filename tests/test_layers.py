@@ -129,3 +129,92 @@ def test_importing_the_hardware_layer_loads_no_solver():
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# Imports inside functions hide dependency cycles, so every import in these packages sits at module
+# level, except the ones below: (module, imported name) -> why it must stay lazy. A name is the
+# absolute module for ``import x`` and ``module.name`` for ``from module import name``.
+LAZY_IMPORTS = {
+    ("planner.cost.runs", "planner.cost.calibrate.base_profile"):
+        "cycle: calibrate imports validate, validate imports runs; base_profile (the priors profile) "
+        "belongs in planner.cost.profiles",
+    ("planner.cli.predict", "planner.cost.calibrate.calibrate_rows"):
+        "calibrate loads scipy.optimize (~0.3 s), which only `topoplan calibrate` needs",
+    ("planner.cost.runs.memfit", "scipy.optimize.lsq_linear"):
+        "scipy.optimize (~0.3 s), for the memory fit of `topoplan calibrate` only",
+    ("topologies.calibrate", "scipy.optimize.least_squares"):
+        "scipy.optimize (~0.3 s), for `topoplan topology calibrate` only; the hardware layer stays light",
+    ("solver.experts", "ortools.sat.python.cp_model"):
+        "OR-Tools, for the CP-SAT expert packer only",
+    ("solver.experts", "scipy.optimize.linear_sum_assignment"):
+        "scipy.optimize (~0.3 s), for aligning expert placements across layers only",
+    ("planner.output.report", "planner.output.report.pages"):
+        "the pages draw their figures with matplotlib (~0.3 s), for --report only",
+}
+
+
+def function_imports(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """Every import inside a function body of ``source``, as (line, absolute imported name)."""
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                out += [(node.lineno, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = module.split(".") if is_package else module.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (node.level - 1)]
+                    base = ".".join(pkg + ([base] if base else []))
+                out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return sorted(set(out))  # a nested function's import is walked from each enclosing one
+
+
+def lazy_import_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    return [f"{module}:{line} imports {name} inside a function; move it to module level or add "
+            f"({module!r}, {name!r}) with its reason to LAZY_IMPORTS"
+            for line, name in function_imports(source, module, is_package)
+            if (module, name) not in LAZY_IMPORTS]
+
+
+def test_imports_sit_at_module_level():
+    bad, used = [], set()
+    for path in project_modules():
+        module, source = module_name(path), path.read_text()
+        bad += lazy_import_violations(source, module, path.name == "__init__.py")
+        used |= {(module, name) for _, name in function_imports(source, module, path.name == "__init__.py")}
+    assert bad == []
+    assert set(LAZY_IMPORTS) - used == set(), "allowlisted lazy imports that no longer exist"
+
+
+@pytest.mark.parametrize("module, source", [
+    ("planner.cost.memory", "def f():\n    import json\n    return json\n"),
+    ("planner.search.plan", "class P:\n    def m(self):\n        from planner.cost.predict import predict\n"),
+    ("planner.output.emit.slurm", "def f():\n    if True:\n        from .megatron import megatron_env\n"),
+    ("solver.experts", "def f():\n    from ortools.sat.python import cp_model as m\n    def g():\n"
+                       "        from scipy.optimize import linprog\n"),
+])
+def test_the_checker_catches_an_import_inside_a_function(module, source):
+    """Mutants: an in-function import not on the list (a method's, a nested block's, a relative one,
+    a nested function's next to an allowed one) is named."""
+    assert lazy_import_violations(source, module)
+
+
+def test_the_checker_accepts_module_level_and_listed_imports():
+    assert lazy_import_violations("import json\nfrom planner.cost.predict import predict\n"
+                                  "def f():\n    return json\n", "planner.search.plan") == []
+    assert lazy_import_violations("def f():\n    from ortools.sat.python import cp_model\n",
+                                  "solver.experts") == []
+    assert lazy_import_violations("def write_report():\n    from . import pages\n",
+                                  "planner.output.report", is_package=True) == []
+
+
+def test_the_cli_loads_no_lazy_dependency():
+    """The lazy imports stay lazy: starting the CLI loads neither matplotlib nor scipy."""
+    code = ("import sys, planner.cli\n"
+            "bad = [m for m in ('matplotlib', 'scipy', 'torch', 'megatron', 'torchtitan') if m in sys.modules]\n"
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
