@@ -203,3 +203,23 @@ def test_informed_only_keeps_what_the_rows_do_not_exercise():
     assert set(info["fitted"]) | set(info["kept"]) == {k for k, p in base.params.items() if p.fit}
     _, every = calibrate_rows(rows, "megatron-26.08", source="rows.csv")
     assert every["informed"] == info["informed"] and not every["kept"]
+
+
+def test_cli_says_where_the_fit_started_and_what_the_rows_inform(tmp_path, capsys):
+    import json
+
+    rows = [dict(r, stack="mine") for r in csv.DictReader(CSV.open())
+            if r["model"] == "qwen3-30b-a3b" and r["stack"] == "megatron-26.08"]
+    sub = tmp_path / "rows.csv"
+    with sub.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["calibrate", str(sub), "--stack", "mine", "-o", str(tmp_path / "a.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "starting from megatron-26.08's values" in out and "the rows inform" in out
+    assert main(["calibrate", str(sub), "--stack", "mine", "-o", str(tmp_path / "b.yaml"), "--from", "priors",
+                 "--informed-only", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["start"] == "priors" and "gemm.nvfp4" in doc["kept"] and "gemm.nvfp4" not in doc["informed"]
+    assert load_profile(str(tmp_path / "b.yaml")).param("gemm.nvfp4") == base_profile("mine").param("gemm.nvfp4")
