@@ -49,6 +49,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` names, relative imports resolved against ``module``."""
+    base = node.module or ""
+    if node.level:
+        pkg = module.split(".") if is_package else module.split(".")[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join(pkg + ([base] if base else []))
+    return base
+
+
 def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
     """Every project module ``source`` imports (absolute or relative), with its line."""
     out = []
@@ -56,11 +66,7 @@ def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, st
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = module.split(".") if is_package else module.split(".")[:-1]
-                pkg = pkg[: len(pkg) - (node.level - 1)]
-                base = ".".join(pkg + ([base] if base else []))
+            base = from_base(node, module, is_package)
             if base in OWN:  # ``from planner import x``: x is a submodule or the package's API
                 out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
             else:
@@ -163,11 +169,7 @@ def function_imports(source: str, module: str, is_package: bool = False) -> list
             if isinstance(node, ast.Import):
                 out += [(node.lineno, a.name) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    pkg = module.split(".") if is_package else module.split(".")[:-1]
-                    pkg = pkg[: len(pkg) - (node.level - 1)]
-                    base = ".".join(pkg + ([base] if base else []))
+                base = from_base(node, module, is_package)
                 out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
     return sorted(set(out))  # a nested function's import is walked from each enclosing one
 
