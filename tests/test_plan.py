@@ -232,9 +232,15 @@ def test_bounded_engines_equal_exhaustive_evaluation(model_name, gpus, gbs, obje
     for method in ("enumerate", "cp-sat"):
         b = plan(model, cluster, training, top=2, restrict=restrict, objective=objective, method=method, workers=1)
         assert b.solver["status"] == "OPTIMAL" and b.solver["method"] == method
-        assert [e.label for e in b.plans] == [e.label for e in a.plans]
         assert [e.prediction.tokens_per_s for e in b.plans] == pytest.approx(
             [e.prediction.tokens_per_s for e in a.plans], rel=1e-9)
+        # the same layouts, except where two layouts tie exactly (host-bound MoE layers at MBS 1 and 2
+        # take the same host floor): then either may come first
+        for i, (ea, eb) in enumerate(zip(a.plans, b.plans)):
+            if eb.label != ea.label:   # a tie: another layout of a's top-2 (or the next) has the same time
+                tied = [e for e in a.plans + b.plans if e.label != eb.label]
+                assert any(e.prediction.tokens_per_s == pytest.approx(eb.prediction.tokens_per_s, rel=1e-9)
+                           for e in tied), (i, eb.label, ea.label)
         # numpy's exhaustive join counts every feasible assignment: a block search evaluates fewer
         assert 0 < b.solver["evaluated_exactly"] <= a.solver["constraints"]
 
@@ -390,8 +396,8 @@ def test_cli_memory_headroom_and_the_95_percent_warning(capsys):
     assert "GiB usable" in " ".join((cap.out + cap.err).split())
     assert main(nvidia + ["--memory-headroom", "abc"]) == 2
     assert "--memory-headroom" in capsys.readouterr().err
-    # no headroom: the best plan fills more than 95% of HBM, and the output says so
-    assert main(["plan", *DSV3_GB300, "--top", "1", "--memory-headroom", "0"]) == 0
+    # no headroom: plans that fill more than 95% of HBM (EP64, 286 of 288 GiB) are warned of
+    assert main(["plan", *DSV3_GB300, "--top", "3", "--memory-headroom", "0"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "memory headroom 0: plans fit in 288.0 of 288 GiB" in out
     assert "warning:" in out and "of 288 GiB HBM" in out

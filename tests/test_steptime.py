@@ -286,7 +286,8 @@ def test_host_floor_binds_only_where_the_host_is_slower():
 
     m = planner.load_model("qwen3-30b-a3b")
     cl = load_cluster("dgx-b200", gpus=8)
-    host = HOST.host_time("moe", 16, True, True)
+    call_us = load_profile("megatron-26.08").param("host.launch_us")
+    host = HOST.host_time("moe", 16, True, True, call_us)
     launch = load_profile("megatron-26.08").param("other.layer_us", "blackwell") * 1e-6
     eager = dict(seq_len=4096, global_batch=64, precision="mxfp8", cuda_graphs=False)
     small = predict(m, cl, ParallelConfig(ep=8, mbs=1), Training(**eager))
@@ -297,7 +298,7 @@ def test_host_floor_binds_only_where_the_host_is_slower():
     # graph-captured (the default recipe): only the expert launches count, 4.8 ms, still above the
     # MBS-1 GPU work; the floor is what separates the two regimes at MBS 1
     graphs = predict(m, cl, ParallelConfig(ep=8, mbs=1), Training(seq_len=4096, global_batch=64, precision="mxfp8"))
-    assert graphs.details["t_microbatch_max"] >= m.num_layers * HOST.host_time("moe", 16, False, True)
+    assert graphs.details["t_microbatch_max"] >= m.num_layers * HOST.host_time("moe", 16, False, True, call_us)
     assert graphs.step_time_s < small.step_time_s
 
 
@@ -317,3 +318,92 @@ def test_plan_program_prices_the_host_floor_as_predict_does():
         assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
         per_layer = HOST.host_time("moe", 128 / e.config.ep, True, True)
         assert e.prediction.details["t_microbatch_max"] >= per_layer * m.num_layers / e.config.pp * 0.99
+
+
+def test_dropless_sync_by_hand_and_in_the_program():
+    # Qwen3-30B-A3B on 8 B200, EP8 (16 experts per GPU), graph-captured recipe: after the router's
+    # host sync the host launches 4 x 16 + 8 = 72 kernels of the MoE forward while the GPU waits, until
+    # the routed experts' forward covers them (terms/host.py sync_exposed); recomputing the MoE syncs twice
+    from planner.cost.steptime import kind_sync_time, kind_time, efficiencies
+    from planner.cost.terms import host as HOST
+    from planner.search.plan import plan
+    from topologies.gpus import get_gpu
+
+    m = planner.load_model("qwen3-30b-a3b")
+    prof = load_profile("megatron-26.08")
+    call_us = prof.param("host.launch_us")
+    eff = efficiencies(get_gpu("B200"), "mxfp8", prof, True)
+    lt = kind_time(eff, m, ("moe", False), 4096, 2, 1, 1, 8, 1, True, ())
+    assert HOST.sync_exposed(16, 1, 0.0, 25.0) == pytest.approx(72 * 25e-6)
+    hand = max(0.0, 72 * call_us * 1e-6 - lt.expert / 3)
+    assert hand > 0   # binds at MBS 2
+    assert kind_sync_time(m, ("moe", False), 8, lt, True, (), call_us) == pytest.approx(hand)
+    assert kind_sync_time(m, ("moe", False), 8, lt, False, (), call_us) == 0.0   # experts in a graph
+    assert kind_sync_time(m, ("dense", False), 8, lt, True, (), call_us) == 0.0
+    lt_moe = kind_time(eff, m, ("moe", False), 4096, 2, 1, 1, 8, 1, True, ("moe",))
+    assert kind_sync_time(m, ("moe", False), 8, lt_moe, True, ("moe",), call_us) == pytest.approx(
+        2 * max(0.0, 72 * call_us * 1e-6 - lt_moe.expert / 4))
+    # the program tabulates the same function: its step time equals predict's where the sync binds
+    cl = load_cluster("dgx-b200", gpus=8)
+    tr = Training(seq_len=4096, global_batch=256, precision="mxfp8")
+    res = plan(m, cl, tr, top=8, restrict=dict(tp=[1], cp=[1], pp=[1], vpp=[1], ep=[4, 8], mbs=[1, 2, 4, 8],
+                                              recompute=["none"], fsdp=[False]))
+    assert any(e.config.mbs == 2 and e.config.ep == 8 for e in res.plans)
+    for e in res.plans:
+        assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
+
+
+# ---- expert dispatch as the dispatchers move bytes (planner/cost/terms/expert_a2a.py) ------------
+def test_dispatch_copies_by_hand():
+    from planner.cost.terms import expert_a2a as EA
+    from topologies.collectives import distinct_destinations
+
+    ds = planner.load_model("deepseek-v3")
+    R = distinct_destinations(256, 8, 8, 4, 8)
+    # EP32 over 4 HGX nodes: RDMA once per remote node (22/7 nodes reached: a node holds 2 of the 8
+    # groups and misses the 4 kept ones with probability C(6,4)/C(8,4) = 3/14; 3/4 of them remote),
+    # NVLink forwarding to the reached ranks other than the entry GPU
+    nvl, net = EA.copies(ds, 32, 8, 4, "flex-deepep")
+    assert net == pytest.approx(22 / 7 * 3 / 4, rel=1e-12)
+    assert nvl == pytest.approx(R * 7 / 8, rel=1e-12)
+    # inside one NVLink domain (EP8, one node): once per reached rank but itself
+    R8 = distinct_destinations(256, 8, 8, 4, 32)
+    assert EA.copies(ds, 8, 8, 1, "flex-hybridep") == (pytest.approx(R8 * 7 / 8), 0.0)
+    # NCCL all-to-all: one copy per token-expert pair; the fabric splits them over the links
+    assert EA.copies(ds, 32, 8, 4, "alltoall") == (8.0, 0.0)
+    # node-limited routing is what keeps the NIC copies low: without it a token reaches more nodes
+    free = ds.model_copy(update={"n_group": 1, "topk_group": 1})
+    assert EA.copies(free, 32, 8, 4, "flex-deepep")[1] > net * 1.1
+
+
+def test_flex_dispatch_across_nodes_is_cheaper_than_the_nccl_all_to_all():
+    from planner.cost.terms import expert_a2a as EA
+    from topologies.collectives import GroupShape, fabric_for
+
+    ds = planner.load_model("deepseek-v3")
+    fab = fabric_for(load_cluster("dgx-b200", gpus=32))
+    shape = GroupShape(32, 8, 4, 0)
+    b = EA.dispatch_bytes(True, True)
+    assert b == pytest.approx(1 + 4 / 128)   # FP8 and one FP32 scale per 128 elements
+    flex = EA.a2a_time(fab, shape, ds, 4096, "flex-deepep", b)
+    nccl = EA.a2a_time(fab, shape, ds, 4096, "alltoall", b)
+    assert 0 < flex < nccl / 2
+    # by hand: forward + backward of (dispatch + combine), each bound by its RDMA stream
+    nvl, net = EA.copies(ds, 32, 8, 4, "flex-deepep")
+    one = 4096 * 7168
+    want = 2 * (fab.ep_dispatch(shape, one * nvl * b, one * net * b) + fab.ep_dispatch(shape, one * nvl * 2, one * net * 2))
+    assert flex == pytest.approx(want, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1), st.floats(0, 0.98), st.floats(0, 2), st.floats(0, 0.5))
+def test_sm_share_is_the_hidden_part_slowing_the_gemms(t, o, w, f):
+    # the all-to-all's exposed time with the SMs it holds: what does not hide, x = exposed(t, o, w), plus
+    # the compute slowed by f of the hidden seconds, x + (t - x) f -- the form steptime and the plan
+    # program price as exposed(t, o (1 - f), (1 - f) w)
+    from planner.cost.terms import expert_a2a as EA
+
+    x = exposed(t, o, w)
+    assert EA.a2a_exposed(t, o, w, f) == pytest.approx(x + (t - x) * f, abs=1e-12)
+    assert EA.a2a_exposed(t, o, w, 0.0) == pytest.approx(x, abs=1e-15)
+    assert x - 1e-12 <= EA.a2a_exposed(t, o, w, f) <= t + 1e-12

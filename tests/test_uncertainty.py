@@ -192,14 +192,14 @@ def _brute_force(model, cluster, training, space_values, min_world, key):
 
 @pytest.fixture
 def skewed_table(tmp_path, monkeypatch):
-    """A table in which EP inside a node is very uncertain and EP across nodes is not, so that the
-    robust plan must differ from the throughput plan."""
+    """A table in which EP across nodes is very uncertain and EP inside a node is not, so that the
+    robust plan must differ from the throughput plan (which sends EP across the two nodes)."""
     t = yaml.safe_load(U.TABLE_PATH.read_text())
-    runs = [dict(_run("hgx moe ep-in-domain", 0.9), fsdp=f) for f in (False, True)] + \
-           [dict(_run("hgx moe ep-across-domains", 0.01), fsdp=f) for f in (False, True)]
+    runs = [dict(_run("hgx moe ep-in-domain", 0.01), fsdp=f) for f in (False, True)] + \
+           [dict(_run("hgx moe ep-across-domains", 0.9), fsdp=f) for f in (False, True)]
     t["min_runs"] = 2
-    t["pools"] = {"megatron": {"regimes": {"hgx moe ep-in-domain": {"half_width": 0.9, "runs": 2},
-                                           "hgx moe ep-across-domains": {"half_width": 0.05, "runs": 2}},
+    t["pools"] = {"megatron": {"regimes": {"hgx moe ep-in-domain": {"half_width": 0.05, "runs": 2},
+                                           "hgx moe ep-across-domains": {"half_width": 0.9, "runs": 2}},
                                "runs": runs}}
     path = tmp_path / "uncertainty.yaml"
     path.write_text(yaml.safe_dump(t))
@@ -226,9 +226,9 @@ def test_robust_plan_equals_brute_force_of_the_lower_edge(skewed_table):
         assert lows == sorted(lows, reverse=True)
         for e in rob.plans:
             assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
-    # the skew moves the plan: the robust one sends EP across nodes, the throughput one does not
-    assert thr.plans[0].prediction.regime.startswith("hgx moe ep-in-domain")
-    assert top.regime.startswith("hgx moe ep-across-domains")
+    # the skew moves the plan: the throughput one sends EP across nodes, the robust one does not
+    assert thr.plans[0].prediction.regime.startswith("hgx moe ep-across-domains")
+    assert top.regime.startswith("hgx moe ep-in-domain")
     assert thr.plans[0].prediction.tokens_per_s >= top.tokens_per_s
 
 

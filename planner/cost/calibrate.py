@@ -65,6 +65,8 @@ PRIORS: dict[str, tuple] = {
                "1 = the fabric model's scale-out bandwidth (0.74 of line rate, hardware.md s2.2); see the @arch variants"),
     "dp.grad_bytes": (2.0, 2.0, 4.0, False, 2.0,
                       "bytes per gradient in the data-parallel reduce-scatter: 2 = BF16 (Megatron-Bridge perf recipes set ddp.grad_reduce_in_fp32=False for DeepSeek-V3, Qwen3, GPT-OSS), 4 = FP32"),
+    "host.launch_us": (25.0, 10.0, 100.0, True, 1.5,
+                       "host seconds per launched kernel (terms/host.py: the host floor and the dropless router's sync); prior 25 us: PyTorch adds 20-30 us of host overhead per call unless it is overlapped (hardware.md s2.4)"),
     "other.layer_us": (25.0, 0.0, 500.0, False, 2.0,
                        "host and launch overhead not hidden per layer and micro-batch: PyTorch adds 20-30 us per call unless overlapped (hardware.md s2.4)"),
 }

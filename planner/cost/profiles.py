@@ -53,9 +53,10 @@ PARAM_NAMES = (
     "attn.eff", "mem.elementwise", "mem.quant", "mem.hbm_eff",
     "tp.overlap", "ep.overlap", "cp.overlap", "dp.overlap", "pp.overlap",
     "ep.dispatch_bytes_fp8", "other.layer_us", "gpu.speed", "net.bw", "dp.grad_bytes",
+    "host.launch_us",
 )
 # Parameters added after profiles were first shipped: a profile file without them takes this value.
-OPTIONAL_DEFAULTS = {"dp.grad_bytes": 2.0}
+OPTIONAL_DEFAULTS = {"dp.grad_bytes": 2.0, "host.launch_us": 25.0}
 # ... or the value of this other parameter (an eager recipe costs what the profile's rows cost).
 OPTIONAL_FALLBACKS = {"mem.elementwise_eager": "mem.elementwise"}
 # every parameter name in file order: an optional one right after the one it falls back to

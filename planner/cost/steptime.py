@@ -77,6 +77,9 @@ class NetScaled:
     def all_to_all(self, shape, nbytes, impl="nccl"):
         return self._by_shape("all_to_all", shape, nbytes, impl=impl)
 
+    def ep_dispatch(self, shape, nvl_bytes, net_bytes, impl="deepep"):
+        return self._by_shape("ep_dispatch", shape, nvl_bytes, net_bytes, impl=impl)
+
     def p2p(self, nbytes, tier):
         t = self.fabric.p2p(nbytes, tier)
         return t / self.scale if tier >= 0 else t
@@ -224,21 +227,20 @@ def tp_layer_time(fabric, shape, mbs: int, seq_len: int, cp: int, hidden: int, r
 
 
 def dispatch_bytes(precision: str, profile, arch: str) -> float:
-    """Bytes per element the dispatch all-to-all sends: FP8 when the stack quantises before dispatch."""
-    return 1.0 if (precision in LOW_PRECISION and profile.param("ep.dispatch_bytes_fp8", arch) >= 0.5) else 2.0
+    """Bytes per element the dispatch sends: FP8 and its scales when the stack quantises before the
+    dispatch (``terms/expert_a2a.py``), else BF16."""
+    return EA.dispatch_bytes(precision in LOW_PRECISION, profile.param("ep.dispatch_bytes_fp8", arch) >= 0.5)
 
 
 def a2a_layer_time(fabric, shape, model, mbs: int, seq_len: int, cp: int, tp: int, dispatcher: str,
                    disp_bytes: float, recompute, cross_scale: float = 1.0) -> float:
-    """Dispatch and combine of one MoE layer and micro-batch (``terms/expert_a2a.py``) on the EP group
-    ``shape``; a flex dispatcher de-duplicates tokens (DeepEP); 0 when EP is 1 or the model is dense."""
+    """Dispatch and combine of one MoE layer and micro-batch (``terms/expert_a2a.py``: the bytes each
+    dispatcher moves, over NVLink and through the NIC) on the EP group ``shape``; 0 when EP is 1 or
+    the model is dense."""
     if not model.is_moe or shape is None or shape.size <= 1:
         return 0.0
-    dedup = dispatcher.startswith("flex")
-    tokens_rank = mbs * seq_len / (cp * tp)
-    d_bytes, c_bytes = EA.a2a_bytes(tokens_rank, model.hidden_size,
-                                    EA.copies_per_token(model.top_k, shape.size, dedup), disp_bytes)
-    t = EA.a2a_time(fabric, shape, d_bytes, c_bytes, "deepep" if dedup else "nccl", cross_scale)
+    t = EA.a2a_time(fabric, shape, model, mbs * seq_len / (cp * tp), dispatcher, disp_bytes,
+                    cross_domain_scale=cross_scale)
     return t * a2a_recompute_factor(recompute)
 
 
@@ -264,15 +266,28 @@ def head_time(eff: "Efficiencies", model, seq_len: int, mbs: int, tp: int, cp: i
     return eff.layer_time(C.head_work(model, seq_len, mbs, tp, cp, mtp), ())
 
 
-def windows(lt) -> tuple[float, float, float]:
+def windows(lt, ep_sms: float = 0.0) -> tuple[float, float, float]:
     """The compute each communication of a layer can hide behind: (TP: three times the forward GEMMs,
-    EP: the whole layer, CP: the attention core)."""
-    return 3.0 * lt.gemm_fwd, lt.total, lt.attn_core
+    EP: the whole layer at the speed it keeps while the dispatch kernels hold ``ep_sms`` of the SMs,
+    CP: the attention core)."""
+    return 3.0 * lt.gemm_fwd, EA.window_with_sms(lt.total, ep_sms), lt.attn_core
 
 
-def kind_host_time(model, kind: tuple, ep: int, eager: bool, experts_launched: bool) -> float:
-    """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts."""
-    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, eager, experts_launched)
+def kind_host_time(model, kind: tuple, ep: int, eager: bool, experts_launched: bool, call_us: float) -> float:
+    """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts,
+    ``call_us`` is the profile's ``host.launch_us``."""
+    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, eager, experts_launched, call_us)
+
+
+def kind_sync_time(model, kind: tuple, ep: int, lt, experts_launched: bool, recompute, call_us: float) -> float:
+    """GPU idle seconds of one layer of ``kind`` behind the dropless router's host syncs
+    (``terms/host.py`` ``sync_exposed``): one per forward pass of the MoE block, two when it is
+    recomputed; none where the experts run inside a CUDA graph (static shapes, no sync)."""
+    if kind[0] != "moe" or not experts_launched:
+        return 0.0
+    again = recompute == "full" or "moe" in (recompute or ())
+    g_post = lt.expert / (4.0 if again else 3.0)   # the routed experts' forward
+    return HOST.sync_exposed(model.num_experts / ep, 2 if again else 1, g_post, call_us)
 
 
 def p2p_bytes(mbs: int, seq_len: int, cp: int, tp: int, hidden: int) -> float:
@@ -337,6 +352,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     arch = gpu.arch
     par = lambda n: profile.param(n, arch)  # noqa: E731
     o_tp, o_ep, graphs = recipe_pricing(model, config, training, profile, arch)
+    ep_sms = EA.sm_share(gpu.name)
+    o_ep = EA.overlap_with_sms(o_ep, ep_sms)
     eff = efficiencies(gpu, prec, profile, graphs)
     fabric = profile_fabric(cluster, profile)
     dp = config.dp_for(world)
@@ -364,17 +381,19 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     launch = par("other.layer_us") * 1e-6
 
     eager, experts_launched = host_regime(model, config, training)
+    call_us = par("host.launch_us")
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
         lt = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
-        w_tp, w_ep, w_cp = windows(lt)
+        w_tp, w_ep, w_cp = windows(lt, ep_sms)
         tp_x = TP.tp_exposed(t_tp_layer, o_tp, w_tp)
-        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0
+        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0   # o_ep, w_ep net of SMs
         cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), w_cp)
         # host floor (terms/host.py): the host time that the layer's GPU work does not cover
-        floor = HOST.host_exposed(kind_host_time(model, kind, ep, eager, experts_launched),
-                                  lt.total + tp_x + a2a_x + cp_x)
+        floor = max(HOST.host_exposed(kind_host_time(model, kind, ep, eager, experts_launched, call_us),
+                                      lt.total + tp_x + a2a_x + cp_x),
+                    kind_sync_time(model, kind, ep, lt, experts_launched, recompute, call_us))
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)
     head = head_time(eff, model, s, mbs, tp, cp, False)
     mtp_extra = head_time(eff, model, s, mbs, tp, cp, True) if model.mtp_layers else None

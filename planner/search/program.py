@@ -40,6 +40,7 @@ from planner.cost.steptime import (
     head_time,
     host_regime,
     kind_host_time,
+    kind_sync_time,
     kind_time,
     kinds_of,
     p2p_bytes,
@@ -51,6 +52,7 @@ from planner.cost.steptime import (
     windows,
 )
 from planner.cost.terms import data_parallel as DPc
+from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
 from planner.cost.uncertainty import band_for, classify
@@ -125,6 +127,7 @@ class ProgramBuilder:
         gpu = cluster.gpu_spec
         self.gpu = gpu
         self.arch = gpu.arch
+        self.ep_sms = EA.sm_share(gpu.name)   # SMs the dispatch kernels hold (steptime.step_time)
         self.eff = efficiencies(gpu, training.precision, profile, training.cuda_graphs)
         self.fabric = profile_fabric(cluster, profile)
         self.lp = training.precision in LOW_PRECISION
@@ -322,6 +325,7 @@ class ProgramBuilder:
                        for rc in self.vals["recompute"]}
         self.rc_priced = len(set(self.eff_rc.values())) > 1   # graphs on or off depends on recompute
         self.launch = self.q(self.par("other.layer_us") * 1e-6)
+        self.call_us = self.par("host.launch_us")
         self.kind_list = list(kinds_of(model))
         self.lvars = ("tp", "cp", "ep", "etp", "mbs", "recompute")
 
@@ -330,20 +334,24 @@ class ProgramBuilder:
         (``steptime.kind_time`` and ``steptime.windows``), over the layer variables."""
         P, model, q, s = self.prog, self.model, self.q, self.training.seq_len
         per = {}
+        self.sync_any = {}
         for kind in self.kind_list:
-            tabs = {n: {} for n in ("comp", "fwd", "bwd", "attn", "g3", "wep")}
+            tabs = {n: {} for n in ("comp", "fwd", "bwd", "attn", "g3", "wep", "sync")}
             for ix, a in self.combos(*self.lvars):
                 etp = a["tp"] if a["etp"] is None else a["etp"]
                 lt = kind_time(self.eff_rc[a["recompute"]], model, kind, s, a["mbs"], a["tp"], a["cp"], a["ep"],
                                etp, self.lp, _rc_arg(a["recompute"]))
-                w_tp, w_ep, w_cp = windows(lt)
+                w_tp, w_ep, w_cp = windows(lt, self.ep_sms)
+                launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), self.training)[1]
+                sync = kind_sync_time(model, kind, a["ep"], lt, launched, _rc_arg(a["recompute"]), self.call_us)
                 for n, v in (("comp", lt.total), ("fwd", lt.fwd), ("bwd", lt.bwd), ("attn", w_cp), ("g3", w_tp),
-                             ("wep", w_ep)):
+                             ("wep", w_ep), ("sync", sync)):
                     tabs[n][ix] = q(v)
             nodes = {}
             for n, t in tabs.items():   # one node per distinct table (the EP window is the layer's total)
                 same = next((m for m in nodes if tabs[m] == t), None)
                 nodes[n] = nodes[same] if same is not None else P.table_t(self.idx(*self.lvars), t)
+            self.sync_any[kind] = any(tabs["sync"].values())
             per[kind] = nodes
         return per
 
@@ -379,7 +387,7 @@ class ProgramBuilder:
             keep=lambda a, shp: shp.size == a["cp"])
         if model.is_moe:
             disp_b = dispatch_bytes(tr.precision, self.profile, self.arch)
-            o_ep = self.par("ep.overlap")
+            o_ep = EA.overlap_with_sms(self.par("ep.overlap"), self.ep_sms)   # as steptime.step_time
             # recompute reaches the all-to-all only through steptime.a2a_recompute_factor: a key of the
             # table when that differs between the candidates
             rcs = self.vals["recompute"]
@@ -402,7 +410,8 @@ class ProgramBuilder:
 
     def _layer_nodes(self, per, comm) -> dict:
         """Per kind, the layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch, with
-        the host floor (``steptime.host_regime``, ``kind_host_time``): launch + max(layer, host)."""
+        the host floor (``steptime.host_regime``, ``kind_host_time``) and the dropless router's sync
+        (``steptime.kind_sync_time``): launch + max(layer, host, layer + sync)."""
         P, model, tr, q = self.prog, self.model, self.training, self.q
         zero = P.const(0)
 
@@ -418,9 +427,12 @@ class ProgramBuilder:
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 eager, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
-                hk[ix] = q(kind_host_time(model, kind, a["ep"], eager, launched))
+                hk[ix] = q(kind_host_time(model, kind, a["ep"], eager, launched, self.call_us))
             if any(hk.values()):
-                L[kind] = P.sum([P.max([P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)])], const=self.launch)
+                cand = [P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)]
+                if self.sync_any[kind]:
+                    cand.append(P.sum(parts + [t["sync"]]))
+                L[kind] = P.sum([P.max(cand)], const=self.launch)
             else:
                 L[kind] = P.sum(parts, const=self.launch)
         return L

@@ -33,6 +33,9 @@ from __future__ import annotations
 CALL_US = 25.0            # host seconds per launched op, hardware.md s2.4 (PyTorch 20-30 us per call)
 CALLS_PER_EXPERT = 12     # per local expert, forward + backward (see above)
 CALLS_PER_LAYER = 150     # the rest of an eager layer, forward + backward
+# Dropless MoE: kernels the host launches after the device-to-host sync of one MoE forward pass
+CALLS_AFTER_SYNC_PER_EXPERT = 4   # forward of a local expert: quantise + GEMM for fc1 and for fc2
+CALLS_AFTER_SYNC = 8              # dispatch, permute, activation, unpermute, combine, unpermute, probs, residual
 
 
 def host_time(kind: str, local_experts: float, eager: bool, experts_launched: bool,
@@ -47,3 +50,12 @@ def host_time(kind: str, local_experts: float, eager: bool, experts_launched: bo
 def host_exposed(t_host: float, t_gpu: float) -> float:
     """The part of the host time the GPU work of the layer does not cover."""
     return max(0.0, t_host - t_gpu)
+
+
+def sync_exposed(local_experts: float, syncs: int, g_post: float, call_us: float = CALL_US) -> float:
+    """GPU idle time a dropless MoE layer's host syncs cause, one micro-batch: after each sync
+    (megatron-core 0.19.2 token_dispatcher.py: ``d2h_event.synchronize()`` for alltoall, ``.item()`` of
+    the token counts for DeepEP/HybridEP) the launch queue is empty and the host launches the rest of
+    the MoE block while the GPU waits, until its GPU work ``g_post`` (seconds) covers the launches."""
+    calls = CALLS_AFTER_SYNC_PER_EXPERT * local_experts + CALLS_AFTER_SYNC
+    return syncs * max(0.0, calls * call_us * 1e-6 - g_post)
