@@ -257,25 +257,62 @@ def test_host_time_by_hand():
 
     # 12 launches per local expert and 150 for the rest of an eager layer, 25 us each (hardware.md s2.4)
     assert HOST.host_time("moe", 16, True, True) == pytest.approx(25e-6 * (12 * 16 + 150))
-    assert HOST.host_time("moe", 16, False, True) == pytest.approx(25e-6 * 12 * 16)   # partial graphs
-    assert HOST.host_time("moe", 16, False, False) == 0.0                               # full-iteration graph
+    assert HOST.host_time("moe", 16, (), True) == pytest.approx(25e-6 * (12 * 16 + 150))        # no graphs
+    assert HOST.host_time("moe", 16, False, False) == 0.0                                   # full-iteration graph
+    assert HOST.host_time("moe", 16, HOST.WHOLE_LAYER, False) == 0.0
     assert HOST.host_time("dense", 16, True, True) == pytest.approx(25e-6 * 150)
+    # partial graphs: the default scope (attn, moe_router, moe_preprocess) leaves dispatch, permute,
+    # combine and the shared expert (48 calls) and 3 modules x 2 replays; the router-only scope of the
+    # Qwen3 HGX recipes also leaves the attention block (60)
+    assert HOST.layer_calls("moe", ("attn", "moe_router", "moe_preprocess")) == 48 + 3 * 2
+    assert HOST.layer_calls("moe", ("moe_router", "moe_preprocess")) == 60 + 48 + 2 * 2
+    assert HOST.layer_calls("moe", ("attn", "moe")) == 2 * 2          # the whole MoE block in its graph
+    assert HOST.layer_calls("dense", ("attn", "mlp")) == 2 * 2
+    assert HOST.layer_calls("dense", ("attn", "moe_router", "moe_preprocess")) == 90 + 2   # a dense layer of a MoE model
+    assert HOST.host_time("moe", 16, ("attn", "moe_router", "moe_preprocess"), True, 30.0) == pytest.approx(
+        30e-6 * (12 * 16 + 54))
     assert HOST.host_exposed(3e-3, 5e-3) == 0.0 and HOST.host_exposed(5e-3, 3e-3) == pytest.approx(2e-3)
 
 
 def test_host_regime_follows_the_recipe():
     from planner.config import Recipe
     from planner.cost.steptime import host_regime
+    from planner.cost.terms import host as HOST
 
     m = planner.load_model("qwen3-30b-a3b")
     cfg = ParallelConfig(ep=8)
     base = dict(seq_len=4096, global_batch=64, precision="mxfp8")
-    assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_impl="none"))) == (True, True)
-    assert host_regime(m, cfg, Training(**base, cuda_graphs=False)) == (True, True)
-    assert host_regime(m, cfg, Training(**base)) == (False, True)          # attn/router graphs: experts launched
+    assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_impl="none"))) == ((), True)
+    assert host_regime(m, cfg, Training(**base, cuda_graphs=False)) == ((), True)
+    # the default partial graphs: experts launched, the rest of the MoE block too
+    assert host_regime(m, cfg, Training(**base)) == (("attn", "moe_router", "moe_preprocess"), True)
+    assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_modules=("moe_router", "moe_preprocess")))) \
+        == (("moe_router", "moe_preprocess"), True)
     assert host_regime(m, cfg, Training(**base, recipe=Recipe(cuda_graph_impl="full_iteration",
-                                                              cuda_graph_modules=()))) == (False, False)
-    assert host_regime(m, cfg, Training(**base, trainer="torchtitan", stack="torchtitan")) == (False, False)
+                                                              cuda_graph_modules=()))) == (HOST.WHOLE_LAYER, False)
+    assert host_regime(m, cfg, Training(**base, trainer="torchtitan", stack="torchtitan")) == (HOST.WHOLE_LAYER, False)
+
+
+def test_cuda_graph_scope_column_prices_the_host_calls_it_leaves():
+    # Qwen3-30B-A3B on 8 B200 at MBS 1, the 26.02 recipe: graphs of the router only, NCCL all-to-all:
+    # the attention block stays on the host, so the layer is slower than with the default scope
+    from planner.cost.validate import row_case, predict_case
+    from planner.errors import InputError
+
+    row = dict(id="x", stack="megatron-26.04", model="qwen3-30b-a3b", gpu="B200", num_gpus="8", precision="mxfp8",
+               seq_len="4096", gbs="512", mbs="1", tp="1", pp="1", vpp="1", cp="1", ep="8", etp="", fsdp="0",
+               recompute="", dispatcher="alltoall")
+    router = row_case(dict(row, cuda_graph_scope="moe_router+moe_preprocess"))
+    assert router.training.recipe.cuda_graph_modules == ("moe_router", "moe_preprocess")
+    default = row_case(row)
+    assert predict_case(router).step_time_s > predict_case(default).step_time_s
+    full = row_case(dict(row, cuda_graph_scope="full_iteration"))
+    assert full.training.recipe.cuda_graph_impl == "full_iteration"
+    assert predict_case(full).step_time_s < predict_case(default).step_time_s
+    with pytest.raises(InputError, match="cuda_graph_scope"):
+        row_case(dict(row, cuda_graph_scope="attn+mystery"))
+    with pytest.raises(InputError, match="cuda_graphs is false"):
+        row_case(dict(row, cuda_graph_scope="attn", cuda_graphs="false"))
 
 
 def test_host_floor_binds_only_where_the_host_is_slower():
@@ -295,10 +332,11 @@ def test_host_floor_binds_only_where_the_host_is_slower():
     assert small.breakdown["other"] > small.details["microbatches"] * m.num_layers * launch * 10
     big = predict(m, cl, ParallelConfig(ep=8, mbs=8), Training(**eager))
     assert big.breakdown["other"] == pytest.approx(big.details["microbatches"] * m.num_layers * launch, rel=1e-9)
-    # graph-captured (the default recipe): only the expert launches count, 4.8 ms, still above the
-    # MBS-1 GPU work; the floor is what separates the two regimes at MBS 1
+    # graph-captured (the default recipe): the expert launches and the rest of the MoE block count,
+    # still above the MBS-1 GPU work; the floor is what separates the two regimes at MBS 1
     graphs = predict(m, cl, ParallelConfig(ep=8, mbs=1), Training(seq_len=4096, global_batch=64, precision="mxfp8"))
-    assert graphs.details["t_microbatch_max"] >= m.num_layers * HOST.host_time("moe", 16, False, True, call_us)
+    default = ("attn", "moe_router", "moe_preprocess")
+    assert graphs.details["t_microbatch_max"] >= m.num_layers * HOST.host_time("moe", 16, default, True, call_us)
     assert graphs.step_time_s < small.step_time_s
 
 
@@ -316,7 +354,7 @@ def test_plan_program_prices_the_host_floor_as_predict_does():
     assert res.plans
     for e in res.plans:
         assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
-        per_layer = HOST.host_time("moe", 128 / e.config.ep, True, True)
+        per_layer = HOST.host_time("moe", 128 / e.config.ep, True, True, load_profile("megatron-26.08").param("host.launch_us"))
         assert e.prediction.details["t_microbatch_max"] >= per_layer * m.num_layers / e.config.pp * 0.99
 
 

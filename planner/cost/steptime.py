@@ -155,20 +155,21 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     return o_tp, o_ep, graphs
 
 
-def host_regime(model, config: ParallelConfig, training: Training) -> tuple[bool, bool]:
-    """(layer runs eagerly, experts launched per step) for the host floor (``terms/host.py``), from the
+def host_regime(model, config: ParallelConfig, training: Training) -> tuple[tuple, bool]:
+    """(graphed modules, experts launched per step) for the host floor (``terms/host.py``), from the
     recipe as the trainer runs ``config`` (``planner.rules.effective_recipe``): no CUDA graphs is an
-    eager layer; a full-iteration graph, or graph modules that take the whole layer or the MoE block,
-    capture the expert launches too. Megatron only: other trainers have no host floor."""
+    eager layer, ``()``; a full-iteration graph, or a graph of the whole layer (modules ``()``), is
+    ``HOST.WHOLE_LAYER``; partial graphs name their modules, and capture the expert launches only
+    when they graph the MoE block. Megatron only: other trainers have no host floor."""
     if training.trainer != "megatron":
-        return False, False
+        return HOST.WHOLE_LAYER, False
     rec = effective_recipe(model, config, training)
     impl, mods = rec.cuda_graph_impl, rec.cuda_graph_modules
-    if impl == "full_iteration":
-        return False, False
+    if impl == "full_iteration" or (impl != "none" and not mods):
+        return HOST.WHOLE_LAYER, False
     if impl == "none":
-        return True, True
-    return False, not (mods == () or "moe" in (mods or ()))
+        return (), True
+    return tuple(mods), "moe" not in mods
 
 
 @lru_cache(maxsize=256)
@@ -273,10 +274,11 @@ def windows(lt, ep_sms: float = 0.0) -> tuple[float, float, float]:
     return 3.0 * lt.gemm_fwd, EA.window_with_sms(lt.total, ep_sms), lt.attn_core
 
 
-def kind_host_time(model, kind: tuple, ep: int, eager: bool, experts_launched: bool, call_us: float) -> float:
+def kind_host_time(model, kind: tuple, ep: int, graphed, experts_launched: bool, call_us: float) -> float:
     """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts,
-    ``call_us`` is the profile's ``host.launch_us``."""
-    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, eager, experts_launched, call_us)
+    ``graphed`` the modules CUDA graphs capture (``host_regime``), ``call_us`` is the profile's
+    ``host.launch_us``."""
+    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, graphed, experts_launched, call_us)
 
 
 def kind_sync_time(model, kind: tuple, ep: int, lt, experts_launched: bool, recompute, call_us: float) -> float:
@@ -380,7 +382,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
     launch = par("other.layer_us") * 1e-6
 
-    eager, experts_launched = host_regime(model, config, training)
+    graphed, experts_launched = host_regime(model, config, training)
     call_us = par("host.launch_us")
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
@@ -391,7 +393,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
         a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0   # o_ep, w_ep net of SMs
         cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), w_cp)
         # host floor (terms/host.py): the host time that the layer's GPU work does not cover
-        floor = max(HOST.host_exposed(kind_host_time(model, kind, ep, eager, experts_launched, call_us),
+        floor = max(HOST.host_exposed(kind_host_time(model, kind, ep, graphed, experts_launched, call_us),
                                       lt.total + tp_x + a2a_x + cp_x),
                     kind_sync_time(model, kind, ep, lt, experts_launched, recompute, call_us))
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)

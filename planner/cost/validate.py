@@ -10,7 +10,8 @@ sets, then full); text after the recompute value in brackets or after a space is
 An optional ``dispatcher`` column (alltoall, allgather, flex-deepep, flex-hybridep; empty = the
 stack's) gives the MoE token dispatcher the recipe used. Optional ``tp_comm_overlap`` and
 ``overlap_moe_expert_parallel_comm`` columns (true / false; empty = the trainer's default per layout)
-switch those overlaps. A published run that planner/data/published_recipes.yaml records (id, model,
+switch those overlaps; an optional ``cuda_graph_scope`` column names the captured modules
+(``attn+moe_router+moe_preprocess``, ``full_iteration``; empty = the trainer's default scope). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``).
@@ -33,7 +34,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from planner.config import ParallelConfig, Training
+from planner.config import CUDA_GRAPH_MODULES, ParallelConfig, Training
 from planner.cost.placement import inner_block
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
@@ -141,22 +142,39 @@ def with_published_recipe(row: dict) -> dict:
     """The row with the recorded recipe settings of its published run in the columns it leaves empty."""
     facts = published_recipe(row)
     out = dict(row)
-    for key in ("cuda_graphs", "dispatcher") + RECIPE_COLUMNS:
+    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher") + RECIPE_COLUMNS:
         if key in facts and not (row.get(key) or "").strip():
             out[key] = str(facts[key]).lower()
     return out
 
 
 def _recipe(row, source):
-    """The optional recipe columns (true / false; empty = auto, as the trainer decides per layout)."""
+    """The optional recipe columns (true / false; empty = auto, as the trainer decides per layout) and
+    ``cuda_graph_scope`` (the captured modules joined with '+', e.g. ``attn+moe_router+moe_preprocess``,
+    or ``full_iteration``; empty = the trainer's default scope)."""
     settings = {}
+    rid = row.get("id", "?")
     for key in RECIPE_COLUMNS:
         v = (row.get(key) or "").strip().lower()
         if v and v not in _TRUE + _FALSE:
-            raise InputError(f"{source}: row {row.get('id', '?')}: column {key!r} = {v!r}; use true or false "
+            raise InputError(f"{source}: row {rid}: column {key!r} = {v!r}; use true or false "
                              "(or leave it empty for the trainer's default)")
         if v:
             settings[key] = v in _TRUE
+    scope = (row.get("cuda_graph_scope") or "").strip().lower()
+    if scope:
+        if not _cuda_graphs(row, source):
+            raise InputError(f"{source}: row {rid}: column 'cuda_graph_scope' = {scope!r} but cuda_graphs is "
+                             "false; leave the scope empty for a run without CUDA graphs")
+        mods = scope.replace("+", " ").replace(",", " ").split()
+        if "full_iteration" in mods:
+            settings["cuda_graph_impl"] = "full_iteration"
+        else:
+            bad = [m for m in mods if m not in CUDA_GRAPH_MODULES]
+            if bad:
+                raise InputError(f"{source}: row {rid}: column 'cuda_graph_scope' names {bad[0]!r}; use modules of "
+                                 f"{', '.join(CUDA_GRAPH_MODULES)} joined with '+', or full_iteration")
+            settings["cuda_graph_modules"] = tuple(mods)
     return settings
 
 

@@ -426,8 +426,8 @@ class ProgramBuilder:
             parts.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
-                eager, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
-                hk[ix] = q(kind_host_time(model, kind, a["ep"], eager, launched, self.call_us))
+                graphed, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
+                hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
             if any(hk.values()):
                 cand = [P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)]
                 if self.sync_any[kind]:

@@ -7,7 +7,7 @@ seconds of launches per layer than the GPU spends on the layer, or when a device
 (Megatron's dropless token dispatch reads the tokens per expert back to size its buffers) stops it
 from running ahead. Per layer and micro-batch, forward and backward::
 
-    t_host = t_call * ([n_expert * E_local if the experts are launched] [+ n_layer if the layer runs eagerly])
+    t_host = t_call * ([n_expert * E_local if the experts are launched] + [the layer's calls no graph captures])
     exposed = max(0, t_host - t_gpu)        (t_gpu: the layer's compute and exposed communication)
 
 ``n_expert``: the grouped expert GEMMs launch per local expert (Transformer Engine's GroupedLinear
@@ -15,11 +15,15 @@ issues one GEMM per expert for fc1 and fc2 and quantises per expert: forward qua
 backward two GEMMs and a gradient quantise twice), 12 calls per expert. Partial CUDA graphs
 (attn, moe_router, moe_preprocess) do not capture them in dropless training, whose expert shapes
 change every step; a full-iteration graph, or a graph of the whole MoE block, does.
-``n_layer``: the rest of an eager layer (norms, attention, router, permutation, dispatch and
-combine, residuals: about 50 calls forward, twice that backward), replaced by graph replays when the
-recipe captures CUDA graphs. ``t_call`` = 25 us (hardware.md s2.4). Dense layers count ``n_layer``
-only. Which parts a recipe launches: ``planner.cost.steptime.host_regime`` (Megatron only; the
-counts are Megatron's and Transformer Engine's).
+The layer's other calls (norms, attention, router, permutation, dispatch and combine, residuals:
+about 50 calls forward, twice that backward, 150 in all) count by the CUDA-graph module that would
+capture them (``MODULE_CALLS``); a captured module is replaced by its replays. The default partial
+graphs (attn, moe_router, moe_preprocess) leave the dispatch, permutation, combine and shared expert
+to the host (48 calls), a recipe that graphs only the router (moe_router, moe_preprocess: the
+Qwen3 recipes on HGX B200) also the attention block (60). ``t_call``: the profile's
+``host.launch_us`` (prior 25 us, hardware.md s2.4). Which parts a recipe launches:
+``planner.cost.steptime.host_regime`` (Megatron only; the counts are Megatron's and Transformer
+Engine's, estimated, not traced).
 
 Where the floor binds: layouts that leave each GPU little work per layer and micro-batch and many
 local experts (Qwen3-30B-A3B at MBS 1 on 8 B200: 16 experts per GPU, 8.6 ms of host time against
@@ -32,19 +36,44 @@ from __future__ import annotations
 
 CALL_US = 25.0            # host seconds per launched op, hardware.md s2.4 (PyTorch 20-30 us per call)
 CALLS_PER_EXPERT = 12     # per local expert, forward + backward (see above)
-CALLS_PER_LAYER = 150     # the rest of an eager layer, forward + backward
+# The rest of an eager layer, forward + backward (about 50 calls forward, twice that backward), by the
+# CUDA-graph module that captures it (Megatron's --cuda-graph-modules): attention block (norm, QKV,
+# RoPE, core attention, projection, residual); MoE: the router (norm, router GEMM, top-k, aux loss),
+# its preprocessing (token counts, permutation map) and the rest of the block (dispatch, permute,
+# unpermute, combine, shared expert, residual), which no partial graph captures; dense: the MLP.
+MODULE_CALLS = {"moe": {"attn": 60, "moe_router": 24, "moe_preprocess": 18, "": 48},
+                "dense": {"attn": 60, "mlp": 90}}
+CALLS_PER_LAYER = 150     # every module of an eager layer (the sum of MODULE_CALLS of a kind)
+REPLAY_CALLS = 2          # a captured module is one graph replay forward and one backward
+WHOLE_LAYER = ("*",)      # graphed: the whole layer is captured (full-iteration graph, or the layer's graph)
 # Dropless MoE: kernels the host launches after the device-to-host sync of one MoE forward pass
 CALLS_AFTER_SYNC_PER_EXPERT = 4   # forward of a local expert: quantise + GEMM for fc1 and for fc2
 CALLS_AFTER_SYNC = 8              # dispatch, permute, activation, unpermute, combine, unpermute, probs, residual
 
 
-def host_time(kind: str, local_experts: float, eager: bool, experts_launched: bool,
+def layer_calls(kind: str, graphed) -> float:
+    """Host calls of one layer of ``kind`` beyond the expert GEMMs, forward + backward: the modules a
+    CUDA graph does not capture, plus one replay per captured module and pass. ``graphed``: the
+    captured modules (``()`` or ``True``: none, an eager layer; ``WHOLE_LAYER`` or ``False``: all);
+    ``moe`` captures the whole MoE block (router, preprocessing and the rest)."""
+    if graphed is True:
+        graphed = ()
+    if graphed is False or tuple(graphed) == WHOLE_LAYER:
+        return 0.0
+    mods = MODULE_CALLS["moe" if kind == "moe" else "dense"]
+    captured = set(graphed)
+    if "moe" in captured:
+        captured |= {"moe_router", "moe_preprocess", ""}
+    calls = sum(n for m, n in mods.items() if m not in captured)
+    return float(calls + REPLAY_CALLS * sum(1 for m in set(graphed) if m in mods or (m == "moe" and kind == "moe")))
+
+
+def host_time(kind: str, local_experts: float, graphed, experts_launched: bool,
               call_us: float = CALL_US) -> float:
-    """Host seconds to issue one layer's kernels for one micro-batch (forward + backward)."""
+    """Host seconds to issue one layer's kernels for one micro-batch (forward + backward); ``graphed``
+    as ``layer_calls`` (``True``: an eager layer, ``False``: graph-captured)."""
     calls = CALLS_PER_EXPERT * local_experts if (kind == "moe" and experts_launched) else 0.0
-    if eager:
-        calls += CALLS_PER_LAYER
-    return calls * call_us * 1e-6
+    return (calls + layer_calls(kind, graphed)) * call_us * 1e-6
 
 
 def host_exposed(t_host: float, t_gpu: float) -> float:
