@@ -220,6 +220,12 @@ class Recipe(BaseModel):
                           "(DeepSeek-V3 / Kimi-K2 noaux_tc)")
     fsdp_impl: Literal["megatron", "torch"] = Field("megatron", description="FSDP flavour when the layout shards "
                                                     "parameters: megatron (--use-megatron-fsdp) | torch (--use-torch-fsdp2)")
+    cpu_offload_layers: int | None = Field(
+        None, ge=0, description="--cpu-offloading-num-layers: the first N decoder layers keep their saved activations "
+                                "in host memory between forward and backward (Transformer Engine's CPU offload; "
+                                "Megatron-Bridge model.cpu_offloading*); None or 0 = off. Megatron only, with pp 1, "
+                                "no recompute, N < num_layers and no per-layer CUDA graphs (planner.rules); priced "
+                                "by planner.cost.memory and planner/cost/terms/offload.py")
 
     @field_validator("cuda_graph_modules", mode="before")
     @classmethod
@@ -310,6 +316,9 @@ class Training(BaseModel):
             recipe = recipe.model_copy(update={"cuda_graph_impl": "none"})
         elif impl == "none":
             data["cuda_graphs"] = False
+        if recipe.cpu_offload_layers and trainer != "megatron":
+            raise ValueError(f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {trainer} has no layer-wise "
+                             "activation offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
         data["recipe"] = recipe
         return data
 

@@ -237,7 +237,7 @@ GRAPH_MODULES_DENSE = ("attn", "mlp")
 TRAINER_KNOBS = {
     "megatron": ("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                  "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
-                 "moe_router_enable_expert_bias", "fsdp_impl"),
+                 "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers"),
     # TorchTitan: training.disable_cuda_graphs. Its MoE routers always carry the aux-loss-free expert
     # bias (MoE.Config.load_balance_coeff = 1e-3 in every flavour), with no switch to write.
     "torchtitan": ("cuda_graph_impl",),
@@ -255,9 +255,36 @@ def _has_dense_layers(m) -> bool:
     return not m.num_experts or not all(layers)
 
 
+def offload_layers(training) -> int:
+    """Decoder layers whose activations Megatron offloads to the CPU (``Recipe.cpu_offload_layers``; 0 = off)."""
+    return int(getattr(training.recipe, "cpu_offload_layers", None) or 0)
+
+
+# megatron-core 0.19.2's checks of CPU offloading (cpu_offloading is set by megatron/training/arguments.py:1869-1870
+# when --cpu-offloading-num-layers > 0), in megatron/core/transformer/transformer_config.py
+# TransformerConfig.__post_init__, in its order: 1707-1712 the layer bound, 1714-1717 pipeline parallelism,
+# 1719-1722 recompute; 2465-2468 CUDA graphs (only full_iteration graphs coexist with offloading).
+OFFLOAD_GRAPH_MESSAGE = "CUDA graphs not supported with CPU offloading."
+
+
+def _offload_problem(m, c, t) -> str | None:
+    k = offload_layers(t)
+    if not k:
+        return None
+    if k < 0 or k >= m.num_layers:
+        return f"CPU offloading can be done only for layers less than {m.num_layers} (cpu_offload_layers={k})"
+    if c.pp > 1:
+        return f"Currently there is no support for Pipeline parallelism with CPU offloading (pp={c.pp})"
+    if c.recompute != "none":
+        return f"CPU offloading does not work when activation recomputation is enabled (recompute={c.recompute})"
+    return None
+
+
 def _graphs_problem(m, c, t, impl) -> str | None:
     if impl in (None, "none"):
         return None
+    if t.trainer == "megatron" and offload_layers(t) and impl != "full_iteration":
+        return OFFLOAD_GRAPH_MESSAGE
     if t.trainer == "torchtitan":
         if c.pp > 1:
             return "CUDA graphs do not support pipeline parallelism yet. Set --training.disable_cuda_graphs."
@@ -404,6 +431,7 @@ def effective_recipe(model, config, training):
         cross_entropy_loss_fusion=bool(r.cross_entropy_loss_fusion and mega),
         moe_router_enable_expert_bias=bias,
         fsdp_impl=r.fsdp_impl if (c.fsdp and mega) else "megatron",
+        cpu_offload_layers=(offload_layers(t) or None) if mega else None,
     )
 
 
@@ -454,7 +482,12 @@ def _r_torch_fsdp2(m, c, t, world):
         return _torch_fsdp2_problem(m, c, t)
 
 
+def _r_cpu_offload(m, c, t, world):
+    return _offload_problem(m, c, t)
+
+
 RECIPE_RULES = (
+    ("cpu_offloading_layout", ("megatron",), _r_cpu_offload),
     ("cuda_graphs_vs_recompute", ("megatron", "torchtitan"), _r_graphs),
     ("cuda_graph_modules", ("megatron",), _r_graph_modules),
     ("moe_a2a_overlap_layout", ("megatron",), _r_a2a_overlap),

@@ -85,6 +85,10 @@ def test_a_flag_the_reader_cannot_see_fails_the_round_trip(dsv3_doc, flag):
     if flag == "--pipeline-model-parallel-layout":
         doc = _doc_for("deepseek-v3", "gb300-nvl72", 256, Training(seq_len=4096, global_batch=4096, precision="mxfp8"),
                        ParallelConfig(tp=1, pp=2, vpp=8, ep=32, dp=128, dispatcher="flex-hybridep"), usable=64)
+    elif flag == "--cpu-offloading-num-layers":   # dense, pp 1, over PCIe: the offload is priced
+        doc = _doc_for("llama3-8b", "dgx-h100", 8, Training(seq_len=8192, global_batch=64, precision="bf16",
+                                                            recipe={"cpu_offload_layers": 16}),
+                       ParallelConfig(fsdp=True, dp=8))
     elif flag == "--tp-comm-overlap":
         doc = _doc_for("qwen3-30b-a3b", "gb200-nvl72", 64, Training(seq_len=4096, global_batch=512, precision="mxfp8"),
                        ParallelConfig(tp=2, pp=1, ep=8, etp=1, dp=32, dispatcher="alltoall"))

@@ -56,7 +56,8 @@ def test_figures_match_reference(key):
 
 def test_every_figure_has_a_source():
     figures = ("bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gib", "hbm_tbps", "nvlink_gbps_uni",
-               "nvlink_domain_max", "nic_gbps", "ring_busbw_gbps", "nvls_busbw_gbps", "deepep_nvlink_gbps")
+               "nvlink_domain_max", "nic_gbps", "ring_busbw_gbps", "nvls_busbw_gbps", "deepep_nvlink_gbps",
+               "host_link_gbps_uni")
     for spec in GPUS.values():
         for f in figures:
             assert spec.sources.get(f), f"{spec.name}.{f} has no source"

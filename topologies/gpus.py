@@ -64,6 +64,8 @@ class GPUSpec(BaseModel):
     ring_busbw_gbps: float = Field(description="NCCL ring bus bandwidth inside an NVLink domain, GB/s")
     nvls_busbw_gbps: float | None = Field(description="NVLS all-reduce bus bandwidth, GB/s; None: no NVLS")
     deepep_nvlink_gbps: float = Field(description="DeepEP all-to-all bandwidth over NVLink, GB/s per GPU")
+    host_link_gbps_uni: float = Field(description="GPU to host-memory link, per direction, GB/s (what CPU "
+                                      "activation offload copies over): PCIe Gen5 x16 on HGX, NVLink-C2C on Grace")
     sources: dict[str, str] = Field(description="field -> source of the figure")
 
     def peak_tflops(self, precision: str) -> float:
@@ -102,6 +104,14 @@ _DEEPEP = (
     "H800 (153-158 of ~200) and SM100 (643-740 of 900)"
 )
 _DEEPEP_ASSUMED = _DEEPEP + "; applied to this GPU as an assumption (no DeepEP measurement)"
+# GPU <-> host memory (planner/cost/terms/offload.py); hardware.md has no figure, so the public specs:
+_PCIE5 = ("PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b = 63 GB/s per direction, 64 nominal (PCI-SIG PCIe 5.0; "
+          "NVIDIA H100/H200 datasheets: 'PCIe Gen5: 128 GB/s', both directions)")
+_PCIE5_BW = _PCIE5 + ("; HGX Blackwell hosts are x86 servers with PCIe Gen5 CPUs (DGX B200: Xeon Platinum 8570), "
+                      "so the host path is taken as Gen5 even where the GPU's own link is newer (assumption)")
+_C2C = ("NVLink-C2C between Grace and the GPU: 900 GB/s bidirectional = 450 per direction (NVIDIA GB200 NVL72 / GB300 "
+        "NVL72 product pages). One Grace (LPDDR5X up to 512 GB/s) serves two GPUs, so two GPUs offloading at once "
+        "share its memory bandwidth: not modelled")
 
 
 def _hopper(name, display, hbm, hbm_bw, nvl_uni, nic, src_extra, *, ring=370.0, nvls=490.0):
@@ -111,11 +121,13 @@ def _hopper(name, display, hbm, hbm_bw, nvl_uni, nic, src_extra, *, ring=370.0, 
         hbm_gib=hbm, hbm_tbps=hbm_bw, nvlink_gen=4, nvlink_gbps_uni=nvl_uni,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=nic,
         ring_busbw_gbps=ring, nvls_busbw_gbps=nvls, deepep_nvlink_gbps=round(0.78 * nvl_uni, 1),
+        host_link_gbps_uni=64.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC, "fp4_tflops": f"{_HW} s1: Hopper has no FP4",
             "hbm_gib": _MEM, "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL4,
             "nvlink_domain_max": f"{_HW} s1: 8 (HGX)", "nic_gbps": f"{_HW} s1: CX7 400 Gb/s per GPU",
             "ring_busbw_gbps": _RING4, "nvls_busbw_gbps": _NVLS4, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
+            "host_link_gbps_uni": _PCIE5,
             **src_extra,
         },
     )
@@ -148,6 +160,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=180.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=400.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
+        host_link_gbps_uni=64.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC,
             "fp4_tflops": f"{_ACC}: FP4 9000 (NVFP4 listed as 10000). 9000 chosen: HGX B200 runs at 0.9x "
@@ -156,6 +169,7 @@ GPUS: dict[str, GPUSpec] = {
             "nvlink_gbps_uni": _NVL5, "nvlink_domain_max": f"{_HW} s1: 8 (HGX)",
             "nic_gbps": f"{_HW} s1: CX7 400 Gb/s (DGX B200)", "ring_busbw_gbps": _RING5,
             "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP,
+            "host_link_gbps_uni": _PCIE5_BW,
         },
     ),
     "b300": GPUSpec(
@@ -164,6 +178,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=288.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=800.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
+        host_link_gbps_uni=64.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC,
             "fp4_tflops": f"{_HW} s1: sources disagree (13,125 glennklockwood; 14,000 Verda; 12,600 FP4 / "
@@ -173,6 +188,7 @@ GPUS: dict[str, GPUSpec] = {
             "hbm_gib": f"{_MEM}: 288 GB HBM3e", "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL5,
             "nvlink_domain_max": f"{_HW} s1: 8 (HGX)", "nic_gbps": f"{_HW} s1: CX8 800 Gb/s",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
+            "host_link_gbps_uni": _PCIE5_BW,
         },
     ),
     "gb200": GPUSpec(
@@ -181,12 +197,14 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=186.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=72, gpus_per_node=4, nic_gbps=400.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
+        host_link_gbps_uni=450.0,
         sources={
             "bf16_tflops": _ACC + "; note 23: per chip", "fp8_tflops": _ACC, "fp4_tflops": _ACC,
             "hbm_gib": f"{_MEM}: 186 GB (13.4 TB per rack)", "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL5,
             "nvlink_domain_max": f"{_HW} s1: 72 (NVL72: 18 compute trays x 4 GPUs)",
             "nic_gbps": f"{_HW} s1: CX7 400 Gb/s (DGX GB200 RA: NDR 400 Gb/s IB)",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP,
+            "host_link_gbps_uni": _C2C,
         },
     ),
     "gb300": GPUSpec(
@@ -195,6 +213,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=288.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=72, gpus_per_node=4, nic_gbps=800.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
+        host_link_gbps_uni=450.0,
         sources={
             "bf16_tflops": _ACC + "; Verda rack BF16 180 PF / 72", "fp8_tflops": _ACC,
             "fp4_tflops": f"{_ACC}; rack 1,080 PF dense / 72 = 15,000 (vendordeep, Verda)",
@@ -202,6 +221,7 @@ GPUS: dict[str, GPUSpec] = {
             "nvlink_gbps_uni": _NVL5, "nvlink_domain_max": f"{_HW} s1: 72 (NVL72)",
             "nic_gbps": f"{_HW} s1: CX8 800 Gb/s (72 CX8 per rack)",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
+            "host_link_gbps_uni": _C2C,
         },
     ),
 }

@@ -73,6 +73,9 @@ def predict_cmd(
     gpus_per_domain: int = typer.Option(None, "--gpus-per-domain", min=1, help="GPUs used per NVLink domain (default: keep EP/TP groups whole)"),
     cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                      help="the recipe captures CUDA graphs and fuses elementwise ops (default) or runs eagerly"),
+    cpu_offload_layers: int = typer.Option(None, "--cpu-offload-layers", min=0,
+                                           help="Megatron: offload the activations of the first N decoder layers "
+                                                "to the CPU (--cpu-offloading-num-layers; pp 1, no recompute)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
     from_files: Path = typer.Option(None, "--from", help="price emitted launch files instead of the layout options: "
                                     "megatron/args.txt (WORLD_SIZE from env.sh next to it) or "
@@ -99,6 +102,7 @@ def predict_cmd(
         try:
             training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs,
+                                recipe={"cpu_offload_layers": cpu_offload_layers or None},
                                 **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         except ValidationError as exc:
             raise InputError(pydantic_message(exc, "options")) from None

@@ -82,6 +82,22 @@ the busiest expert GPU receives ``balance`` times the mean routed tokens (the fa
 model uses, ``ExpertBalance.balance``; 1.0 by default, as the published runs force-balance), so
 it holds ``(balance - 1)`` times the routed activations more.
 
+**CPU activation offloading** (``Recipe.cpu_offload_layers`` = k; Megatron's
+``--cpu-offloading-num-layers``, Megatron-Bridge ``model.cpu_offloading_num_layers``; megatron-core
+allows it only with pp 1 and no recompute, so one micro-batch is in flight). Megatron wraps every
+decoder layer of the block in Transformer Engine's offload context (``get_cpu_offload_context``;
+transformer_engine/pytorch/cpu_offload.py, ``DefaultOffloadSynchronizer``, TE 2.10 and later):
+layers 0 .. k-1 are offloaded; layer i's copy to the host starts with the forward of layer i+1 and
+its HBM is released before the forward of layer L-k+i; its reload starts before the backward of
+layer L-1-k+i. TE's docstring states the resulting peak of saved activations, ``(L - k) * T`` for L
+layers of T bytes each, which a count of the live layers at every forward and backward step
+confirms: the layer in flight is the one the released layer makes room for. So the estimate drops
+the saved bytes of layers 0 .. k-1 (``offloaded_layer_bytes``) from the rank's activations; for
+layers of one kind (Llama) this is TE's bound exactly; for mixed kinds it assumes the live set
+weighs what the non-offloaded layers weigh. The pinned host buffers are host memory, not HBM. The
+per-layer CUDA-graph buffers are not counted with offloading (megatron-core refuses per-layer graphs
+with it). Not counted: TE's older code path (``NVTE_CPU_OFFLOAD_V1=1``, double buffering).
+
 **Reserve**: 3 GiB (CUDA context ~0.6, NCCL communicators and buffers ~1.5, cuBLAS/TE
 workspaces and MoE dispatcher buffers ~0.9) plus 5 % of the activations for allocator
 fragmentation.
@@ -91,8 +107,8 @@ fragmentation.
 CUDA-graph private pools beyond the static buffers, routing imbalance of real (not force-balanced)
 data, allocator fragmentation beyond 5 % of the activations); ``usable_hbm_gib``.
 
-Not modelled: activation offloading to CPU (Megatron-Bridge's paged stash, TE CPU offload),
-partial full-recompute (``--recompute-num-layers`` below the stage's layer count), the
+Not modelled: other activation offloading (Megatron-Bridge's MoE paged stash, megatron-core's
+fine-grained activation offloading of chosen modules), partial full-recompute (``--recompute-num-layers`` below the stage's layer count), the
 combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), fp8
 parameter gather (weights stored in fp8 instead of bf16), non-flash attention, variable-length
 packing, dataloader and checkpointing buffers, and the transient peak of the optimizer step.
@@ -109,6 +125,7 @@ from planner.errors import InputError
 from planner.model.flops import LayerCost, layer_costs
 from planner.model.spec import ModelSpec
 from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
+from planner.rules import offload_layers
 
 GIB = float(1 << 30)
 
@@ -369,8 +386,26 @@ def cuda_graph_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, traini
 
 
 def graphs_apply(training: Training) -> bool:
-    """CUDA-graph static buffers are counted for Megatron recipes that capture graphs."""
-    return bool(training.cuda_graphs) and training.trainer == "megatron"
+    """CUDA-graph static buffers are counted for Megatron recipes that capture graphs per layer: not
+    with CPU offloading, which megatron-core allows only beside full-iteration graphs
+    (``planner.rules.OFFLOAD_GRAPH_MESSAGE``)."""
+    if not training.cuda_graphs or training.trainer != "megatron":
+        return False
+    return not (offload_layers(training) and training.recipe.cuda_graph_impl != "full_iteration")
+
+
+def offloaded_layer_bytes(model: ModelSpec, config: ParallelConfig, training: Training) -> tuple[float, ...]:
+    """Saved activation bytes per micro-batch, on one GPU, of each decoder layer whose activations
+    Megatron offloads to the CPU (``Recipe.cpu_offload_layers`` = k: Transformer Engine offloads the
+    block's layers 0 .. k-1; () when off). The one place the offloaded bytes are counted: the memory
+    estimate removes them from HBM and the step-time term ``terms/offload.py`` moves them over the host
+    link. Every saved tensor of such a layer is counted as offloaded (TE keeps on the GPU only tensors
+    under 256 Ki elements, parameters and non-contiguous views: none of the per-token terms here)."""
+    k = min(offload_layers(training), model.num_layers)
+    if not k:
+        return ()
+    costs = [c for c in layer_costs(model, training.seq_len) if c.kind == "decoder"]
+    return tuple(layer_activation_bytes(model, costs[i], config, training)[0] for i in range(k))
 
 
 def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, float]:
@@ -539,6 +574,7 @@ def memory_per_gpu(
             act_cache[key] = (saved, full, routed, cuda_graph_bytes(model, c, config, training) if graphs else 0.0)
         return act_cache[key]
 
+    off_bytes = offloaded_layer_bytes(model, config, training)
     v_local = model.padded_vocab(tp) / tp
     tokens = config.mbs * training.seq_len
     # per head: bf16 logits + fp32 softmax over the local vocabulary for the gathered sequence;
@@ -577,6 +613,8 @@ def memory_per_gpu(
                 routed += n_k * rt
                 graph += n_k * gb
                 work = max(work, full)
+            if off_bytes:   # TE's CPU offload: the first k layers' activations wait in host memory
+                a -= sum(off_bytes[i] for i in chunk.layers if i < len(off_bytes))
             chunk_act.append(a)
             chunk_routed.append(routed * (bal - 1.0))
             chunk_graph.append(graph)

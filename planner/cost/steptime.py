@@ -11,7 +11,8 @@ The breakdown splits the same sum into terms (seconds, exposed part only): ``com
 ``tp_comm``, ``ep_a2a``, ``cp_comm``, ``other`` (per-layer launch overhead and the host floor of
 ``terms/host.py``: host time to issue a layer's kernels that its GPU work does not cover), ``imbalance`` (slowest
 rank over the mean rank, and the busiest expert GPU over the mean), ``pp_bubble``, ``pp_p2p``,
-``dp_comm``, ``optimizer``. The terms add up to ``step_time_s``.
+``dp_comm``, ``optimizer``, ``offload`` (the wait for CPU activation offload copies, ``terms/offload.py``;
+0 without ``Recipe.cpu_offload_layers``). The terms add up to ``step_time_s``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
+from planner.cost.memory import offloaded_layer_bytes
 from planner.cost.terms import compute as C
 from planner.cost.terms import context_parallel as CP
 from planner.cost.terms import data_parallel as DP
 from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import host as HOST
+from planner.cost.terms import offload as OFF
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
 from planner.cost.terms import tensor_parallel as TP
@@ -36,7 +39,7 @@ from planner.rules import TRAINER_KNOBS, effective_recipe
 from topologies.collectives import fabric_for as ff
 
 TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-         "imbalance", "other")
+         "imbalance", "other", "offload")
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
 
@@ -292,6 +295,24 @@ def kind_sync_time(model, kind: tuple, ep: int, lt, experts_launched: bool, reco
     return HOST.sync_exposed(model.num_experts / ep, 2 if again else 1, g_post, call_us)
 
 
+def offload_time(model, config: ParallelConfig, training: Training, link_gbps: float, layer_times: dict) -> float:
+    """Exposed seconds per micro-batch of CPU activation offloading (``terms/offload.py``) on the rank
+    that holds the whole block (pp 1, the only layout megatron-core offloads with; 0 otherwise or when
+    ``Recipe.cpu_offload_layers`` is off). Bytes per offloaded layer: ``memory.offloaded_layer_bytes``
+    (their mean); compute per layer: the mean forward and backward of the decoder layers, from
+    ``layer_times`` ({kind: LayerTime}, ``kind_time``)."""
+    if config.pp > 1:
+        return 0.0
+    per_layer = offloaded_layer_bytes(model, config, training)
+    if not per_layer:
+        return 0.0
+    kinds = layer_kinds(model)
+    n = len(kinds)
+    t_f = sum(layer_times[k].fwd for k in kinds) / n
+    t_b = sum(layer_times[k].bwd for k in kinds) / n
+    return OFF.offload_exposed(len(per_layer), n, sum(per_layer) / len(per_layer), link_gbps, t_f, t_b)
+
+
 def p2p_bytes(mbs: int, seq_len: int, cp: int, tp: int, hidden: int) -> float:
     """Bytes of one stage-to-stage activation (``terms/pipeline.py``): BF16, sequence-sharded."""
     return mbs * seq_len / (cp * tp) * hidden * 2.0
@@ -386,8 +407,9 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     call_us = par("host.launch_us")
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
+    layer_times = {}
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
-        lt = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
+        lt = layer_times[kind] = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
         w_tp, w_ep, w_cp = windows(lt, ep_sms)
         tp_x = TP.tp_exposed(t_tp_layer, o_tp, w_tp)
         a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0   # o_ep, w_ep net of SMs
@@ -399,6 +421,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)
     head = head_time(eff, model, s, mbs, tp, cp, False)
     mtp_extra = head_time(eff, model, s, mbs, tp, cp, True) if model.mtp_layers else None
+
+    t_offload = offload_time(model, config, training, gpu.host_link_gbps_uni, layer_times)
 
     # --- per pipeline rank ----------------------------------------------------------------------
     keys = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
@@ -420,10 +444,11 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
             acc["bwd"] += head.bwd
         acc["dense_params"] = inv.dense_params / tp
         acc["expert_params"] = inv.expert_params / (ep * etp)
-        acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"]
+        acc["offload"] = t_offload if pp == 1 else 0.0
+        acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"] + acc["offload"]
         ranks.append(acc)
     n = len(ranks)
-    mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "t_mb")}
+    mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "offload", "t_mb")}
     crit = max(ranks, key=lambda r: r["t_mb"] + r["expert_excess"])
     t_mb_max = crit["t_mb"] + crit["expert_excess"]
 
@@ -459,9 +484,11 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     bd["optimizer"] = t_opt
     bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
     bd["other"] = m * mean["other"]
+    bd["offload"] = m * mean["offload"]
     total = sum(bd.values())
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
                    dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,
-                   t_fwd_mb=crit["fwd"], t_bwd_mb=crit["bwd"], rank_t_mb=[r["t_mb"] for r in ranks])
+                   t_fwd_mb=crit["fwd"], t_bwd_mb=crit["bwd"], rank_t_mb=[r["t_mb"] for r in ranks],
+                   offload_mb_s=t_offload)
     return StepTime(step_time_s=total, breakdown=bd, microbatches=m, details=details)

@@ -11,7 +11,10 @@ An optional ``dispatcher`` column (alltoall, allgather, flex-deepep, flex-hybrid
 stack's) gives the MoE token dispatcher the recipe used. Optional ``tp_comm_overlap`` and
 ``overlap_moe_expert_parallel_comm`` columns (true / false; empty = the trainer's default per layout)
 switch those overlaps; an optional ``cuda_graph_scope`` column names the captured modules
-(``attn+moe_router+moe_preprocess``, ``full_iteration``; empty = the trainer's default scope). A published run that planner/data/published_recipes.yaml records (id, model,
+(``attn+moe_router+moe_preprocess``, ``full_iteration``; empty = the trainer's default scope); an optional
+``cpu_offload_layers`` column (an integer; empty or 0 = none) gives the decoder layers whose activations
+the run offloaded to the CPU (``Recipe.cpu_offload_layers``; such a row is priced without recompute,
+which megatron-core refuses beside offloading). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``).
@@ -41,7 +44,7 @@ from planner.cost.profiles import load_profile
 from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
 from planner.errors import InputError, pydantic_message
 from planner.model.spec import load_model
-from planner.rules import violations
+from planner.rules import offload_layers, violations
 from topologies.loader import load_cluster
 
 GPU_PRESETS = {"H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200", "B300": "dgx-b300",
@@ -142,7 +145,7 @@ def with_published_recipe(row: dict) -> dict:
     """The row with the recorded recipe settings of its published run in the columns it leaves empty."""
     facts = published_recipe(row)
     out = dict(row)
-    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher") + RECIPE_COLUMNS:
+    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher", "cpu_offload_layers") + RECIPE_COLUMNS:
         if key in facts and not (row.get(key) or "").strip():
             out[key] = str(facts[key]).lower()
     return out
@@ -161,6 +164,12 @@ def _recipe(row, source):
                              "(or leave it empty for the trainer's default)")
         if v:
             settings[key] = v in _TRUE
+    off = (row.get("cpu_offload_layers") or "").strip()
+    if off:
+        if not off.isdigit():
+            raise InputError(f"{source}: row {rid}: column 'cpu_offload_layers' = {off!r}; use the number of decoder "
+                             "layers whose activations the run offloaded to the CPU (0 or empty = none)")
+        settings["cpu_offload_layers"] = int(off) or None
     scope = (row.get("cuda_graph_scope") or "").strip().lower()
     if scope:
         if not _cuda_graphs(row, source):
@@ -266,8 +275,9 @@ def fits_as_run(p, case: Case) -> bool:
 
 
 def predict_case(case: Case, profile=None):
-    """Predict a row; an empty recompute takes the cheapest candidate that fits."""
-    if not case.auto_recompute:
+    """Predict a row; an empty recompute takes the cheapest candidate that fits (none only when the row
+    offloads activations to the CPU: megatron-core refuses recompute with it, planner.rules)."""
+    if not case.auto_recompute or offload_layers(case.training):
         return predict(case.model, case.cluster, case.config, case.training, profile=profile)
     first = None
     for rc in RECOMPUTE_LADDER:

@@ -71,6 +71,7 @@ TERM_CATEGORY: dict[str, str] = {
     "dp_comm": "dp",
     "optimizer": "optimizer",
     "other": "other",           # per-layer launch overhead (and, in the bar, any unexplained remainder)
+    "offload": "other",         # CPU activation offload copies that the layers' compute does not hide
 }
 # The categories of a step, in drawing order, with their label and colour (rich and matplotlib both
 # understand these names).
@@ -110,6 +111,7 @@ TERM_LABELS: dict[str, str] = {
     "dp_comm": "exposed DP",
     "optimizer": "optimizer",
     "other": "other",
+    "offload": "exposed CPU offload",
 }
 
 # Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal

@@ -43,6 +43,8 @@ from planner.cost.steptime import (
     kind_sync_time,
     kind_time,
     kinds_of,
+    layer_kinds,
+    offload_time,
     p2p_bytes,
     profile_fabric,
     rank_inventory,
@@ -59,6 +61,7 @@ from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
+from planner.rules import offload_layers
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program, evaluate_many
@@ -291,6 +294,7 @@ class ProgramBuilder:
         comm = self._comm_tables()
         L = self._layer_nodes(per, comm)
         H, MX, H_b, MX_b = self._head_nodes()
+        self.offload = self._offload_table()
         slots_of, slot_nodes = self._slot_nodes(L, H, MX)
         crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
         TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
@@ -354,6 +358,22 @@ class ProgramBuilder:
             self.sync_any[kind] = any(tabs["sync"].values())
             per[kind] = nodes
         return per
+
+    def _offload_table(self):
+        """CPU activation offload per micro-batch (``steptime.offload_time``) over the layer variables, or
+        None when the recipe offloads nothing (the rules then allow only pp 1 and no recompute)."""
+        model, tr, q, s = self.model, self.training, self.q, self.training.seq_len
+        if not offload_layers(tr):
+            return None
+        kinds = set(layer_kinds(model))
+        table = {}
+        for ix, a in self.combos(*self.lvars):
+            etp = a["tp"] if a["etp"] is None else a["etp"]
+            lts = {k: kind_time(self.eff_rc[a["recompute"]], model, k, s, a["mbs"], a["tp"], a["cp"], a["ep"], etp,
+                                self.lp, _rc_arg(a["recompute"])) for k in kinds}
+            cfg = ParallelConfig(tp=a["tp"], cp=a["cp"], ep=a["ep"], etp=a["etp"], mbs=a["mbs"], recompute=a["recompute"])
+            table[ix] = q(offload_time(model, cfg, tr, self.gpu.host_link_gbps_uni, lts))
+        return self.prog.table_t(self.idx(*self.lvars), table)
 
     def _comm_pair(self, vars_, axis, fn, keep=lambda a, shp: True):
         """Two table nodes over ``vars_`` and the worst group shape of ``axis``: the time ``fn(a, shape)``
@@ -485,6 +505,9 @@ class ProgramBuilder:
         for si in range(max(len(v) for v in slots_of.values())):
             node = {"present": P.table_t(self.lay_vars, self._slot_col(si, lambda v: 1))}
             node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"])
+            if si == 0 and self.offload is not None:   # the rank that holds the block at pp 1
+                one = P.table_t(self.lay_vars, {ix: int(a["pp"] == 1) for ix, (a, _, _) in self.layouts.items()})
+                node["t"] = P.sum([node["t"], P.product(one, self.offload)])
             slot_nodes.append(node)
         return slots_of, slot_nodes
 

@@ -119,7 +119,8 @@ CONFIG_FIELDS = (
     "recompute_method", "recompute_num_layers", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "bf16",
     "moe_router_num_groups", "moe_router_group_topk", "qk_layernorm", "gated_linear_unit",
     "rotary_interleaved", "no_rope_freq", "qk_l2_norm", "moe_router_score_function", "moe_apply_probs_on_input",
-    "moe_shared_expert_overlap", "rope_scaling", "rope_scaling_factor",
+    "moe_shared_expert_overlap", "rope_scaling", "rope_scaling_factor", "cpu_offloading", "cpu_offloading_num_layers",
+    "cpu_offloading_activations", "cpu_offloading_weights",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)

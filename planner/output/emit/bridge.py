@@ -84,6 +84,12 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     o["comm_overlap.delay_wgrad_compute"] = r.delay_wgrad_compute
     o["model.cross_entropy_loss_fusion"] = r.cross_entropy_loss_fusion
     o["model.cross_entropy_fusion_impl"] = "native"
+    # CPU activation offloading, as scripts/performance/utils/overrides.py _set_recompute_overrides sets it
+    o["model.cpu_offloading"] = bool(r.cpu_offload_layers)
+    if r.cpu_offload_layers:
+        o["model.cpu_offloading_num_layers"] = r.cpu_offload_layers
+        o["model.cpu_offloading_activations"] = True
+        o["model.cpu_offloading_weights"] = False
     if m.num_experts:
         o["model.moe_permute_fusion"] = r.moe_permute_fusion
         o["model.moe_router_fusion"] = r.moe_router_fusion

@@ -59,6 +59,8 @@ RECIPE_FLAGS = {
     "moe_router_fusion": "--moe-router-fusion",
     "cross_entropy_loss_fusion": "--cross-entropy-loss-fusion",
     "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
+    # megatron/training/arguments.py:1869-1870 turns cpu_offloading on when this is > 0
+    "cpu_offload_layers": "--cpu-offloading-num-layers",
 }
 RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
                 "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias")
@@ -243,6 +245,8 @@ def recipe_args(ctx: EmitContext) -> list[str]:
             a.append(RECIPE_FLAGS[name])
     if r.cross_entropy_loss_fusion:   # megatron-core 0.19.2 refuses the TE implementation
         a.extend([RECIPE_FLAGS["cross_entropy_loss_fusion"], "--cross-entropy-fusion-impl", "native"])
+    if r.cpu_offload_layers:   # activations of the first N layers to the CPU (weights stay: the default)
+        a.extend([RECIPE_FLAGS["cpu_offload_layers"], str(r.cpu_offload_layers)])
     return a
 
 

@@ -150,6 +150,7 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
            "fsdp_impl": "torch" if F["torch_fsdp2"] in flags else "megatron"}
     for name in RECIPE_BOOLS:
         rec[name] = RECIPE_FLAGS[name] in flags
+    rec["cpu_offload_layers"] = _one(flags, RECIPE_FLAGS["cpu_offload_layers"], 0, int, source) or None
     try:
         config = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, fsdp=fsdp, recompute=recompute,
                                 dispatcher=dispatcher, pp_first=first, pp_last=last,
