@@ -33,8 +33,10 @@ def pydantic_message(exc, source: str | None = None) -> str:
     if not errors:
         return f"{source or 'input'}: {exc}"
     first = errors[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "<root>"
+    loc = ".".join(str(p) for p in first.get("loc", ()))
     msg = first.get("msg", "invalid value")
+    if msg.startswith("Value error, "):   # a validator's own message: it names its fields
+        msg = msg[len("Value error, "):]
     prefix = f"{source}: " if source else ""
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{prefix}field '{loc}': {msg}{more}"
+    return f"{prefix}field '{loc}': {msg}{more}" if loc else f"{prefix}{msg}{more}"
