@@ -226,6 +226,14 @@ class Recipe(BaseModel):
                                 "Megatron-Bridge model.cpu_offloading*); None or 0 = off. Megatron only, with pp 1, "
                                 "no recompute, N < num_layers and no per-layer CUDA graphs (planner.rules); priced "
                                 "by planner.cost.memory and planner/cost/terms/offload.py")
+    fp8_param_gather: bool | None = Field(
+        None, description="--fp8-param-gather (with MXFP8 and the distributed optimizer also "
+                          "--reuse-grad-buf-for-mxfp8-param-ag): the parameters of the linear layers are the FP8 / "
+                          "MXFP8 tensors (no BF16 copy; FP32 master weights stay in the optimizer) and the "
+                          "data-parallel all-gather moves FP8 (tensorwise, blockwise) or BF16 through the gradient "
+                          "buffer (MXFP8). None = as NVIDIA's Megatron-Bridge performance recipes: on for fp8 and "
+                          "mxfp8, off for fp8-block, nvfp4 and bf16 and where the layout forbids it (planner.rules); "
+                          "Megatron only")
 
     @field_validator("cuda_graph_modules", mode="before")
     @classmethod
@@ -319,6 +327,12 @@ class Training(BaseModel):
         if recipe.cpu_offload_layers and trainer != "megatron":
             raise ValueError(f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {trainer} has no layer-wise "
                              "activation offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
+        if recipe.fp8_param_gather and trainer != "megatron":
+            why = ("torchao's enable_fsdp_float8_all_gather casts FP32 shards to FP8 for the FSDP all-gather but keeps "
+                   "FP32 parameters, a different setting topoplan does not model"
+                   if trainer == "torchtitan" else "it has no FP8 parameter gather")
+            raise ValueError(f"recipe.fp8_param_gather=True: Megatron's --fp8-param-gather has no {trainer} "
+                             f"counterpart ({why}); leave it unset")
         data["recipe"] = recipe
         return data
 

@@ -237,7 +237,7 @@ GRAPH_MODULES_DENSE = ("attn", "mlp")
 TRAINER_KNOBS = {
     "megatron": ("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                  "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
-                 "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers"),
+                 "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers", "fp8_param_gather"),
     # TorchTitan: training.disable_cuda_graphs. Its MoE routers always carry the aux-loss-free expert
     # bias (MoE.Config.load_balance_coeff = 1e-3 in every flavour), with no switch to write.
     "torchtitan": ("cuda_graph_impl",),
@@ -278,6 +278,52 @@ def _offload_problem(m, c, t) -> str | None:
     if c.recompute != "none":
         return f"CPU offloading does not work when activation recomputation is enabled (recompute={c.recompute})"
     return None
+
+
+# FP8 parameter gather (--fp8-param-gather; megatron/training/argument_utils.py:312 sets TransformerConfig.fp8_param
+# from it). Auto follows NVIDIA's Megatron-Bridge performance recipes (Megatron-Bridge@c810129341a8 = v0.4.2,
+# scripts/performance/utils/precision.py:26-44
+# get_precision_config, src/megatron/bridge/training/mixed_precision.py): fp8_cs -> bf16_with_fp8_current_scaling_mixed
+# (:291-309, fp8_param_gather=True), fp8_mx -> bf16_with_mxfp8_mixed (:261-272, fp8_param_gather=True and
+# reuse_grad_buf_for_mxfp8_param_ag=True), fp8_sc -> bf16_with_fp8_subchannel_scaling_mixed (:379-391, False),
+# nvfp4 -> bf16_with_nvfp4_mixed (:411-423, fp8_param_gather=False; its fp4_param_gather is not modelled), bf16 off.
+# Only Kimi-K2 with the Muon optimizer turns it off (scripts/performance/configs/kimi/kimi_llm_pretrain.py:35-44);
+# topoplan prices Adam.
+FP8_PARAM_GATHER_AUTO = frozenset({"fp8", "mxfp8"})
+FP8_PARAM_PRECISIONS = frozenset({"fp8", "fp8-block", "mxfp8"})
+
+
+def _fp8_param_problem(m, c, t) -> str | None:
+    """megatron-core 0.19.2's checks of --fp8-param-gather, in megatron/training/arguments.py validate_args unless
+    named: transformer_config.py:1439-1440 needs an FP8 recipe; 1017-1022 torch FSDP2 turns it off (a plan
+    that says it runs would lie); 1060-1062 needs the distributed optimizer or an FSDP, which every layout topoplan
+    emits has (--use-distributed-optimizer / --use-megatron-fsdp)."""
+    if t.precision not in FP8_PARAM_PRECISIONS:
+        return f"fp8_param must be used together with fp8 mode (precision {t.precision}; use fp8, fp8-block or mxfp8)"
+    if c.fsdp and t.recipe.fsdp_impl == "torch":
+        return ("FSDP2 FP8 param gather is not supported yet in TE 2.0, will fallback to bf16all_gather instead, "
+                "turning off fp8_param_gather (--use-torch-fsdp2)")
+    return None
+
+
+def fp8_param_gather_on(m, c, t) -> bool:
+    """Whether Megatron keeps the linear layers' parameters in FP8 for ``c`` (``Recipe.fp8_param_gather``
+    resolved: an explicit value as given, auto per precision as NVIDIA's recipes and off where the layout forbids
+    it). The one resolution that memory, step time and the emitters read."""
+    if t.trainer != "megatron":
+        return False
+    v = getattr(t.recipe, "fp8_param_gather", None)
+    if v is None:
+        return t.precision in FP8_PARAM_GATHER_AUTO and _fp8_param_problem(m, c, t) is None
+    return bool(v)
+
+
+def reuse_grad_buf_for_mxfp8(m, c, t) -> bool:
+    """--reuse-grad-buf-for-mxfp8-param-ag: with MXFP8 parameters the all-gather goes through the gradient buffer
+    (Megatron-Bridge mixed_precision.py:106-111 requires it with fp8_param_gather and mxfp8; megatron-core
+    arguments.py:1114 turns it off under Megatron-FSDP, distributed_data_parallel_config.py:253-254 needs
+    fp8_param_gather)."""
+    return t.precision == "mxfp8" and fp8_param_gather_on(m, c, t) and not c.fsdp
 
 
 def _graphs_problem(m, c, t, impl) -> str | None:
@@ -432,6 +478,7 @@ def effective_recipe(model, config, training):
         moe_router_enable_expert_bias=bias,
         fsdp_impl=r.fsdp_impl if (c.fsdp and mega) else "megatron",
         cpu_offload_layers=(offload_layers(t) or None) if mega else None,
+        fp8_param_gather=fp8_param_gather_on(m, c, t),
     )
 
 
@@ -486,7 +533,13 @@ def _r_cpu_offload(m, c, t, world):
     return _offload_problem(m, c, t)
 
 
+def _r_fp8_param_gather(m, c, t, world):
+    if _explicit(t, "fp8_param_gather"):
+        return _fp8_param_problem(m, c, t)
+
+
 RECIPE_RULES = (
+    ("fp8_param_gather_recipe", ("megatron",), _r_fp8_param_gather),
     ("cpu_offloading_layout", ("megatron",), _r_cpu_offload),
     ("cuda_graphs_vs_recompute", ("megatron", "torchtitan"), _r_graphs),
     ("cuda_graph_modules", ("megatron",), _r_graph_modules),

@@ -314,9 +314,14 @@ def state_adjustments(case: Case, a: dict, rank: int) -> tuple[float, list[tuple
                         "unsharded)", 12 * (D / d_full - D) + 12 * (X / e - X)))
         q = WEIGHT_COPY_BYTES[case.precision]
         out.append((f"{case.precision} weight copies (megatron's formula: bf16 only)", q * lin))
+        if a["fp8_param_gather"]:   # as megatron parsed the emitted --fp8-param-gather
+            out.append(("FP8 parameters (--fp8-param-gather): the linear weights are the quantised tensors, no bf16 "
+                        "copy (megatron's formula: 2 B/param of bf16 weights)", -2 * lin))
     else:
         q = WEIGHT_COPY_BYTES[case.precision]
-        ours = (2 + g + 12) * (D / d_full + X / e) + q * lin / d_full + 2 * big * (2 + g + q)
+        wl = 0 if a["fp8_param_gather"] else 2   # FP8 parameters: no bf16 linear weights, sharded or gathered
+        ours = (2 + g + 12) * (D / d_full + X / e) - (2 - wl) * lin / d_full + q * lin / d_full \
+            + 2 * big * (wl + g + q)
         out.append(("FSDP shards weights and grads over DP and holds two layers unsharded (megatron's "
                     "formula: distributed optimizer only)", ours - meg(D, X)))
     return M, out
@@ -360,6 +365,7 @@ def test_model_state_is_megatrons_plus_named_adjustments(case, mcore):
         "distributed optimizer": (not cfg.fsdp) and case.dist_opt and cfg.cp > 1,
         "topoplan always": not case.dist_opt,
         f"{case.precision} weight": case.precision != "bf16" and not cfg.fsdp,
+        "FP8 parameters": case.precision in ("fp8", "mxfp8") and not cfg.fsdp,   # auto: NVIDIA's recipes
         "FSDP shards": cfg.fsdp,
     }
     for key, want in expect.items():

@@ -76,6 +76,9 @@ def predict_cmd(
     cpu_offload_layers: int = typer.Option(None, "--cpu-offload-layers", min=0,
                                            help="Megatron: offload the activations of the first N decoder layers "
                                                 "to the CPU (--cpu-offloading-num-layers; pp 1, no recompute)"),
+    fp8_param_gather: bool = typer.Option(None, "--fp8-param-gather/--no-fp8-param-gather",
+                                          help="Megatron: keep FP8 parameters (--fp8-param-gather; default: on for "
+                                               "fp8 and mxfp8 as NVIDIA's recipes, where the layout allows)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
     from_files: Path = typer.Option(None, "--from", help="price emitted launch files instead of the layout options: "
                                     "megatron/args.txt (WORLD_SIZE from env.sh next to it) or "
@@ -102,7 +105,8 @@ def predict_cmd(
         try:
             training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs,
-                                recipe={"cpu_offload_layers": cpu_offload_layers or None},
+                                recipe={"cpu_offload_layers": cpu_offload_layers or None,
+                                        "fp8_param_gather": fp8_param_gather},
                                 **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         except ValidationError as exc:
             raise InputError(pydantic_message(exc, "options")) from None

@@ -24,6 +24,17 @@ the rank's stages after TP / EP / ETP splitting)::
     mxfp8 2 * (1 + 1/32) B (one E8M0 scale per 32 values), nvfp4 2 * (0.5 + 1/16) B (one E4M3 scale
     per 16 values).
 
+    FP8 parameters (Megatron ``--fp8-param-gather``, ``Recipe.fp8_param_gather``; auto on for fp8 and
+    mxfp8 as NVIDIA's Megatron-Bridge recipes, ``planner.rules.fp8_param_gather_on``): the linear
+    layers' parameters ARE the quantised tensors, so their 2 B BF16 weight goes
+    (``linear_weight_bytes``) and the quantised copy above stays (tensorwise: the uint8 data lives
+    in the distributed optimizer's parameter buffer, 1 B, plus TE's transpose, 1 B; MXFP8: the
+    MXFP8Tensor's row-wise and column-wise data and scales). No parameter all-gather buffer is
+    added: for FP8 the buffer is the uint8 parameter storage itself; for MXFP8 megatron-core maps the
+    BF16 all-gather onto the gradient buffer (param_and_grad_buffer.py:1153-1171, shared_buffer, with
+    ``--reuse-grad-buf-for-mxfp8-param-ag``). Norms, embeddings, the output head and the router stay
+    BF16. Under Megatron-FSDP the gathered buffer of a layer loses its BF16 weight likewise.
+
 Splitting: attention, dense MLP, shared experts and the MTP projection / tp; MLA's down
 projections and latent norms are duplicated over TP; norms and the router are replicated; routed
 experts: (n_experts / ep) experts / etp. The input embedding and the output head are
@@ -109,8 +120,8 @@ data, allocator fragmentation beyond 5 % of the activations); ``usable_hbm_gib``
 
 Not modelled: other activation offloading (Megatron-Bridge's MoE paged stash, megatron-core's
 fine-grained activation offloading of chosen modules), partial full-recompute (``--recompute-num-layers`` below the stage's layer count), the
-combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), fp8
-parameter gather (weights stored in fp8 instead of bf16), non-flash attention, variable-length
+combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), NVFP4
+parameter gather (``--fp4-param-gather``), non-flash attention, variable-length
 packing, dataloader and checkpointing buffers, and the transient peak of the optimizer step.
 """
 
@@ -125,7 +136,7 @@ from planner.errors import InputError
 from planner.model.flops import LayerCost, layer_costs
 from planner.model.spec import ModelSpec
 from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
-from planner.rules import offload_layers
+from planner.rules import fp8_param_gather_on, offload_layers
 
 GIB = float(1 << 30)
 
@@ -417,11 +428,23 @@ def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, flo
     return 4.0, 4.0, 2 * opt.moment_bytes
 
 
-def fsdp_buffer_bytes(opt: "MemoryOptions", megatron: bool, weight_copy_bytes: float) -> float:
-    """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights, their gradients and
-    the low-precision weight copy."""
+def linear_weight_bytes(wb: float, fp8_params: bool) -> float:
+    """Bytes per parameter of the high-precision weight a quantised linear layer keeps beside its quantised
+    copy (``WEIGHT_COPY_BYTES``): ``wb`` (BF16, 2) normally; 0 with Megatron's FP8 parameters
+    (``--fp8-param-gather``, ``planner.rules.fp8_param_gather_on``), where the parameter IS the quantised
+    tensor (Transformer Engine's Float8Tensor / Float8BlockwiseQTensor / MXFP8Tensor, holding the
+    row-wise and column-wise data the copy bytes count) and the FP32 master weight lives in the
+    distributed optimizer. The one place the BF16 weight of a linear layer is counted or dropped."""
+    return 0.0 if fp8_params else wb
+
+
+def fsdp_buffer_bytes(opt: "MemoryOptions", megatron: bool, weight_copy_bytes: float,
+                      fp8_params: bool = False) -> float:
+    """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights (none with FP8
+    parameters: the gathered weight is the quantised one), their gradients and the low-precision
+    weight copy."""
     _, gb, _ = state_bytes(opt, megatron)
-    return 2.0 + gb + weight_copy_bytes
+    return linear_weight_bytes(2.0, fp8_params) + gb + weight_copy_bytes
 
 
 def usable_hbm_gib(hbm_gib: float, training: Training) -> float:
@@ -557,6 +580,7 @@ def memory_per_gpu(
     mtp = [c for c in costs if c.kind == "mtp"]
     q = WEIGHT_COPY_BYTES[training.precision]
     megatron = training.trainer == "megatron"
+    fp8p = fp8_param_gather_on(model, config, training)
     fsdp = config.fsdp
     graphs = graphs_apply(training)
     bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
@@ -631,18 +655,19 @@ def memory_per_gpu(
             acts += work  # one layer recomputed at a time during backward
 
         wb, gb, ob = state_bytes(opt, megatron)
+        lin_drop = (wb - linear_weight_bytes(wb, fp8p)) * linear   # FP8 parameters: no BF16 linear weights
         if megatron and not fsdp:
-            weights = wb * (dense + expert)
+            weights = wb * (dense + expert) - lin_drop
             grads = gb * (dense + expert)
             optim = ob * (dense / d_dense + expert / edp)
             copies = q * linear
             fsdp_buf = 0.0
         elif megatron:
-            weights = wb * (dense / d_dense + expert / edp)
+            weights = wb * (dense / d_dense + expert / edp) - lin_drop / d_dense
             grads = gb * (dense / d_dense + expert / edp)
             optim = ob * (dense / d_dense + expert / edp)
             copies = q * linear / d_dense
-            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q)
+            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q, fp8p)
         else:  # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
             shard_d = d_dense if config.fsdp else 1
             shard_e = edp if config.fsdp else 1

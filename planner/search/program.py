@@ -27,7 +27,8 @@ from functools import reduce
 import numpy as np
 
 from planner.config import ParallelConfig, Training
-from planner.cost.memory import WEIGHT_COPY_BYTES, fsdp_buffer_bytes, options_for, state_bytes, usable_hbm_gib
+from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
+                                 usable_hbm_gib)
 from planner.cost.placement import domain_slots
 from planner.cost.predict import _flops_per_token
 from planner.cost.steptime import (
@@ -61,7 +62,7 @@ from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
-from planner.rules import offload_layers
+from planner.rules import fp8_param_gather_on, offload_layers
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program, evaluate_many
@@ -599,25 +600,35 @@ class ProgramBuilder:
         for lix, (la, _, _) in self.layouts.items():
             ids_by_pp.setdefault(la["pp"], []).append(lix)
         o_dp, grad_b, q = self.par("dp.overlap"), self.par("dp.grad_bytes"), self.q
+        # bytes per gathered parameter (terms.data_parallel.param_gather_bytes): FP8 parameters depend on
+        # the layout only through FSDP (planner.rules.fp8_param_gather_on: torch FSDP2 turns them off)
+        pb_of = {f: DPc.param_gather_bytes(self.training.precision,
+                                           fp8_param_gather_on(model, ParallelConfig(fsdp=f), self.training))
+                 for f in vals["fsdp"]}
 
         @functools.lru_cache(maxsize=None)
-        def dpt(sid, nparams):
-            rs, ag = DPc.dp_time(self.fabric, self.shape(sid), nparams, grad_bytes=grad_b)
+        def dpt(sid, nparams, pb):
+            rs, ag = DPc.dp_time(self.fabric, self.shape(sid), nparams, grad_bytes=grad_b, param_bytes=pb)
             return q(rs), q(ag), q((1 - o_dp) * rs), q((1 - o_dp) * ag)
 
         dpx_nodes, opt_nodes = [], []
+        g = DPc.FSDP_GATHERS
         for node in slot_nodes:
-            parts = self._slot_dense_dp(node, dpt, ids_by_pp, dp_by_pp)
-            if model.is_moe:
-                for lst, extra in zip(parts, self._slot_expert_dp(node, dpt, ids_by_pp, edp_by_pp, EE)):
-                    lst.append(extra)
-            RS, AG, RS1, AG1, OPTS = (P.sum(p) for p in parts)
-            nx = P.sum([P.max([RS1, P.sum([RS, node["bwd"]], [1, -1]), zero]),
-                        P.max([AG1, P.sum([AG, node["fwd"]], [1, -1]), zero])])
-            g = DPc.FSDP_GATHERS
-            y, y1 = P.sum([AG, RS], [g, 1]), P.sum([AG1, RS1], [g, 1])
-            fx = P.product(M, P.max([y1, P.sum([y, node["comp"]], [1, -1]), zero]))
-            dpx_nodes.append(P.element(self.vi["fsdp"], [fx if f else nx for f in vals["fsdp"]]))
+            exposed_by_pb = {}
+            for pb in sorted(set(pb_of.values())):
+                dpt_pb = functools.partial(dpt, pb=pb)
+                parts = self._slot_dense_dp(node, dpt_pb, ids_by_pp, dp_by_pp)
+                if model.is_moe:
+                    for lst, extra in zip(parts, self._slot_expert_dp(node, dpt_pb, ids_by_pp, edp_by_pp, EE)):
+                        lst.append(extra)
+                RS, AG, RS1, AG1, OPTS = (P.sum(p) for p in parts)
+                nx = P.sum([P.max([RS1, P.sum([RS, node["bwd"]], [1, -1]), zero]),
+                            P.max([AG1, P.sum([AG, node["fwd"]], [1, -1]), zero])])
+                y, y1 = P.sum([AG, RS], [g, 1]), P.sum([AG1, RS1], [g, 1])
+                fx = P.product(M, P.max([y1, P.sum([y, node["comp"]], [1, -1]), zero]))
+                exposed_by_pb[pb] = (nx, fx)
+            dpx_nodes.append(P.element(self.vi["fsdp"], [exposed_by_pb[pb_of[f]][1] if f else exposed_by_pb[pb_of[f]][0]
+                                                         for f in vals["fsdp"]]))
             opt_nodes.append(OPTS)
         return (P.element(self.crit, dpx_nodes, index_is_node=True),
                 P.element(self.crit, opt_nodes, index_is_node=True))
@@ -701,8 +712,11 @@ class ProgramBuilder:
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
         wb, gb, optb = state_bytes(opt, megatron)
-        state = wb + gb
-        buf = fsdp_buffer_bytes(opt, megatron, q)
+        # FP8 parameters (planner.rules.fp8_param_gather_on, per FSDP value) drop the BF16 weight of the
+        # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
+        fp8p = any(fp8_param_gather_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
+        state = linear_weight_bytes(wb, fp8p) + gb
+        buf = fsdp_buffer_bytes(opt, megatron, q, fp8p)
         lb1, lb2 = {}, {}
         for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
             etp = a["tp"] if a["etp"] is None else a["etp"]

@@ -10,6 +10,7 @@ megatron/args.txt. Keys: ../shared/reference/trainers.md section 4.
 
 from __future__ import annotations
 
+from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
 from planner.output.emit.megatron import megatron_env, recipe_of
@@ -30,6 +31,11 @@ MIXED_PRECISION = {
     "mxfp8": "bf16_with_mxfp8_mixed",
     "nvfp4": "bf16_with_nvfp4_mixed",
 }
+
+# fp8_param_gather of each named recipe (Megatron-Bridge@c810129341a8 src/megatron/bridge/training/mixed_precision.py:
+# 270-271 mxfp8 with reuse_grad_buf_for_mxfp8_param_ag, 308 current scaling, 390 subchannel, 421 nvfp4). Its setup()
+# (:118-141) copies them onto model.fp8_param and ddp.fp8_param_gather, so a dotted override cannot change them.
+BRIDGE_FP8_PARAM_GATHER = {"bf16": False, "fp8": True, "fp8-block": False, "mxfp8": True, "nvfp4": False}
 
 
 def overrides(ctx: EmitContext) -> dict[str, object]:
@@ -77,6 +83,12 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     # the recipe settings, the same values megatron/args.txt passes (TransformerConfig field names;
     # comm_overlap.* is Bridge's CommOverlapConfig, which would otherwise re-decide the overlaps)
     r = recipe_of(ctx)
+    named = BRIDGE_FP8_PARAM_GATHER[ctx.training.precision]
+    if ctx.training.recipe.fp8_param_gather is not None and r.fp8_param_gather != named:
+        raise InputError(f"recipe.fp8_param_gather={r.fp8_param_gather}: Megatron-Bridge's "
+                         f"{MIXED_PRECISION[ctx.training.precision]} sets fp8_param_gather={named} and its setup() "
+                         "overrides model.fp8_param / ddp.fp8_param_gather; leave recipe.fp8_param_gather unset for "
+                         "Bridge or launch megatron/args.txt")
     o["model.cuda_graph_impl"] = r.cuda_graph_impl
     o["model.cuda_graph_scope"] = list(r.cuda_graph_modules)
     o["comm_overlap.tp_comm_overlap"] = r.tp_comm_overlap

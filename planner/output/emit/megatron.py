@@ -15,7 +15,7 @@ import shlex
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
-from planner.rules import effective_recipe
+from planner.rules import effective_recipe, reuse_grad_buf_for_mxfp8
 
 # Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).
 PRECISION_FLAGS = {
@@ -61,9 +61,14 @@ RECIPE_FLAGS = {
     "moe_router_enable_expert_bias": "--moe-router-enable-expert-bias",
     # megatron/training/arguments.py:1869-1870 turns cpu_offloading on when this is > 0
     "cpu_offload_layers": "--cpu-offloading-num-layers",
+    # megatron/training/arguments.py:1935 (fp8 parameters, TransformerConfig.fp8_param via argument_utils.py:312)
+    "fp8_param_gather": "--fp8-param-gather",
 }
+# arguments.py:2927; written with --fp8-param-gather for MXFP8 under the distributed optimizer
+# (planner.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
+REUSE_GRAD_BUF_FLAG = "--reuse-grad-buf-for-mxfp8-param-ag"
 RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
-                "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias")
+                "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias", "fp8_param_gather")
 
 
 def hf_extras(model) -> dict:
@@ -247,6 +252,10 @@ def recipe_args(ctx: EmitContext) -> list[str]:
         a.extend([RECIPE_FLAGS["cross_entropy_loss_fusion"], "--cross-entropy-fusion-impl", "native"])
     if r.cpu_offload_layers:   # activations of the first N layers to the CPU (weights stay: the default)
         a.extend([RECIPE_FLAGS["cpu_offload_layers"], str(r.cpu_offload_layers)])
+    if r.fp8_param_gather:   # FP8 parameters: no BF16 weight copy, FP8 (MXFP8: BF16 via the grad buffer) gather
+        a.append(RECIPE_FLAGS["fp8_param_gather"])
+        if reuse_grad_buf_for_mxfp8(ctx.model, ctx.config, ctx.training):
+            a.append(REUSE_GRAD_BUF_FLAG)
     return a
 
 

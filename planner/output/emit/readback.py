@@ -24,6 +24,7 @@ from planner.output.emit.megatron import (
     LAYOUT_FLAGS as F,
     PRECISION_FLAGS,
     RECIPE_BOOLS,
+    REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
     parse_args_file,
 )
@@ -151,6 +152,14 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
     for name in RECIPE_BOOLS:
         rec[name] = RECIPE_FLAGS[name] in flags
     rec["cpu_offload_layers"] = _one(flags, RECIPE_FLAGS["cpu_offload_layers"], 0, int, source) or None
+    reuse = REUSE_GRAD_BUF_FLAG in flags
+    if reuse and not rec["fp8_param_gather"]:   # distributed_data_parallel_config.py:253-254
+        raise InputError(f"{source}: {REUSE_GRAD_BUF_FLAG} needs {RECIPE_FLAGS['fp8_param_gather']} (\"Reuse grad "
+                         "buffer only when keeping params in MXFP8.\"); add it or drop the reuse flag")
+    if precision == "mxfp8" and rec["fp8_param_gather"] and not fsdp and not reuse:
+        raise InputError(f"{source}: {RECIPE_FLAGS['fp8_param_gather']} with --fp8-recipe mxfp8 needs "
+                         f"{REUSE_GRAD_BUF_FLAG} (Megatron-Bridge mixed_precision.py:106-111; the MXFP8 parameters "
+                         "are gathered through the gradient buffer); add it")
     try:
         config = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, fsdp=fsdp, recompute=recompute,
                                 dispatcher=dispatcher, pp_first=first, pp_last=last,
@@ -267,7 +276,8 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
                                           moe_permute_fusion=False, moe_router_fusion=False,
                                           cross_entropy_loss_fusion=False, overlap_moe_expert_parallel_comm=False,
                                           delay_wgrad_compute=False, tp_comm_overlap=False,
-                                          moe_router_enable_expert_bias=False, cuda_graph_modules=()))
+                                          moe_router_enable_expert_bias=False, cuda_graph_modules=(),
+                                          fp8_param_gather=False))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, source)) from None
     return config, training, "tp-cp-ep-dp-pp"
