@@ -234,6 +234,12 @@ class Recipe(BaseModel):
                           "buffer (MXFP8). None = as NVIDIA's Megatron-Bridge performance recipes: on for fp8 and "
                           "mxfp8, off for fp8-block, nvfp4 and bf16 and where the layout forbids it (planner.rules); "
                           "Megatron only")
+    fp4_param_gather: bool | None = Field(
+        None, description="--fp4-param-gather: the parameters of the linear layers are Transformer Engine's NVFP4 "
+                          "tensors (no BF16 copy; FP32 master weights stay in the optimizer) and the data-parallel "
+                          "all-gather moves the packed 4-bit row-wise data (0.5 B per parameter). None = as NVIDIA's "
+                          "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
+                          "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")
 
     @field_validator("cuda_graph_modules", mode="before")
     @classmethod
@@ -333,6 +339,9 @@ class Training(BaseModel):
                    if trainer == "torchtitan" else "it has no FP8 parameter gather")
             raise ValueError(f"recipe.fp8_param_gather=True: Megatron's --fp8-param-gather has no {trainer} "
                              f"counterpart ({why}); leave it unset")
+        if recipe.fp4_param_gather and trainer != "megatron":
+            raise ValueError(f"recipe.fp4_param_gather=True: Megatron's --fp4-param-gather has no {trainer} "
+                             "counterpart (it has no NVFP4 parameter gather); leave it unset")
         data["recipe"] = recipe
         return data
 

@@ -237,7 +237,8 @@ GRAPH_MODULES_DENSE = ("attn", "mlp")
 TRAINER_KNOBS = {
     "megatron": ("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
                  "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
-                 "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers", "fp8_param_gather"),
+                 "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers", "fp8_param_gather",
+                 "fp4_param_gather"),
     # TorchTitan: training.disable_cuda_graphs. Its MoE routers always carry the aux-loss-free expert
     # bias (MoE.Config.load_balance_coeff = 1e-3 in every flavour), with no switch to write.
     "torchtitan": ("cuda_graph_impl",),
@@ -286,7 +287,7 @@ def _offload_problem(m, c, t) -> str | None:
 # get_precision_config, src/megatron/bridge/training/mixed_precision.py): fp8_cs -> bf16_with_fp8_current_scaling_mixed
 # (:291-309, fp8_param_gather=True), fp8_mx -> bf16_with_mxfp8_mixed (:261-272, fp8_param_gather=True and
 # reuse_grad_buf_for_mxfp8_param_ag=True), fp8_sc -> bf16_with_fp8_subchannel_scaling_mixed (:379-391, False),
-# nvfp4 -> bf16_with_nvfp4_mixed (:411-423, fp8_param_gather=False; its fp4_param_gather is not modelled), bf16 off.
+# nvfp4 -> bf16_with_nvfp4_mixed (:411-423, fp8_param_gather=False, fp4_param_gather=True: below), bf16 off.
 # Only Kimi-K2 with the Muon optimizer turns it off (scripts/performance/configs/kimi/kimi_llm_pretrain.py:35-44);
 # topoplan prices Adam.
 FP8_PARAM_GATHER_AUTO = frozenset({"fp8", "mxfp8"})
@@ -316,6 +317,42 @@ def fp8_param_gather_on(m, c, t) -> bool:
     if v is None:
         return t.precision in FP8_PARAM_GATHER_AUTO and _fp8_param_problem(m, c, t) is None
     return bool(v)
+
+
+# FP4 parameter gather (--fp4-param-gather; megatron/training/argument_utils.py:313 sets TransformerConfig.fp4_param
+# from it; its help: "Keep the compute param in fp4 (do not use any other intermediate dtype) and perform the param
+# all-gather in fp4."). Auto follows the same precision configs: nvfp4 -> bf16_with_nvfp4_mixed (mixed_precision.py:
+# 411-423 at c810129341a8, fp4_param_gather=True); every other precision has no FP4 parameters.
+FP4_PARAM_GATHER_AUTO = frozenset({"nvfp4"})
+
+
+def _fp4_param_problem(m, c, t) -> str | None:
+    """megatron-core 0.19.2's checks of --fp4-param-gather (megatron/training/arguments.py validate_args unless
+    named): 1069-1070 and transformer_config.py:1451-1452 need FP4 mode (--fp4-format, topoplan's nvfp4). Torch
+    FSDP2 keeps it (1024-1029 turn it off only below Transformer Engine 2.7.0.dev0, which --fp4-format itself refuses,
+    1072-1073), and it needs no distributed optimizer, so the layout never turns it off."""
+    if t.precision not in FP4_PARAM_GATHER_AUTO:
+        return (f"--fp4-param-gather must be used together with --fp4-format (precision {t.precision}; use nvfp4, "
+                "or recipe.fp8_param_gather for the FP8 precisions)")
+    return None
+
+
+def fp4_param_gather_on(m, c, t) -> bool:
+    """Whether Megatron keeps the linear layers' parameters in NVFP4 (``Recipe.fp4_param_gather`` resolved: an
+    explicit value as given, auto on for nvfp4 as NVIDIA's bf16_with_nvfp4_mixed)."""
+    if t.trainer != "megatron":
+        return False
+    v = getattr(t.recipe, "fp4_param_gather", None)
+    if v is None:
+        return t.precision in FP4_PARAM_GATHER_AUTO and _fp4_param_problem(m, c, t) is None
+    return bool(v)
+
+
+def quantised_params_on(m, c, t) -> bool:
+    """Whether the linear layers' parameters ARE their quantised tensors (FP8 or NVFP4 parameters: no BF16 weight,
+    a low-precision parameter all-gather). The one question memory, step time and the plan program ask; the two
+    recipe settings exist apart because megatron-core and Megatron-Bridge spell them apart."""
+    return fp8_param_gather_on(m, c, t) or fp4_param_gather_on(m, c, t)
 
 
 def reuse_grad_buf_for_mxfp8(m, c, t) -> bool:
@@ -479,6 +516,7 @@ def effective_recipe(model, config, training):
         fsdp_impl=r.fsdp_impl if (c.fsdp and mega) else "megatron",
         cpu_offload_layers=(offload_layers(t) or None) if mega else None,
         fp8_param_gather=fp8_param_gather_on(m, c, t),
+        fp4_param_gather=fp4_param_gather_on(m, c, t),
     )
 
 
@@ -538,8 +576,14 @@ def _r_fp8_param_gather(m, c, t, world):
         return _fp8_param_problem(m, c, t)
 
 
+def _r_fp4_param_gather(m, c, t, world):
+    if _explicit(t, "fp4_param_gather"):
+        return _fp4_param_problem(m, c, t)
+
+
 RECIPE_RULES = (
     ("fp8_param_gather_recipe", ("megatron",), _r_fp8_param_gather),
+    ("fp4_param_gather_recipe", ("megatron",), _r_fp4_param_gather),
     ("cpu_offloading_layout", ("megatron",), _r_cpu_offload),
     ("cuda_graphs_vs_recompute", ("megatron", "torchtitan"), _r_graphs),
     ("cuda_graph_modules", ("megatron",), _r_graph_modules),

@@ -82,6 +82,8 @@ STATE = [
     _c("llama3-70b", 64, tp=8, pp=1, dist_opt=False),
     _c("llama3-70b", 64, tp=4, pp=4, vpp=5),
     _c("llama3-70b", 64, tp=8, pp=2, precision="fp8"),
+    _c("llama3-70b", 64, tp=4, pp=4, vpp=5, precision="nvfp4"),
+    _c("llama3-8b", 8, tp=1, pp=1, fsdp=True, precision="nvfp4"),
     _c("mixtral-8x7b", 64, tp=1, pp=1, ep=8),
     _c("mixtral-8x7b", 64, tp=2, pp=2, ep=8, etp=1),
     _c("mixtral-8x7b", 64, tp=4, pp=1, ep=8, etp=1, dist_opt=False),
@@ -128,7 +130,8 @@ def config_of(case: Case) -> ParallelConfig:
 
 def argv_of(case: Case) -> tuple[list[str], dict, int]:
     cfg, tr = config_of(case), training_of(case)
-    doc = plan_doc(case.model, hgx_cluster("H100", max(1, case.world // 8)), cfg, tr, world=case.world)
+    gpu = "B200" if case.precision == "nvfp4" else "H100"   # NVFP4 needs Blackwell
+    doc = plan_doc(case.model, hgx_cluster(gpu, max(1, case.world // 8)), cfg, tr, world=case.world)
     ctx = load_context(doc)
     args = megatron_args(ctx)
     if not case.dist_opt:
@@ -314,12 +317,13 @@ def state_adjustments(case: Case, a: dict, rank: int) -> tuple[float, list[tuple
                         "unsharded)", 12 * (D / d_full - D) + 12 * (X / e - X)))
         q = WEIGHT_COPY_BYTES[case.precision]
         out.append((f"{case.precision} weight copies (megatron's formula: bf16 only)", q * lin))
-        if a["fp8_param_gather"]:   # as megatron parsed the emitted --fp8-param-gather
-            out.append(("FP8 parameters (--fp8-param-gather): the linear weights are the quantised tensors, no bf16 "
-                        "copy (megatron's formula: 2 B/param of bf16 weights)", -2 * lin))
+        if a["fp8_param_gather"] or a["fp4_param_gather"]:   # as megatron parsed --fp8- / --fp4-param-gather
+            out.append(("quantised parameters (--fp8-param-gather / --fp4-param-gather): the linear weights are the "
+                        "FP8 / NVFP4 tensors, no bf16 copy (megatron's formula: 2 B/param of bf16 weights)", -2 * lin))
     else:
         q = WEIGHT_COPY_BYTES[case.precision]
-        wl = 0 if a["fp8_param_gather"] else 2   # FP8 parameters: no bf16 linear weights, sharded or gathered
+        # FP8 / NVFP4 parameters: no bf16 linear weights, sharded or gathered
+        wl = 0 if (a["fp8_param_gather"] or a["fp4_param_gather"]) else 2
         ours = (2 + g + 12) * (D / d_full + X / e) - (2 - wl) * lin / d_full + q * lin / d_full \
             + 2 * big * (wl + g + q)
         out.append(("FSDP shards weights and grads over DP and holds two layers unsharded (megatron's "
@@ -365,7 +369,8 @@ def test_model_state_is_megatrons_plus_named_adjustments(case, mcore):
         "distributed optimizer": (not cfg.fsdp) and case.dist_opt and cfg.cp > 1,
         "topoplan always": not case.dist_opt,
         f"{case.precision} weight": case.precision != "bf16" and not cfg.fsdp,
-        "FP8 parameters": case.precision in ("fp8", "mxfp8") and not cfg.fsdp,   # auto: NVIDIA's recipes
+        # auto: NVIDIA's recipes (fp8 / mxfp8: --fp8-param-gather, nvfp4: --fp4-param-gather)
+        "quantised parameters": case.precision in ("fp8", "mxfp8", "nvfp4") and not cfg.fsdp,
         "FSDP shards": cfg.fsdp,
     }
     for key, want in expect.items():

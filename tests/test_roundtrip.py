@@ -89,6 +89,9 @@ def test_a_flag_the_reader_cannot_see_fails_the_round_trip(dsv3_doc, flag):
         doc = _doc_for("llama3-8b", "dgx-h100", 8, Training(seq_len=8192, global_batch=64, precision="bf16",
                                                             recipe={"cpu_offload_layers": 16}),
                        ParallelConfig(fsdp=True, dp=8))
+    elif flag == "--fp4-param-gather":   # NVFP4 parameters: an nvfp4 plan (the README plan is MXFP8)
+        doc = _doc_for("llama3-8b", "gb200-nvl72", 8, Training(seq_len=8192, global_batch=64, precision="nvfp4"),
+                       ParallelConfig(dp=8))
     elif flag == "--tp-comm-overlap":
         doc = _doc_for("qwen3-30b-a3b", "gb200-nvl72", 64, Training(seq_len=4096, global_batch=512, precision="mxfp8"),
                        ParallelConfig(tp=2, pp=1, ep=8, etp=1, dp=32, dispatcher="alltoall"))

@@ -79,6 +79,9 @@ def predict_cmd(
     fp8_param_gather: bool = typer.Option(None, "--fp8-param-gather/--no-fp8-param-gather",
                                           help="Megatron: keep FP8 parameters (--fp8-param-gather; default: on for "
                                                "fp8 and mxfp8 as NVIDIA's recipes, where the layout allows)"),
+    fp4_param_gather: bool = typer.Option(None, "--fp4-param-gather/--no-fp4-param-gather",
+                                          help="Megatron: keep NVFP4 parameters (--fp4-param-gather; default: on for "
+                                               "nvfp4 as NVIDIA's recipes)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
     from_files: Path = typer.Option(None, "--from", help="price emitted launch files instead of the layout options: "
                                     "megatron/args.txt (WORLD_SIZE from env.sh next to it) or "
@@ -106,7 +109,8 @@ def predict_cmd(
             training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs,
                                 recipe={"cpu_offload_layers": cpu_offload_layers or None,
-                                        "fp8_param_gather": fp8_param_gather},
+                                        "fp8_param_gather": fp8_param_gather,
+                                        "fp4_param_gather": fp4_param_gather},
                                 **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         except ValidationError as exc:
             raise InputError(pydantic_message(exc, "options")) from None

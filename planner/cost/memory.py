@@ -35,6 +35,13 @@ the rank's stages after TP / EP / ETP splitting)::
     ``--reuse-grad-buf-for-mxfp8-param-ag``). Norms, embeddings, the output head and the router stay
     BF16. Under Megatron-FSDP the gathered buffer of a layer loses its BF16 weight likewise.
 
+    NVFP4 parameters (Megatron ``--fp4-param-gather``, ``Recipe.fp4_param_gather``; auto on for nvfp4
+    as NVIDIA's bf16_with_nvfp4_mixed, ``planner.rules.fp4_param_gather_on``) do the same: the
+    parameter is Transformer Engine's NVFP4Tensor (row-wise and column-wise packed 4-bit data, 0.5 B
+    each, and their E4M3 scales, one per 16 values: the nvfp4 copy bytes above) and no BF16 weight
+    stays; the packed row-wise data is the distributed optimizer's uint8 parameter buffer
+    (param_and_grad_buffer.py:1080-1111, numel // 2), so no gather buffer is added.
+
 Splitting: attention, dense MLP, shared experts and the MTP projection / tp; MLA's down
 projections and latent norms are duplicated over TP; norms and the router are replicated; routed
 experts: (n_experts / ep) experts / etp. The input embedding and the output head are
@@ -120,8 +127,7 @@ data, allocator fragmentation beyond 5 % of the activations); ``usable_hbm_gib``
 
 Not modelled: other activation offloading (Megatron-Bridge's MoE paged stash, megatron-core's
 fine-grained activation offloading of chosen modules), partial full-recompute (``--recompute-num-layers`` below the stage's layer count), the
-combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), NVFP4
-parameter gather (``--fp4-param-gather``), non-flash attention, variable-length
+combined-1F1B schedule of overlapped expert communication (one more micro-batch in flight), non-flash attention, variable-length
 packing, dataloader and checkpointing buffers, and the transient peak of the optimizer step.
 """
 
@@ -136,7 +142,7 @@ from planner.errors import InputError
 from planner.model.flops import LayerCost, layer_costs
 from planner.model.spec import ModelSpec
 from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
-from planner.rules import fp8_param_gather_on, offload_layers
+from planner.rules import offload_layers, quantised_params_on
 
 GIB = float(1 << 30)
 
@@ -428,23 +434,24 @@ def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, flo
     return 4.0, 4.0, 2 * opt.moment_bytes
 
 
-def linear_weight_bytes(wb: float, fp8_params: bool) -> float:
+def linear_weight_bytes(wb: float, quantised_params: bool) -> float:
     """Bytes per parameter of the high-precision weight a quantised linear layer keeps beside its quantised
-    copy (``WEIGHT_COPY_BYTES``): ``wb`` (BF16, 2) normally; 0 with Megatron's FP8 parameters
-    (``--fp8-param-gather``, ``planner.rules.fp8_param_gather_on``), where the parameter IS the quantised
-    tensor (Transformer Engine's Float8Tensor / Float8BlockwiseQTensor / MXFP8Tensor, holding the
-    row-wise and column-wise data the copy bytes count) and the FP32 master weight lives in the
-    distributed optimizer. The one place the BF16 weight of a linear layer is counted or dropped."""
-    return 0.0 if fp8_params else wb
+    copy (``WEIGHT_COPY_BYTES``): ``wb`` (BF16, 2) normally; 0 with Megatron's FP8 or NVFP4 parameters
+    (``--fp8-param-gather`` / ``--fp4-param-gather``, ``planner.rules.quantised_params_on``), where the
+    parameter IS the quantised tensor (Transformer Engine's Float8Tensor / Float8BlockwiseQTensor /
+    MXFP8Tensor / NVFP4Tensor, holding the row-wise and column-wise data the copy bytes count) and the FP32
+    master weight lives in the distributed optimizer. The one place the BF16 weight of a linear layer is
+    counted or dropped."""
+    return 0.0 if quantised_params else wb
 
 
 def fsdp_buffer_bytes(opt: "MemoryOptions", megatron: bool, weight_copy_bytes: float,
-                      fp8_params: bool = False) -> float:
-    """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights (none with FP8
+                      quantised_params: bool = False) -> float:
+    """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights (none with FP8 / NVFP4
     parameters: the gathered weight is the quantised one), their gradients and the low-precision
     weight copy."""
     _, gb, _ = state_bytes(opt, megatron)
-    return linear_weight_bytes(2.0, fp8_params) + gb + weight_copy_bytes
+    return linear_weight_bytes(2.0, quantised_params) + gb + weight_copy_bytes
 
 
 def usable_hbm_gib(hbm_gib: float, training: Training) -> float:
@@ -580,7 +587,7 @@ def memory_per_gpu(
     mtp = [c for c in costs if c.kind == "mtp"]
     q = WEIGHT_COPY_BYTES[training.precision]
     megatron = training.trainer == "megatron"
-    fp8p = fp8_param_gather_on(model, config, training)
+    qparams = quantised_params_on(model, config, training)   # FP8 or NVFP4 parameters
     fsdp = config.fsdp
     graphs = graphs_apply(training)
     bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
@@ -655,7 +662,7 @@ def memory_per_gpu(
             acts += work  # one layer recomputed at a time during backward
 
         wb, gb, ob = state_bytes(opt, megatron)
-        lin_drop = (wb - linear_weight_bytes(wb, fp8p)) * linear   # FP8 parameters: no BF16 linear weights
+        lin_drop = (wb - linear_weight_bytes(wb, qparams)) * linear   # FP8 / NVFP4 parameters: no BF16 linear weights
         if megatron and not fsdp:
             weights = wb * (dense + expert) - lin_drop
             grads = gb * (dense + expert)
@@ -667,7 +674,7 @@ def memory_per_gpu(
             grads = gb * (dense / d_dense + expert / edp)
             optim = ob * (dense / d_dense + expert / edp)
             copies = q * linear / d_dense
-            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q, fp8p)
+            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q, qparams)
         else:  # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
             shard_d = d_dense if config.fsdp else 1
             shard_e = edp if config.fsdp else 1

@@ -35,7 +35,7 @@ from planner.cost.terms import tensor_parallel as TP
 from planner.cost.terms import exposed
 from planner.model.flops import layer_costs
 from planner.model.pipeline import pipeline_layout
-from planner.rules import TRAINER_KNOBS, effective_recipe, fp8_param_gather_on
+from planner.rules import TRAINER_KNOBS, effective_recipe, quantised_params_on
 from topologies.collectives import fabric_for as ff
 
 TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
@@ -463,7 +463,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
     edp_shape = shapes.get("edp")
     grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
-    param_b = DP.param_gather_bytes(prec, fp8_param_gather_on(model, config, training))   # FP8 params: 1
+    param_b = DP.param_gather_bytes(prec, quantised_params_on(model, config, training))   # FP8 1, NVFP4 0.5
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=grad_b, param_bytes=param_b)
     rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=grad_b, param_bytes=param_b)
     ov = par("dp.overlap")

@@ -16,7 +16,8 @@ switch those overlaps; an optional ``cuda_graph_scope`` column names the capture
 the run offloaded to the CPU (``Recipe.cpu_offload_layers``; such a row is priced without recompute,
 which megatron-core refuses beside offloading); an optional ``fp8_param_gather`` column (true / false; empty =
 auto, on for fp8 and mxfp8 as NVIDIA's recipes) says whether the run kept FP8 parameters
-(``Recipe.fp8_param_gather``). A published run that planner/data/published_recipes.yaml records (id, model,
+(``Recipe.fp8_param_gather``), and an optional ``fp4_param_gather`` column likewise for NVFP4 parameters
+(empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``).
@@ -123,7 +124,8 @@ def _cuda_graphs(row, source) -> bool:
                      "(or leave it empty for the stack's usual regime)")
 
 
-RECIPE_COLUMNS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "fp8_param_gather")  # optional true/false
+RECIPE_COLUMNS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "fp8_param_gather",
+                  "fp4_param_gather")  # optional true/false
 _PUBLISHED: dict | None = None
 
 

@@ -62,7 +62,7 @@ from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
-from planner.rules import fp8_param_gather_on, offload_layers
+from planner.rules import offload_layers, quantised_params_on
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program, evaluate_many
@@ -600,10 +600,10 @@ class ProgramBuilder:
         for lix, (la, _, _) in self.layouts.items():
             ids_by_pp.setdefault(la["pp"], []).append(lix)
         o_dp, grad_b, q = self.par("dp.overlap"), self.par("dp.grad_bytes"), self.q
-        # bytes per gathered parameter (terms.data_parallel.param_gather_bytes): FP8 parameters depend on
-        # the layout only through FSDP (planner.rules.fp8_param_gather_on: torch FSDP2 turns them off)
+        # bytes per gathered parameter (terms.data_parallel.param_gather_bytes): quantised parameters depend
+        # on the layout only through FSDP (planner.rules.quantised_params_on: torch FSDP2 turns FP8 ones off)
         pb_of = {f: DPc.param_gather_bytes(self.training.precision,
-                                           fp8_param_gather_on(model, ParallelConfig(fsdp=f), self.training))
+                                           quantised_params_on(model, ParallelConfig(fsdp=f), self.training))
                  for f in vals["fsdp"]}
 
         @functools.lru_cache(maxsize=None)
@@ -712,11 +712,11 @@ class ProgramBuilder:
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
         wb, gb, optb = state_bytes(opt, megatron)
-        # FP8 parameters (planner.rules.fp8_param_gather_on, per FSDP value) drop the BF16 weight of the
+        # FP8 / NVFP4 parameters (planner.rules.quantised_params_on, per FSDP value) drop the BF16 weight of the
         # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
-        fp8p = any(fp8_param_gather_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
-        state = linear_weight_bytes(wb, fp8p) + gb
-        buf = fsdp_buffer_bytes(opt, megatron, q, fp8p)
+        qparams = any(quantised_params_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
+        state = linear_weight_bytes(wb, qparams) + gb
+        buf = fsdp_buffer_bytes(opt, megatron, q, qparams)
         lb1, lb2 = {}, {}
         for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
             etp = a["tp"] if a["etp"] is None else a["etp"]

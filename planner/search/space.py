@@ -73,6 +73,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     # Recipe settings (planner.rules RECIPE_RULES) read only these layout choices; the model is fixed.
     "cpu_offloading_layout": ("pp", "recompute"),
     "fp8_param_gather_recipe": ("fsdp",),
+    "fp4_param_gather_recipe": (),   # the precision alone decides
     "cuda_graphs_vs_recompute": ("recompute", "pp", "ep"),
     "cuda_graph_modules": ("recompute",),
     "moe_a2a_overlap_layout": ("ep", "dispatcher", "recompute", "pp", "vpp", "fsdp"),

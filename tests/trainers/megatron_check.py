@@ -120,7 +120,7 @@ CONFIG_FIELDS = (
     "moe_router_num_groups", "moe_router_group_topk", "qk_layernorm", "gated_linear_unit",
     "rotary_interleaved", "no_rope_freq", "qk_l2_norm", "moe_router_score_function", "moe_apply_probs_on_input",
     "moe_shared_expert_overlap", "rope_scaling", "rope_scaling_factor", "cpu_offloading", "cpu_offloading_num_layers",
-    "cpu_offloading_activations", "cpu_offloading_weights", "fp8_param",
+    "cpu_offloading_activations", "cpu_offloading_weights", "fp8_param", "fp4_param",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
@@ -132,7 +132,7 @@ ARG_FIELDS = (
     "cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
     "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
     "moe_router_enable_expert_bias", "use_tp_pp_dp_mapping", "virtual_pipeline_model_parallel_size",
-    "rotary_percent", "rotary_base", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag",
+    "rotary_percent", "rotary_base", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag", "fp4_param_gather",
 )
 
 _recorded: list[tuple[str, list[int]]] = []

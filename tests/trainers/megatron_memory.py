@@ -38,7 +38,8 @@ FIELDS = ("world_size", "data_parallel_size", "tensor_model_parallel_size", "pip
           "expert_tensor_parallel_size", "padded_vocab_size", "swiglu", "use_distributed_optimizer",
           "use_megatron_fsdp", "sequence_parallel", "recompute_granularity", "add_bias_linear", "qk_layernorm",
           "untie_embeddings_and_output_weights", "accumulate_allreduce_grads_in_fp32", "ffn_hidden_size",
-          "num_layers", "hidden_size", "seq_length", "micro_batch_size", "global_batch_size", "fp8_param_gather")
+          "num_layers", "hidden_size", "seq_length", "micro_batch_size", "global_batch_size", "fp8_param_gather",
+          "fp4_param_gather")
 
 
 def padded_vocab(args) -> int:

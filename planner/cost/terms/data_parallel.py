@@ -24,22 +24,29 @@ from planner.cost.terms import exposed
 # cfg.ddp.grad_reduce_in_fp32 = False (and mixed_precision.grad_reduce_in_fp32 = False) in the
 # DeepSeek-V3, Qwen3 and GPT-OSS perf configs (scripts/performance/configs/*), so the reduce-scatter
 # moves 2 bytes per gradient, as planner.cost.memory assumes for the gradient buffer. Parameters are
-# gathered in BF16 unless the recipe keeps FP8 parameters (fp8_param_gather, on in the recipes' FP8
-# current-scaling and MXFP8 precision configs; param_gather_bytes).
+# gathered in BF16 unless the recipe keeps FP8 or NVFP4 parameters (fp8_param_gather, on in the recipes' FP8
+# current-scaling and MXFP8 precision configs; fp4_param_gather, on in their NVFP4 one; param_gather_bytes).
 GRAD_BYTES = 2.0
 PARAM_BYTES = 2.0
 FSDP_GATHERS = 2   # FSDP gathers each micro-batch's parameters twice (forward, backward)
 
 
-def param_gather_bytes(precision: str, fp8_params: bool) -> float:
-    """Bytes per parameter of the data-parallel parameter all-gather. With FP8 parameters
-    (``planner.rules.fp8_param_gather_on``) megatron-core gathers the uint8 storage of tensorwise and
-    blockwise FP8 parameters (param_and_grad_buffer.py:888-916, param_dtype torch.uint8): 1 B. MXFP8
+def param_gather_bytes(precision: str, quantised_params: bool) -> float:
+    """Bytes per parameter of the data-parallel parameter all-gather. With quantised parameters
+    (``planner.rules.quantised_params_on``) megatron-core gathers the uint8 storage of tensorwise and
+    blockwise FP8 parameters (param_and_grad_buffer.py:888-916, param_dtype torch.uint8): 1 B; of NVFP4
+    parameters it gathers the packed row-wise data, two 4-bit values a byte (param_and_grad_buffer.py:
+    1080-1111, 1176: the uint8 buffer has nvfp4_packed_numel = numel // 2, 1494), the scales and the
+    column-wise copy being rebuilt after the gather (fp4_utils.py:135-170, quantize_master_weights with
+    manual post-all-gather processing): 0.5 B. MXFP8
     parameters are gathered as BF16 through the gradient buffer (param_and_grad_buffer.py:1153-1171:
     param_data is a BF16 view of the shared buffer; _post_param_sync quantises into the MXFP8 storage):
     2 B, as without FP8 parameters. Approximation: the first and last layers' non-linear parameters
-    (norms, embedding, router) gather in BF16 even with FP8 parameters; they are counted at 1 B too."""
-    return 1.0 if fp8_params and precision in ("fp8", "fp8-block") else PARAM_BYTES
+    (norms, embedding, router) gather in BF16 even with quantised parameters; they are counted at the
+    quantised width too."""
+    if not quantised_params:
+        return PARAM_BYTES
+    return {"fp8": 1.0, "fp8-block": 1.0, "nvfp4": 0.5}.get(precision, PARAM_BYTES)
 
 
 def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_bytes: float = 2.0) -> tuple[float, float]:

@@ -36,6 +36,9 @@ MIXED_PRECISION = {
 # 270-271 mxfp8 with reuse_grad_buf_for_mxfp8_param_ag, 308 current scaling, 390 subchannel, 421 nvfp4). Its setup()
 # (:118-141) copies them onto model.fp8_param and ddp.fp8_param_gather, so a dotted override cannot change them.
 BRIDGE_FP8_PARAM_GATHER = {"bf16": False, "fp8": True, "fp8-block": False, "mxfp8": True, "nvfp4": False}
+# fp4_param_gather likewise (:422 nvfp4 True; bf16_mixed's default False, :66, in the others), copied onto
+# model.fp4_param and ddp.fp4_param_gather.
+BRIDGE_FP4_PARAM_GATHER = {p: p == "nvfp4" for p in BRIDGE_FP8_PARAM_GATHER}
 
 
 def overrides(ctx: EmitContext) -> dict[str, object]:
@@ -83,12 +86,14 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     # the recipe settings, the same values megatron/args.txt passes (TransformerConfig field names;
     # comm_overlap.* is Bridge's CommOverlapConfig, which would otherwise re-decide the overlaps)
     r = recipe_of(ctx)
-    named = BRIDGE_FP8_PARAM_GATHER[ctx.training.precision]
-    if ctx.training.recipe.fp8_param_gather is not None and r.fp8_param_gather != named:
-        raise InputError(f"recipe.fp8_param_gather={r.fp8_param_gather}: Megatron-Bridge's "
-                         f"{MIXED_PRECISION[ctx.training.precision]} sets fp8_param_gather={named} and its setup() "
-                         "overrides model.fp8_param / ddp.fp8_param_gather; leave recipe.fp8_param_gather unset for "
-                         "Bridge or launch megatron/args.txt")
+    for name, table, model_field in (("fp8_param_gather", BRIDGE_FP8_PARAM_GATHER, "fp8_param"),
+                                     ("fp4_param_gather", BRIDGE_FP4_PARAM_GATHER, "fp4_param")):
+        named = table[ctx.training.precision]
+        if getattr(ctx.training.recipe, name) is not None and getattr(r, name) != named:
+            raise InputError(f"recipe.{name}={getattr(r, name)}: Megatron-Bridge's "
+                             f"{MIXED_PRECISION[ctx.training.precision]} sets {name}={named} and its setup() "
+                             f"overrides model.{model_field} / ddp.{name}; leave recipe.{name} unset for "
+                             "Bridge or launch megatron/args.txt")
     o["model.cuda_graph_impl"] = r.cuda_graph_impl
     o["model.cuda_graph_scope"] = list(r.cuda_graph_modules)
     o["comm_overlap.tp_comm_overlap"] = r.tp_comm_overlap

@@ -63,12 +63,15 @@ RECIPE_FLAGS = {
     "cpu_offload_layers": "--cpu-offloading-num-layers",
     # megatron/training/arguments.py:1935 (fp8 parameters, TransformerConfig.fp8_param via argument_utils.py:312)
     "fp8_param_gather": "--fp8-param-gather",
+    # arguments.py:1931 (NVFP4 parameters, TransformerConfig.fp4_param via argument_utils.py:313)
+    "fp4_param_gather": "--fp4-param-gather",
 }
 # arguments.py:2927; written with --fp8-param-gather for MXFP8 under the distributed optimizer
 # (planner.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
 REUSE_GRAD_BUF_FLAG = "--reuse-grad-buf-for-mxfp8-param-ag"
 RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
-                "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias", "fp8_param_gather")
+                "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias", "fp8_param_gather",
+                "fp4_param_gather")
 
 
 def hf_extras(model) -> dict:
@@ -256,6 +259,8 @@ def recipe_args(ctx: EmitContext) -> list[str]:
         a.append(RECIPE_FLAGS["fp8_param_gather"])
         if reuse_grad_buf_for_mxfp8(ctx.model, ctx.config, ctx.training):
             a.append(REUSE_GRAD_BUF_FLAG)
+    if r.fp4_param_gather:   # NVFP4 parameters: no BF16 weight copy, packed 4-bit gather
+        a.append(RECIPE_FLAGS["fp4_param_gather"])
     return a
 
 

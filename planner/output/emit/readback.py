@@ -277,7 +277,7 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
                                           cross_entropy_loss_fusion=False, overlap_moe_expert_parallel_comm=False,
                                           delay_wgrad_compute=False, tp_comm_overlap=False,
                                           moe_router_enable_expert_bias=False, cuda_graph_modules=(),
-                                          fp8_param_gather=False))
+                                          fp8_param_gather=False, fp4_param_gather=False))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, source)) from None
     return config, training, "tp-cp-ep-dp-pp"
