@@ -31,7 +31,7 @@ SOURCES = [ROOT.parent / "shared" / "reference" / "calibration.csv", *sorted((RO
            ROOT / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv",
            ROOT / "planner" / "data" / "profiles" / "maxtext-h100-2025.csv"]
 INPUTS = ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp", "fsdp", "recompute", "dispatcher",
-          "cuda_graphs")
+          "cuda_graphs", "torch_compile")
 
 
 def software(row: dict) -> str:
@@ -41,6 +41,8 @@ def software(row: dict) -> str:
     return f"{(row.get('stack') or '').strip()} {rel}".strip()
 
 
+# a measured run: the same id and measurement in two files is one run (ids alone repeat across tables)
+RUN_KEY = ("id", "model", "gpu", "num_gpus", "tokens_per_s_per_gpu", "model_tflops_per_gpu")
 _DEFAULTS = {"tp": "1", "pp": "1", "vpp": "1", "cp": "1", "ep": "1", "mbs": "1", "cuda_graphs": "true"}
 
 
@@ -62,13 +64,17 @@ def predicted_runs():
     from planner.cost.profiles import load_profile, resolve_name
     from planner.cost.validate import predict_case, read_rows, row_case
 
-    out = []
+    out, seen = [], set()
     for path in SOURCES:
         if not path.exists():
             continue
         for row in read_rows(path):
             if not (row.get("model_tflops_per_gpu") or "").strip():
                 continue
+            run = tuple((row.get(k) or "").strip() for k in RUN_KEY)
+            if run in seen:   # one run, two files (ttx1/ttx2: torchtitan-more.csv and the fitted profile rows)
+                continue
+            seen.add(run)
             row = dict(row, cuda_graphs="false") if row["id"] in EAGER_RECIPES else row
             prof = load_profile(resolve_name((row.get("stack") or "megatron-26.08").strip()))
             case = row_case(row, row.get("stack"), str(path), profile=prof)

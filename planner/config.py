@@ -241,6 +241,14 @@ class Recipe(BaseModel):
                           "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
                           "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")
 
+    torch_compile: bool | None = Field(
+        None, description="TorchTitan: torch.compile of the model (config.compile.enable with 'model' in "
+                          "config.compile.components: each transformer block compiled, its elementwise ops fused; "
+                          "priced with the profile's mem.elementwise, eager with mem.elementwise_eager). None = what "
+                          "the model's TorchTitan 0.3.0 registry function does (llama3_405b compiles the model; the "
+                          "others compile at most the loss: planner.rules.TORCHTITAN_COMPILED). Independent of CUDA "
+                          "graphs (training.disable_cuda_graphs). TorchTitan only: Megatron and MaxText refuse it")
+
     @field_validator("cuda_graph_modules", mode="before")
     @classmethod
     def _modules(cls, v):
@@ -339,6 +347,11 @@ class Training(BaseModel):
                    if trainer == "torchtitan" else "it has no FP8 parameter gather")
             raise ValueError(f"recipe.fp8_param_gather=True: Megatron's --fp8-param-gather has no {trainer} "
                              f"counterpart ({why}); leave it unset")
+        if recipe.torch_compile is not None and trainer != "torchtitan":
+            why = ("its fusions come from Transformer Engine and CUDA graphs (recipe.cuda_graph_impl)"
+                   if trainer == "megatron" else "XLA always compiles and fuses the step")
+            raise ValueError(f"recipe.torch_compile={recipe.torch_compile}: TorchTitan's model compile has no "
+                             f"{trainer} counterpart ({why}); leave it unset")
         if recipe.fp4_param_gather and trainer != "megatron":
             raise ValueError(f"recipe.fp4_param_gather=True: Megatron's --fp4-param-gather has no {trainer} "
                              "counterpart (it has no NVFP4 parameter gather); leave it unset")

@@ -241,7 +241,7 @@ TRAINER_KNOBS = {
                  "fp4_param_gather"),
     # TorchTitan: training.disable_cuda_graphs. Its MoE routers always carry the aux-loss-free expert
     # bias (MoE.Config.load_balance_coeff = 1e-3 in every flavour), with no switch to write.
-    "torchtitan": ("cuda_graph_impl",),
+    "torchtitan": ("cuda_graph_impl", "torch_compile"),
     "maxtext": (),
 }
 
@@ -305,6 +305,31 @@ def _fp8_param_problem(m, c, t) -> str | None:
         return ("FSDP2 FP8 param gather is not supported yet in TE 2.0, will fallback to bf16all_gather instead, "
                 "turning off fp8_param_gather (--use-torch-fsdp2)")
     return None
+
+
+# TorchTitan 0.3.0 model compile (config.compile.enable and "model" in config.compile.components, the test its
+# parallelize functions apply: models/llama3/parallelize.py:54-55). The catalog models whose registry function
+# compiles the model: llama3_405b (models/llama3/config_registry.py:295-299, CompileConfig(enable=True,
+# enable_async_tensor_parallel=True), default components ["model", "loss"]). llama3_8b, llama3_70b, qwen3_14b,
+# qwen3_30b_a3b, gpt_oss_20b/120b keep the default CompileConfig(enable=False); deepseek_v3_671b compiles only the
+# loss (deepseek_v3/config_registry.py:241). Every other model (a user's config.json, Qwen3-235B-A22B) starts from
+# one of those uncompiled functions (planner.output.emit.torchtitan.BASE_CONFIG, USER_FAMILIES).
+TORCHTITAN_COMPILED = frozenset({"llama3.1-405b"})
+
+
+def torch_compile_on(m, c, t) -> bool:
+    """Whether TorchTitan compiles the model's transformer blocks (``Recipe.torch_compile`` resolved: an
+    explicit value as given, None as the model's TorchTitan 0.3.0 registry function). TorchTitan validates
+    compile against no layout: only async TP (config/configs.py:303-310, CompileConfig.__post_init__) and
+    memory-budget activation checkpointing (trainer.py:168-177) need it, and topoplan emits neither except the
+    async TP llama3_405b's registry function carries, which the emitter switches off with compile. False for
+    other trainers. The one resolution the step time and the TorchTitan emitter read."""
+    if t.trainer != "torchtitan":
+        return False
+    v = getattr(t.recipe, "torch_compile", None)
+    if v is None:
+        return m.name.lower() in TORCHTITAN_COMPILED
+    return bool(v)
 
 
 def fp8_param_gather_on(m, c, t) -> bool:
@@ -516,6 +541,7 @@ def effective_recipe(model, config, training):
         fsdp_impl=r.fsdp_impl if (c.fsdp and mega) else "megatron",
         cpu_offload_layers=(offload_layers(t) or None) if mega else None,
         fp8_param_gather=fp8_param_gather_on(m, c, t),
+        torch_compile=torch_compile_on(m, c, t) if t.trainer == "torchtitan" else None,
         fp4_param_gather=fp4_param_gather_on(m, c, t),
     )
 

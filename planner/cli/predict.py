@@ -82,6 +82,10 @@ def predict_cmd(
     fp4_param_gather: bool = typer.Option(None, "--fp4-param-gather/--no-fp4-param-gather",
                                           help="Megatron: keep NVFP4 parameters (--fp4-param-gather; default: on for "
                                                "nvfp4 as NVIDIA's recipes)"),
+    torch_compile: bool = typer.Option(None, "--torch-compile/--no-torch-compile",
+                                       help="TorchTitan: torch.compile the model's blocks (--compile.enable with "
+                                            "'model' in --compile.components; default: as the model's TorchTitan "
+                                            "registry function)"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
     from_files: Path = typer.Option(None, "--from", help="price emitted launch files instead of the layout options: "
                                     "megatron/args.txt (WORLD_SIZE from env.sh next to it) or "
@@ -110,7 +114,8 @@ def predict_cmd(
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs,
                                 recipe={"cpu_offload_layers": cpu_offload_layers or None,
                                         "fp8_param_gather": fp8_param_gather,
-                                        "fp4_param_gather": fp4_param_gather},
+                                        "fp4_param_gather": fp4_param_gather,
+                                        "torch_compile": torch_compile},
                                 **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
         except ValidationError as exc:
             raise InputError(pydantic_message(exc, "options")) from None

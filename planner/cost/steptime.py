@@ -119,10 +119,11 @@ class Efficiencies:
                             quant_factor=self.quant_factor, quant_bytes=self.quant_bytes, recompute=recompute)
 
 
-def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Efficiencies:
-    """Kernel efficiencies of ``profile`` on ``gpu``; ``cuda_graphs=False`` (an eager recipe) prices
-    elementwise traffic with ``mem.elementwise_eager`` (unfused kernels and the launch gaps between
-    them) instead of ``mem.elementwise``, and never less than it."""
+def efficiencies(gpu, precision: str, profile, fused: bool = True) -> Efficiencies:
+    """Kernel efficiencies of ``profile`` on ``gpu``; ``fused=False`` (an eager recipe: Megatron without
+    CUDA graphs, TorchTitan without torch.compile; ``recipe_pricing``) prices elementwise traffic with
+    ``mem.elementwise_eager`` (unfused kernels and the launch gaps between them) instead of
+    ``mem.elementwise``, and never less than it."""
     arch = gpu.arch
     p = lambda n: profile.param(n, arch)  # noqa: E731
     speed = p("gpu.speed")
@@ -133,19 +134,20 @@ def efficiencies(gpu, precision: str, profile, cuda_graphs: bool = True) -> Effi
         eff_lp=eff_lp, eff_bf16=eff_bf16, dim_half=p("gemm.dim_half"), m_half=p("gemm.grouped_m_half"),
         attn_eff=min(0.98, p("attn.eff") * speed), hbm_bps=gpu.hbm_tbps * 1e12 * p("mem.hbm_eff"),
         # an eager recipe moves at least the traffic of a fused one
-        elem_factor=p("mem.elementwise") if cuda_graphs else max(p("mem.elementwise"), p("mem.elementwise_eager")),
+        elem_factor=p("mem.elementwise") if fused else max(p("mem.elementwise"), p("mem.elementwise_eager")),
         quant_factor=p("mem.quant"),
         quant_bytes=C.quant_bytes_per_element(precision))
 
 
 def recipe_pricing(model, config: ParallelConfig, training: Training, profile, arch: str) -> tuple:
-    """(TP overlap, EP overlap, CUDA graphs) the step time prices for ``config``: the recipe as the
+    """(TP overlap, EP overlap, fused elementwise) the step time prices for ``config``: the recipe as the
     trainer runs the layout (``planner.rules.effective_recipe``). A Megatron overlap the recipe
     switches off (by the user, or by a trainer rule for this layout) hides nothing: overlap 0. A
     trainer without the knob keeps the profile's fitted overlap, which its measured runs reached
-    without it. CUDA graphs price ``mem.elementwise`` (captured and fused) or ``mem.elementwise_eager``;
-    TorchTitan's graph switch is not priced (its profile fits one elementwise factor to eager runs),
-    so there ``Training.cuda_graphs`` decides as before."""
+    without it. The third value says whether elementwise traffic is fused: ``mem.elementwise``, else
+    ``mem.elementwise_eager``. Megatron fuses with CUDA graphs (``cuda_graph_impl`` not none);
+    TorchTitan with torch.compile of the model (``planner.rules.torch_compile_on``), whatever its CUDA
+    graph switch (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``."""
     rec = effective_recipe(model, config, training)
     knobs = TRAINER_KNOBS.get(training.trainer, ())
     o_tp = profile.param("tp.overlap", arch)
@@ -154,8 +156,13 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
         o_tp = 0.0
     if "overlap_moe_expert_parallel_comm" in knobs and not rec.overlap_moe_expert_parallel_comm:
         o_ep = 0.0
-    graphs = rec.cuda_graph_impl != "none" if training.trainer == "megatron" else training.cuda_graphs
-    return o_tp, o_ep, graphs
+    if training.trainer == "megatron":
+        fused = rec.cuda_graph_impl != "none"
+    elif training.trainer == "torchtitan":
+        fused = bool(rec.torch_compile)   # torch.compile of the blocks fuses; TorchTitan's CUDA graphs are not priced
+    else:
+        fused = training.cuda_graphs      # MaxText: XLA always fuses (its eager factor equals the fused one)
+    return o_tp, o_ep, fused
 
 
 def host_regime(model, config: ParallelConfig, training: Training) -> tuple[tuple, bool]:

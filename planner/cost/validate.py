@@ -19,8 +19,11 @@ auto, on for fp8 and mxfp8 as NVIDIA's recipes) says whether the run kept FP8 pa
 (``Recipe.fp8_param_gather``), and an optional ``fp4_param_gather`` column likewise for NVFP4 parameters
 (empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
-CUDA graphs and fused its elementwise ops; false rows are priced with the profile's
-``mem.elementwise_eager`` (``Training.cuda_graphs``).
+CUDA graphs; for Megatron that also fuses its elementwise ops, so false rows are priced with the profile's
+``mem.elementwise_eager`` (``Training.cuda_graphs``). An optional ``torch_compile`` column (true / false; empty
+= what the model's TorchTitan 0.3.0 registry function does) says whether a TorchTitan run compiled the model
+(``Recipe.torch_compile``): TorchTitan's fused regime, false rows are priced with ``mem.elementwise_eager``
+whatever their ``cuda_graphs``; other stacks refuse the column's value.
 
 Each row's cluster is the preset of its GPU (H100 -> dgx-h100, H200 -> dgx-h200, B200 -> dgx-b200,
 B300 -> dgx-b300, GB200 -> gb200-nvl72, GB300 -> gb300-nvl72) sized by ``num_gpus``; on NVL72 racks
@@ -125,7 +128,7 @@ def _cuda_graphs(row, source) -> bool:
 
 
 RECIPE_COLUMNS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "fp8_param_gather",
-                  "fp4_param_gather")  # optional true/false
+                  "fp4_param_gather", "torch_compile")  # optional true/false
 _PUBLISHED: dict | None = None
 
 

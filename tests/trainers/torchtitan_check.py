@@ -133,6 +133,8 @@ def check(job: dict) -> dict:
         sys.modules.pop("topoplan_config", None)
     try:
         cfg = ConfigManager().parse_args(list(job["args"]))
+        out["compile"] = {"enable": cfg.compile.enable, "components": list(cfg.compile.components),
+                          "async_tp": cfg.compile.enable_async_tensor_parallel}
         world = int(job["world"])
         out["stage"] = "ParallelDims"
         pd = ParallelDims.from_config(cfg.parallelism, world_size=world)

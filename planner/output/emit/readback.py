@@ -29,9 +29,11 @@ from planner.output.emit.megatron import (
     parse_args_file,
 )
 from planner.output.emit.torchtitan import (
+    BASE_COMPILE,
     BASE_PRECISION,
     CONVERTERS,
     CUSTOM_MODULE,
+    DEFAULT_COMPILE,
     MODELS,
     custom_stem,
     parse_command,
@@ -266,6 +268,13 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
     dp = shard if shard > 0 else world // (tp * pp * cp)
     precision = _tt_precision(registry_text, config_fn, model)
     graphs = "--training.no_disable_cuda_graphs" in flags
+    compiled = None   # no compile flags: the registry function's own (Recipe.torch_compile None)
+    if "--compile.enable" in flags or "--compile.no_enable" in flags or "--compile.components" in flags:
+        on = "--compile.enable" in flags if ("--compile.enable" in flags or "--compile.no_enable" in flags) \
+            else BASE_COMPILE.get(config_fn, DEFAULT_COMPILE)[0]
+        given = [c for v in flags.get("--compile.components", []) for c in v.split(",") if c]
+        components = given or list(BASE_COMPILE.get(config_fn, DEFAULT_COMPILE)[1])
+        compiled = bool(on and "model" in components)
     try:
         config = ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep if model.num_experts else 1,
                                 etp=1 if (model.num_experts and ep > 1) else None, dp=dp, mbs=mbs, fsdp=True,
@@ -277,7 +286,7 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
                                           cross_entropy_loss_fusion=False, overlap_moe_expert_parallel_comm=False,
                                           delay_wgrad_compute=False, tp_comm_overlap=False,
                                           moe_router_enable_expert_bias=False, cuda_graph_modules=(),
-                                          fp8_param_gather=False, fp4_param_gather=False))
+                                          fp8_param_gather=False, fp4_param_gather=False, torch_compile=compiled))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, source)) from None
     return config, training, "tp-cp-ep-dp-pp"

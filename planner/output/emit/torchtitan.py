@@ -21,7 +21,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.rules import _graphs_problem, effective_recipe
+from planner.rules import _graphs_problem, effective_recipe, torch_compile_on
 
 # catalog model -> (module, config function or None, model_registry flavour)
 MODELS = {
@@ -47,6 +47,15 @@ CUSTOM_MODULE = "topoplan_config"
 # The low-precision recipe a built-in registry function already applies (torchtitan 0.3.0:
 # llama3_405b carries a rowwise Float8Linear converter; the others train in BF16).
 BASE_PRECISION = {"llama3.1-405b": "fp8-block"}
+# The CompileConfig of the registry functions a launch starts from (torchtitan 0.3.0, config/configs.py:291-310
+# defaults enable=False, components ["model", "loss"], no async TP): (enable, components, async TP).
+# planner.rules.TORCHTITAN_COMPILED holds the models whose function compiles the model; tests check both
+# against the functions themselves.
+BASE_COMPILE = {
+    "llama3_405b": (True, ("model", "loss"), True),   # models/llama3/config_registry.py:295-299
+    "deepseek_v3_671b": (True, ("loss",), False),     # models/deepseek_v3/config_registry.py:241
+}
+DEFAULT_COMPILE = (False, ("model", "loss"), False)
 # model_registry keyword arguments the built-in functions pass besides the flavour
 REGISTRY_KWARGS = {"deepseek_v3": 'attn_backend="flex", '}
 # planner precision -> torchtitan 0.3.0 converters (torchtitan.components.quantization) for the
@@ -188,8 +197,39 @@ def command_args(ctx: EmitContext) -> list[str]:
           "--training.seq_len", str(ctx.training.seq_len)]
     # explicit both ways: some registry functions (deepseek_v3_671b) switch graphs off themselves
     a.append("--training.no_disable_cuda_graphs" if cuda_graphs(ctx) else "--training.disable_cuda_graphs")
+    enable, components, async_tp = compile_setting(ctx)
+    # torchtitan parses list options comma-separated (``--compile.components model,loss``)
+    a += ["--compile.enable" if enable else "--compile.no_enable", "--compile.components", ",".join(components)]
+    if not async_tp and base_compile(ctx)[2]:
+        a.append("--compile.no_enable_async_tensor_parallel")
     a.append(f"activation-checkpoint:{ac_mode(ctx)}")
     return a
+
+
+def base_function(ctx: EmitContext) -> str:
+    """The registry function a launch starts from (the catalog model's, or the one a written registry calls)."""
+    module, config, _ = model_entry(ctx)
+    if config is not None:
+        return config
+    return USER_FAMILIES[ctx.model.family][1] if is_user_model(ctx.model) else BASE_CONFIG[module]
+
+
+def base_compile(ctx: EmitContext) -> tuple[bool, tuple, bool]:
+    """(enable, components, async TP) of the registry function's CompileConfig (``BASE_COMPILE``)."""
+    return BASE_COMPILE.get(base_function(ctx), DEFAULT_COMPILE)
+
+
+def compile_setting(ctx: EmitContext) -> tuple[bool, tuple, bool]:
+    """(compile.enable, compile.components, compile.enable_async_tensor_parallel) that run the plan's
+    ``Recipe.torch_compile`` (planner.rules.torch_compile_on): compiled = "model" in the components and
+    enabled; the loss keeps the registry function's setting. Model compile off also switches off async TP,
+    which needs it (CompileConfig.__post_init__, config/configs.py:303-310)."""
+    enable, components, async_tp = base_compile(ctx)
+    tr = ctx.training.model_copy(update={"trainer": "torchtitan"})
+    if torch_compile_on(ctx.model, ctx.config, tr):
+        return True, ("model",) + tuple(c for c in components if c != "model"), async_tp
+    rest = tuple(c for c in components if c != "model")
+    return bool(enable and rest), rest or ("loss",), False
 
 
 def cuda_graphs(ctx: EmitContext) -> bool:
@@ -262,6 +302,11 @@ def custom_registry(ctx: EmitContext) -> str | None:
     else:
         where, flavour_src, vocab = f"{flavour!r} in torchtitan.models.{module}", "", ""
         assets = "" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"\n'
+    enable, components, async_tp = compile_setting(ctx)
+    compile_src = (f"    # torch.compile of the model as the plan prices it (also on the command line)\n"
+                   f"    config.compile.enable = {enable}\n"
+                   f"    config.compile.components = {list(components)!r}\n"
+                   f"    config.compile.enable_async_tensor_parallel = {async_tp}\n")
     return f'''"""TorchTitan 0.3.0 config registry written by topoplan for {ctx.model.name} ({where}): it
 starts from {base}() and rebuilds the model spec; {why}.
 Put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
@@ -272,7 +317,7 @@ from torchtitan.models.{module}.config_registry import {base}
 
 def {_custom_name(ctx)}():
     config = {base}()
-    compiled = config.compile.enable and "model" in config.compile.components
+{compile_src}    compiled = config.compile.enable and "model" in config.compile.components
     config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, "")}converters={conv_src})
 {vocab}{assets}    return config
 '''
@@ -482,6 +527,8 @@ def toml_job(ctx: EmitContext) -> str:
     if ctx.model.num_experts and ctx.config.ep > 1:
         lines.append("expert_tensor_parallel_degree = 1")
     lines += ["", "[activation_checkpoint]", f'mode = "{ac_mode(ctx)}"']
+    enable, components, _ = compile_setting(ctx)   # 0.2's [compile] section: enable, components
+    lines += ["", "[compile]", f"enable = {_toml(enable)}", f"components = {_toml(list(components))}"]
     return "\n".join(lines) + "\n"
 
 
