@@ -70,6 +70,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.trainers
 def test_base_compile_is_what_torchtitans_registry_functions_do():
     """BASE_COMPILE / DEFAULT_COMPILE and planner.rules.TORCHTITAN_COMPILED against torchtitan 0.3.0's own
     registry functions (every function a launch starts from)."""
@@ -221,6 +222,7 @@ def emitted(tmp_path_factory):
     return out, results
 
 
+@pytest.mark.trainers
 @pytest.mark.parametrize("cid", sorted(CASES))
 def test_torchtitan_parses_the_compile_the_plan_prices_and_it_reads_back(emitted, cid):
     out, results = emitted
