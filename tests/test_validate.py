@@ -153,3 +153,20 @@ def test_optional_columns_dispatcher_and_etp_fallback():
 
     with pytest.raises(InputError, match="mb234.*dispatcher"):
         row_case(dict(mb234, dispatcher="pigeon"))
+
+
+def test_published_recipe_recompute_fills_an_empty_column_only():
+    # mb196 (GPT-OSS-120B, 64 H100, 26.04.01): Megatron-Bridge v0.4.2's H100 preset recomputes layernorm and
+    # the MoE activation and the library recipe runs eagerly with the NCCL all-to-all
+    # (planner/data/published_recipes.yaml); the CSV leaves recompute empty, so the facts fill it
+    from planner.cost.validate import row_case
+
+    mb196 = next(r for r in read_rows(CSV) if r["id"] == "mb196")
+    assert not mb196["recompute"].strip()
+    case = row_case(mb196)
+    assert case.config.recompute_modules == ("layernorm", "moe_act")
+    assert case.config.dispatcher == "alltoall" and not case.training.cuda_graphs
+    # a row's own column wins; a row that only shares the id is not touched
+    assert row_case(dict(mb196, recompute="none")).config.recompute == "none"
+    other = row_case(dict(mb196, gpu="H200"))
+    assert other.config.recompute_modules != ("layernorm", "moe_act") and other.training.cuda_graphs

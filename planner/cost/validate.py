@@ -152,7 +152,7 @@ def with_published_recipe(row: dict) -> dict:
     """The row with the recorded recipe settings of its published run in the columns it leaves empty."""
     facts = published_recipe(row)
     out = dict(row)
-    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher", "cpu_offload_layers") + RECIPE_COLUMNS:
+    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher", "cpu_offload_layers", "recompute") + RECIPE_COLUMNS:
         if key in facts and not (row.get(key) or "").strip():
             out[key] = str(facts[key]).lower()
     return out
