@@ -153,6 +153,8 @@ CASES: list[Case] = [
       {"topk.json": _cfg(MIXTRAL, num_experts_per_tok=9)}),
     # --- predict
     C("predict-bad-precision", [*PREDICT_8B, "--precision", "fp7"], 2, ("fp7", "precision")),
+    C("predict-mxfp8-on-hopper", [*PREDICT_8B, "--precision", "mxfp8"], 2, ("mxfp8", "h100")),
+    C("plan-nvfp4-on-hopper", [*PLAN_8B, "--precision", "nvfp4"], 2, ("fp4", "h100")),
     C("predict-tp-zero", [*PREDICT_8B, "--tp", "0"], 2, ("--tp",)),
     C("predict-heads-not-divisible-by-tp", [*PREDICT_8B, "--tp", "3"], 2, ("tensor_model_parallel_size", "tp")),
     C("predict-experts-not-divisible-by-ep", ["predict", *DSV3, "--cluster", "gb300-nvl72", "--gpus", "256",

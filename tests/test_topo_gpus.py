@@ -95,6 +95,14 @@ def test_peak_by_precision():
     assert b.peak_tflops("nvfp4") == 9000
     with pytest.raises(InputError, match="no FP4"):
         get_gpu("h100").peak_tflops("nvfp4")
+    # MXFP8 needs Blackwell's block-scaled tensor cores (Transformer Engine check_mxfp8_support: sm100+)
+    for name, spec in GPUS.items():
+        if spec.sm < 100:
+            with pytest.raises(InputError, match="no MXFP8"):
+                spec.peak_tflops("mxfp8")
+            assert spec.peak_tflops("fp8-block") == spec.peak_tflops("fp8")
+        else:
+            assert spec.peak_tflops("mxfp8") == spec.peak_tflops("fp8")
     with pytest.raises(InputError, match="unknown precision"):
         b.peak_tflops("int3")
 

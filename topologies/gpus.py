@@ -28,6 +28,13 @@ from topologies.errors import InputError
 __all__ = ["GPUSpec", "GPUS", "ALIASES", "get_gpu", "PRECISION_PEAK"]
 
 # Training precision -> which dense peak bounds its GEMMs.
+# Microscaled (block-scaled) formats run on Blackwell's tensor cores only: Transformer Engine's
+# check_mxfp8_support (transformer_engine/pytorch/fp8.py) returns "Device compute capability 10.0 or
+# higher required for MXFP8 execution." below sm100; Hopper's FP8 GEMMs take per-tensor or per-block
+# (fp8-block, DeepSeek-style 128x128) scales only.
+MICROSCALED = frozenset({"mxfp8"})
+MICROSCALED_MIN_SM = 100
+
 PRECISION_PEAK = {
     "bf16": "bf16",
     "fp16": "bf16",
@@ -79,6 +86,9 @@ class GPUSpec(BaseModel):
         if kind == "bf16":
             return self.bf16_tflops
         if kind == "fp8":
+            if precision.lower() in MICROSCALED and self.sm < MICROSCALED_MIN_SM:
+                raise InputError(f"GPU {self.name} (sm{self.sm}) has no MXFP8 tensor cores (block-scaled FP8 needs "
+                                 f"Blackwell, sm100+); use fp8 or fp8-block precision")
             return self.fp8_tflops
         if self.fp4_tflops is None:
             raise InputError(f"GPU {self.name} has no FP4 tensor cores; use bf16 or fp8 precision")
