@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from planner.cli import goodput_options as gopt
 from planner.cli.checks import check_inputs
 from planner.cli.progress import progress
 from planner.config import ParallelConfig, Training
@@ -22,13 +23,14 @@ from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
 from planner.output.emit import emit_plan
+from planner.output.goodput import goodput_line, goodput_notes, options_lines
 from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
 from topologies.loader import load_job
 
-_OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
+_OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
 _LAYOUT_KEYS = {"TP": "tp", "PP": "pp", "VPP": "vpp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "MBS": "mbs"}
 
 
@@ -196,7 +198,13 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
         objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu | "
-                                      "robust (the lower edge of the uncertainty band of tokens/s)"),
+                                      "robust (the lower edge of the uncertainty band of tokens/s) | goodput "
+                                      "(tokens/s once failures are counted: chooses GPUs per rack and spares)"),
+        failure_rates: str = gopt.failure_rates_opt(),
+        storage_bw: float = gopt.storage_bw_opt(),
+        restart_min: float = gopt.restart_opt(),
+        repair_hours: float = gopt.repair_opt(),
+        checkpoint_interval: str = gopt.interval_opt(),
         compare: str = typer.Option(None, "--compare", help="also price this layout, e.g. TP1,PP2,VPP8,EP32, and show "
                                     "the plan's lead over it and whether it is within the model's uncertainty"),
         as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
@@ -223,6 +231,7 @@ def register(app: typer.Typer) -> None:
                 check_output(path, opt, directory=is_dir)   # refused before the search runs
         check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
+        res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
         m = load_model(model)
         job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
         c = job.cluster
@@ -231,7 +240,7 @@ def register(app: typer.Typer) -> None:
         eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
         try:
             result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                          trainer=trainer, method=method, equal_slices=eq)
+                          trainer=trainer, method=method, equal_slices=eq, resilience=res_opts)
         except InfeasibleError as exc:
             if "no layout fits" not in str(exc) and "memory lower bound" not in str(exc):
                 raise
@@ -261,7 +270,7 @@ def register(app: typer.Typer) -> None:
             return
         _render(doc, c, result, replan=lambda g: plan(m, job, training.model_copy(update={"global_batch": g}), top=1,
                                                       time_limit=time_limit, objective=obj, trainer=trainer,
-                                                      method=method, equal_slices=eq))
+                                                      method=method, equal_slices=eq, resilience=res_opts))
 
     @app.command("scale")
     def scale_cmd(
@@ -323,6 +332,7 @@ def _render(doc, cluster, result, replan=None) -> None:
     console.print(header_line(doc["header"]), highlight=False)
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
     _render_uncertainty(doc, console)
+    _render_goodput(doc, console)
     # the solver line and the NVLink domains per group are printed by render_plan (once)
     offered = doc["header"]["gpus_offered"]
     note = idle_note(doc, offered, idle_reason(result, offered, replan) if replan else "")
@@ -373,6 +383,22 @@ def idle_reason(result, offered: int, replan) -> str:
                     f"{p1.tokens_per_s / p0.tokens_per_s - 1:+.1%} tokens/s")
         break
     return why
+
+
+def _render_goodput(doc, console) -> None:
+    """Each plan's goodput line, where its inputs come from, and the --objective goodput options."""
+    for i, entry in enumerate(doc["plans"]):
+        line = goodput_line(entry, i)
+        if line:
+            console.print(line, highlight=False)
+    if doc["plans"]:
+        for note in goodput_notes(doc["plans"][0]):
+            console.print(f"   note: {note}", style="dim", highlight=False)
+    opts = options_lines(doc.get("solver") or {})
+    if opts:
+        console.print("--objective goodput: the best plan of each GPUs-per-domain option", highlight=False)
+        for line in opts:
+            console.print(f"   {line}", highlight=False)
 
 
 def _render_uncertainty(doc, console) -> None:

@@ -88,24 +88,26 @@ class JobShape:
         return sum(self.hosts_in(u) for u in self.used)
 
 
-def job_shape(cluster, rank_to_gpu) -> JobShape:
+def job_shape(cluster, rank_to_gpu, held_back: int = 0) -> JobShape:
     """The shape of a placed job (``Placement.rank_to_gpu`` on ``cluster.gpus()``): GPUs used per
-    domain and the whole hosts each domain leaves idle (its spares), pooled when a domain is a host."""
+    domain and the whole hosts each domain leaves idle (its spares), pooled when a domain is a host.
+    ``held_back``: hosts per domain the cluster lists as out of service that are spares kept on purpose
+    (``--usable-per-rack 64`` lists 2 trays per rack under ``health.failed_trays``)."""
     gpus = cluster.gpus()
-    gph = cluster.gpu_spec.gpus_per_node
-    sizes = cluster.domain_sizes()
+    spec = cluster.gpu_spec
+    gph = spec.gpus_per_node
     used: dict[int, int] = {}
     for g in rank_to_gpu:
         used[gpus[g].domain] = used.get(gpus[g].domain, 0) + 1
     order = sorted(used)
-    size = max(sizes) if sizes else gph
+    size = spec.nvlink_domain_max
     if size <= gph:   # the NVLink domain is the host: any idle host of the cluster is a spare
         idle = (len(gpus) - len(rank_to_gpu)) // gph
         return JobShape(tuple(used[d] for d in order), size, gph, (idle,), True)
-    dsize = {d.domain: 0 for d in gpus}
+    healthy = {g.domain: 0 for g in gpus}
     for g in gpus:
-        dsize[g.domain] += 1
-    spares = tuple((dsize[d] - used[d]) // gph for d in order)
+        healthy[g.domain] += 1
+    spares = tuple((healthy[d] - used[d]) // gph + held_back for d in order)
     return JobShape(tuple(used[d] for d in order), size, gph, spares, False)
 
 
@@ -234,7 +236,7 @@ def _interval(rule: str | float, delta: float, mtbf: float) -> tuple[float, str]
 
 
 def plan_goodput(model, cluster, training: Training, tokens_per_s: float, rank_to_gpu,
-                 settings: Resilience | None = None) -> Goodput:
+                 settings: Resilience | None = None, held_back: int = 0) -> Goodput:
     """Goodput of a placed plan on ``cluster`` (the entry point ``plan`` and ``compare`` use)."""
-    return goodput(tokens_per_s, job_shape(cluster, rank_to_gpu), checkpoint_bytes(model, training), settings,
-                   cluster.gpu_spec.name)
+    return goodput(tokens_per_s, job_shape(cluster, rank_to_gpu, held_back), checkpoint_bytes(model, training),
+                   settings, cluster.gpu_spec.name)
