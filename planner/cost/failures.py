@@ -101,7 +101,8 @@ def load_failure_model(name_or_path: str | None = None) -> FailureModel:
         raise InputError(f"{where}: no components")
     sources = {**shipped.get("sources", {}), **doc.get("sources", {})}
     return FailureModel(name, s.get("description", ""), sources.get(s.get("source"), s.get("source", "")), comps,
-                        dict(doc.get("switch_trays_per_domain") or shipped.get("switch_trays_per_domain") or {}),
+                        dict(doc["switch_trays_per_domain"] if "switch_trays_per_domain" in doc
+                             else shipped.get("switch_trays_per_domain") or {}),
                         {**shipped.get("defaults", {}), **(doc.get("defaults") or {})})
 
 

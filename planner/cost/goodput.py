@@ -29,6 +29,7 @@ where the NVLink domain is the host (HGX), any idle host of the cluster replaces
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from planner.config import Training
@@ -178,19 +179,20 @@ class Goodput:
 
 def _extra(fm: FailureModel, shape: JobShape, repair: float, restart: float) -> tuple[float, float, float]:
     """(extra share of time lost to failures that find no spare, rate of hardware failures, rate of
-    those that find no spare), per second."""
+    those that find no spare), per second. Domains of the same (used, spares) are priced once."""
     gpu_hw, host_hw = fm.rate("gpu", "hardware") / 3600.0, fm.rate("host", "hardware") / 3600.0
     sw = fm.rate("switch_tray", "domain") * fm.switch_trays_per_domain.get(shape.domain_size, 0) / 3600.0
     extra = hw_rate = none_rate = 0.0
-    pool = shape.spares[0] if shape.pooled else None
     total_hw = sum(gpu_hw * u + host_hw * shape.hosts_in(u) for u in shape.used)
-    for i, u in enumerate(shape.used):
+    pool = p_no_spare(shape.spares[0], total_hw * repair) if shape.pooled else None
+    kinds = Counter(zip(shape.used, shape.spares if not shape.pooled else [0] * len(shape.used)))
+    for (u, spares), n in kinds.items():
         lam = gpu_hw * u + host_hw * shape.hosts_in(u)
-        p = p_no_spare(pool, total_hw * repair) if shape.pooled else p_no_spare(shape.spares[i], lam * repair)
+        p = pool if shape.pooled else p_no_spare(spares, lam * repair)
         cost = repair * u / shape.gpus + restart
-        extra += lam * p * cost + sw * cost
-        hw_rate += lam
-        none_rate += lam * p
+        extra += n * (lam * p * cost + sw * cost)
+        hw_rate += n * lam
+        none_rate += n * lam * p
     return extra, hw_rate, none_rate
 
 
