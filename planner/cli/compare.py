@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
         --candidate dgx-h100:1024:precision=fp8 --gbs 4096
         """
         n_tokens = parse_tokens(tokens)
+        if pue is not None and pue < 1:
+            raise InputError(f"--pue {pue:g}: a PUE is at least 1 (facility power over IT power)")
         cands = [parse_candidate(c) for c in candidate]
         if html is not None:
             check_output(html, "--html")

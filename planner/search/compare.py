@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from planner.config import Training
 from planner.cost.economics import prices_for, run_cost
 from planner.cost.goodput import Resilience
-from planner.errors import InputError
+from planner.errors import InfeasibleError, InputError
 from planner.search.plan import plan
 from topologies.loader import load_job
 
@@ -82,7 +82,10 @@ def price_candidate(model, cand: Candidate, training: Training, tokens: float, *
     each with the band of the plan's prediction."""
     tr = training if cand.precision is None else training.model_copy(update={"precision": cand.precision})
     job = load_job(cand.cluster, gpus=cand.gpus, usable_per_domain=cand.usable_per_rack)
-    res = plan(model, job, tr, top=1, time_limit=time_limit, trainer=trainer, resilience=resilience)
+    try:
+        res = plan(model, job, tr, top=1, time_limit=time_limit, trainer=trainer, resilience=resilience)
+    except InfeasibleError as exc:
+        raise InfeasibleError(f"--candidate {cand.label}: {exc}") from None
     e = res.plans[0]
     p, g = e.prediction, e.goodput
     gpu = job.cluster.gpu_spec
