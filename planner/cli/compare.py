@@ -33,6 +33,13 @@ def parse_tokens(text: str) -> float:
     return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
 
 
+def _tokens_text(n: float) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= div:
+            return f"{n / div:,.4g}{unit}"
+    return f"{n:,.0f}"
+
+
 def register(app: typer.Typer) -> None:
     """Add ``compare`` to the root app."""
 
@@ -88,8 +95,8 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
         con = Console()
-        con.print(f"model {m.name} | {n_tokens:,.3g} tokens | seq {seq_len} | gbs {g} | trainer {training.trainer}",
-                  highlight=False)
+        con.print(f"model {m.name} | {_tokens_text(n_tokens)} tokens | seq {seq_len} | gbs {g} | trainer "
+                  f"{training.trainer}", highlight=False)
         con.print(compare_table(doc["candidates"], con.width))
         for line in compare_notes(doc):
             con.print(line, highlight=False)
