@@ -13,7 +13,7 @@ from scipy.stats import poisson
 
 from planner.cli.goodput_options import resilience
 from planner.config import Training
-from planner.cost.failures import load_failure_model
+from planner.cost.failures import RATES_FILE
 from planner.cost.goodput import (JobShape, Resilience, checkpoint_bytes, daly_interval, goodput, job_shape,
                                   p_no_spare, waste, young_interval)
 from planner.errors import InputError
@@ -35,7 +35,7 @@ def _llama3_shape(spare_hosts: int = 256) -> JobShape:
 
 
 def test_rate_file_holds_table5_by_component():
-    doc = yaml.safe_load(open(load_failure_model.__globals__["RATES_FILE"]).read())
+    doc = yaml.safe_load(RATES_FILE.read_text())
     comps = doc["sets"]["llama3"]["components"]
     causes = {k: v for c in comps.values() for k, v in (c.get("causes") or {}).items()}
     assert causes == TABLE5
