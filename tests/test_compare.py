@@ -59,6 +59,7 @@ def test_default_prices_are_flagged():
     p = prices_for("h100")
     assert p.usd_source == "assumed" and p.pue_source == "assumed" and p.pue == 1.2
     assert p.kw_per_gpu == pytest.approx(10.2 / 8)            # DGX H100: 10.2 kW for 8 GPUs
+    assert p.gpu_kw == 0.7 and p.host_share == pytest.approx(10.2 / 8 / 0.7 - 1)   # 700 W TDP, 82% more
     assert prices_for("gb200").kw_per_gpu == pytest.approx(120 / 72)
     p = prices_for("h100", usd_per_gpu_hour=2.0, kw_per_gpu=1.0, pue=1.1)
     assert (p.usd_source, p.kw_source, p.pue_source) == ("user", "user", "user")

@@ -42,6 +42,8 @@ class Prices:
     kw_source: str
     pue: float
     pue_source: str
+    gpu_kw: float | None = None       # the GPU's TDP (power.yaml)
+    host_share: float | None = None   # kw_per_gpu / gpu_kw - 1: the system's power beyond the GPU (default kW only)
 
 
 def prices_for(gpu: str, usd_per_gpu_hour: float | None = None, kw_per_gpu: float | None = None,
@@ -63,7 +65,9 @@ def prices_for(gpu: str, usd_per_gpu_hour: float | None = None, kw_per_gpu: floa
         usd_per_gpu_hour=usd_per_gpu_hour if usd_per_gpu_hour is not None else p["usd_per_gpu_hour"][gpu.lower()],
         usd_source="user" if usd_per_gpu_hour is not None else "assumed",
         kw_per_gpu=kw, kw_source="user" if kw_per_gpu is not None else f"catalog: {g['source']}",
-        pue=pue if pue is not None else p["pue"], pue_source="user" if pue is not None else "assumed")
+        pue=pue if pue is not None else p["pue"], pue_source="user" if pue is not None else "assumed",
+        gpu_kw=g["gpu_kw"] if g else None,
+        host_share=kw / g["gpu_kw"] - 1.0 if g and kw_per_gpu is None else None)
 
 
 def run_cost(tokens: float, goodput_tokens_per_s: float, gpus: int, prices: Prices) -> dict:

@@ -102,7 +102,8 @@ def price_candidate(model, cand: Candidate, training: Training, tokens: float, *
            "goodput_tokens_per_s_low": g.goodput_tokens_per_s * lo, "goodput_tokens_per_s_high": g.goodput_tokens_per_s * hi,
            "band_half_width": p.band_half_width, "regime": p.regime, "extrapolated": p.extrapolated,
            "usd_per_gpu_hour": prices.usd_per_gpu_hour, "usd_per_gpu_hour_source": prices.usd_source,
-           "kw_per_gpu": prices.kw_per_gpu, "kw_per_gpu_source": prices.kw_source,
+           "kw_per_gpu": prices.kw_per_gpu, "kw_per_gpu_source": prices.kw_source, "gpu_kw": prices.gpu_kw,
+           "host_share": prices.host_share,
            "pue": prices.pue, "pue_source": prices.pue_source,
            "solver_status": res.solver["status"], "goodput": g.to_dict()}
     out.update(central)

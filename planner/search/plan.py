@@ -254,9 +254,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_limit)
 
     entries, max_err = _entries(res, b, model, cluster, training, req.trainer, req.profile)
-    for e in entries:
-        e.goodput = plan_goodput(model, cluster, training.model_copy(update={"global_batch": e.gbs}),
-                                 e.prediction.tokens_per_s, e.placement.rank_to_gpu, resilience, held)
+    _price_goodput(entries, model, cluster, training, resilience, held)
     best = entries[0].prediction
     if objective == "robust":   # the band's lower edge of the cluster's tokens/s
         obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
@@ -290,6 +288,13 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "notes": b.notes,
     }
     return PlanResult(entries, solver_info, model, cluster, training)
+
+
+def _price_goodput(entries, model, cluster, training, resilience, held) -> None:
+    """Each entry's goodput (``planner.cost.goodput``) at its own global batch and placement."""
+    for e in entries:
+        e.goodput = plan_goodput(model, cluster, training.model_copy(update={"global_batch": e.gbs}),
+                                 e.prediction.tokens_per_s, e.placement.rank_to_gpu, resilience, held)
 
 
 def held_back(cluster) -> int:
