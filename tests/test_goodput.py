@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import poisson
 
 from planner.cli.goodput_options import resilience
@@ -189,3 +191,25 @@ def test_bad_settings_name_the_option(tmp_path):
     bad.write_text("sets: {x: {components: {gpu: {per: gpu, effect: explode, rate_per_hour: 1}}}}\n")
     with pytest.raises(InputError, match="effect"):
         resilience(str(bad), None, None, None, "young")
+
+
+@settings(max_examples=60, deadline=None)
+@given(racks=st.integers(1, 8), used=st.sampled_from([56, 64, 68, 72]), repair=st.floats(0.0, 400.0),
+       restart=st.floats(0.0, 60.0), bw=st.floats(0.01, 10.0), extra_spare=st.integers(1, 3))
+def test_goodput_rules(racks, used, repair, restart, bw, extra_spare):
+    """Rules any failure model must keep: the effective share lies in [0, 1]; a spare tray more never
+    lowers goodput; a longer repair or restart never raises it; Young's interval beats any other."""
+    spares = (72 - used) // 4
+
+    def g(sp=spares, rep=repair, rs=restart, interval="young"):
+        s = Resilience(storage_gb_s_per_gpu=bw, restart_min=rs, repair_hours=rep, interval=interval)
+        return goodput(1e6, JobShape((used,) * racks, 72, 4, (sp,) * racks, False), 9.4e12, s, "gb300")
+
+    base = g()
+    assert 0.0 <= base.effective_fraction <= 1.0
+    assert g(sp=spares + extra_spare).goodput_tokens_per_s >= base.goodput_tokens_per_s - 1e-6
+    assert g(rep=repair + 24).goodput_tokens_per_s <= base.goodput_tokens_per_s + 1e-6
+    assert g(rs=restart + 5).goodput_tokens_per_s <= base.goodput_tokens_per_s + 1e-6
+    for minutes in (5, 30, 120, 600):
+        assert g(interval=str(minutes)).goodput_tokens_per_s <= base.goodput_tokens_per_s + 1e-6 or \
+            base.effective_fraction == 0.0

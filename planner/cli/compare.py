@@ -16,7 +16,7 @@ from planner.cli.checks import check_inputs
 from planner.cli.plan import HEADROOM_HELP, _training
 from planner.cli.progress import progress
 from planner.errors import InputError
-from planner.io import atomic_write_text, check_output
+from planner.io import check_output
 from planner.model.spec import load_model
 from planner.output.compare import compare_notes, compare_table
 from planner.output.report import write_compare_html
