@@ -11,6 +11,7 @@ import pytest
 from planner.cli import main
 from planner.config import Training
 from planner.cost.goodput import Resilience, plan_goodput
+from planner.model.spec import load_model
 from planner.search.document import PlanDocument
 from planner.search.plan import plan, scale
 from topologies.loader import load_job
@@ -20,7 +21,6 @@ TRAINING = Training(seq_len=4096, global_batch=576)   # 576 = 72 x 8 = 64 x 9: b
 
 
 def _model():
-    from planner.model.spec import load_model
     return load_model(MODEL)
 
 
