@@ -208,6 +208,27 @@ CASES: list[Case] = [
     # --- scale
     C("scale-gpus-not-int", ["scale", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8,abc"], 2,
       ("--gpus",)),
+    C("plan-goodput-negative-repair", [*PLAN_8B, "--objective", "goodput", "--repair-hours", "-1"], 2,
+      ("--repair-hours",)),
+    C("plan-goodput-rates-missing", [*PLAN_8B, "--failure-rates", "nosuch.yaml"], 2, ("--failure-rates",)),
+    C("plan-goodput-rates-unknown-set", [*PLAN_8B, "--failure-rates", "meta-2030"], 2, ("--failure-rates", "meta-2030")),
+    C("plan-goodput-rates-bad-effect", [*PLAN_8B, "--failure-rates", "rates.yaml"], 2, ("effect", "rates.yaml"),
+      {"rates.yaml": "sets: {x: {components: {gpu: {per: gpu, effect: explode, rate_per_hour: 1}}}}\n"}),
+    C("plan-goodput-zero-storage", [*PLAN_8B, "--storage-bw", "0"], 2, ("--storage-bw",)),
+    C("scale-bad-checkpoint-interval", ["scale", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                                        "--checkpoint-interval", "hourly"], 2, ("--checkpoint-interval",)),
+    C("compare-candidate-without-gpus", ["compare", "--model", "llama3-8b", "--tokens", "1T", "--candidate",
+                                         "dgx-h100"], 2, ("--candidate",)),
+    C("compare-candidate-bad-key", ["compare", "--model", "llama3-8b", "--tokens", "1T", "--candidate",
+                                    "dgx-h100:8:price=2"], 2, ("price=2", "--candidate")),
+    C("compare-bad-tokens", ["compare", "--model", "llama3-8b", "--tokens", "lots", "--candidate", "dgx-h100:8"], 2,
+      ("--tokens",)),
+    C("compare-bad-pue", ["compare", "--model", "llama3-8b", "--tokens", "1T", "--candidate", "dgx-h100:8",
+                          "--pue", "0.5"], 2, ("--pue",)),
+    C("compare-html-under-a-file", ["compare", "--model", "llama3-8b", "--tokens", "1T", "--candidate", "dgx-h100:8",
+                                    "--html", "afile/compare.html"], 2, ("--html",), {"afile": "x"}),
+    C("compare-infeasible-candidate", ["compare", "--model", "llama3.1-405b", "--tokens", "1T", "--gbs", "64",
+                                       "--candidate", "dgx-h100:8"], 3, ("dgx-h100:8",)),
     C("scale-gpus-zero", ["scale", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0"], 2, ("--gpus",)),
     C("scale-unknown-cluster", ["scale", "--model", "llama3-8b", "--cluster", "nosuch", "--gpus", "8,16"], 2,
       ("nosuch",)),
@@ -258,7 +279,8 @@ def test_corpus_is_large_and_covers_every_command():
     assert len(CASES) >= 40
     assert len({c.id for c in CASES}) == len(CASES)
     commands = {c.argv[0] for c in CASES}
-    for cmd in ("topology", "models", "predict", "validate", "calibrate", "plan", "scale", "emit", "place-experts"):
+    for cmd in ("topology", "models", "predict", "validate", "calibrate", "plan", "scale", "emit", "place-experts",
+                "compare"):
         assert cmd in commands, cmd
     assert {c.code for c in CASES} == {2, 3}
 

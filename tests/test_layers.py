@@ -156,6 +156,8 @@ LAZY_IMPORTS = {
         "scipy.optimize (~0.3 s), for aligning expert placements across layers only",
     ("planner.output.report", "planner.output.report.pages"):
         "the pages draw their figures with matplotlib (~0.3 s), for --report only",
+    ("planner.output.report", "planner.output.report.compare.compare_page"):
+        "the compare page draws its plot with matplotlib (~0.3 s), for compare --html only",
 }
 
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from planner.cli import goodput_options as gopt
 from planner.cli.checks import check_inputs
 from planner.cli.progress import progress
 from planner.config import ParallelConfig, Training
@@ -22,13 +23,14 @@ from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
 from planner.output.emit import emit_plan
+from planner.output.goodput import goodput_line, goodput_notes, options_lines
 from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
 from topologies.loader import load_job
 
-_OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
+_OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
 _LAYOUT_KEYS = {"TP": "tp", "PP": "pp", "VPP": "vpp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "MBS": "mbs"}
 
 
@@ -196,7 +198,13 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
         objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu | "
-                                      "robust (the lower edge of the uncertainty band of tokens/s)"),
+                                      "robust (the lower edge of the uncertainty band of tokens/s) | goodput "
+                                      "(tokens/s once failures are counted: chooses GPUs per rack and spares)"),
+        failure_rates: str = gopt.failure_rates_opt(),
+        storage_bw: float = gopt.storage_bw_opt(),
+        restart_min: float = gopt.restart_opt(),
+        repair_hours: float = gopt.repair_opt(),
+        checkpoint_interval: str = gopt.interval_opt(),
         compare: str = typer.Option(None, "--compare", help="also price this layout, e.g. TP1,PP2,VPP8,EP32, and show "
                                     "the plan's lead over it and whether it is within the model's uncertainty"),
         as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
@@ -223,6 +231,7 @@ def register(app: typer.Typer) -> None:
                 check_output(path, opt, directory=is_dir)   # refused before the search runs
         check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
+        res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
         m = load_model(model)
         job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
         c = job.cluster
@@ -231,7 +240,7 @@ def register(app: typer.Typer) -> None:
         eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
         try:
             result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                          trainer=trainer, method=method, equal_slices=eq)
+                          trainer=trainer, method=method, equal_slices=eq, resilience=res_opts)
         except InfeasibleError as exc:
             if "no layout fits" not in str(exc) and "memory lower bound" not in str(exc):
                 raise
@@ -261,7 +270,7 @@ def register(app: typer.Typer) -> None:
             return
         _render(doc, c, result, replan=lambda g: plan(m, job, training.model_copy(update={"global_batch": g}), top=1,
                                                       time_limit=time_limit, objective=obj, trainer=trainer,
-                                                      method=method, equal_slices=eq))
+                                                      method=method, equal_slices=eq, resilience=res_opts))
 
     @app.command("scale")
     def scale_cmd(
@@ -278,13 +287,18 @@ def register(app: typer.Typer) -> None:
         gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
         trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
-        objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu"),
+        objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu | goodput"),
+        failure_rates: str = gopt.failure_rates_opt(),
+        storage_bw: float = gopt.storage_bw_opt(),
+        restart_min: float = gopt.restart_opt(),
+        repair_hours: float = gopt.repair_opt(),
+        checkpoint_interval: str = gopt.interval_opt(),
         as_json: bool = typer.Option(False, "--json", help="print JSON"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
         cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                          help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
     ):
-        """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention.
+        """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention, with goodput.
 
         Example: topoplan scale --model deepseek-v3 --cluster gb300-nvl72 --gpus 256,512,1024 --precision mxfp8
         """
@@ -300,11 +314,13 @@ def register(app: typer.Typer) -> None:
             check_output(report, "--report", directory=True)   # refused before the sizes are planned
         training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
                              memory_headroom)
+        res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
         m = load_model(model)
         with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
             rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
                          time_limit=time_limit,
-                         objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance())
+                         objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance(),
+                         resilience=res_opts)
         doc = {"model": m.name, "cluster": cluster, "rows": rows,
                "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
                                 m.name, cluster, sizes, [r["world"] for r in rows])}
@@ -323,9 +339,11 @@ def _render(doc, cluster, result, replan=None) -> None:
     console.print(header_line(doc["header"]), highlight=False)
     render_plan(doc, console=console, hbm_gib=cluster.gpu_spec.hbm_gib)
     _render_uncertainty(doc, console)
+    _render_goodput(doc, console)
     # the solver line and the NVLink domains per group are printed by render_plan (once)
     offered = doc["header"]["gpus_offered"]
-    note = idle_note(doc, offered, idle_reason(result, offered, replan) if replan else "")
+    spares = _spares_note(doc, offered)
+    note = spares or idle_note(doc, offered, idle_reason(result, offered, replan) if replan else "")
     if note:
         console.print(note, style="yellow", highlight=False)
     t = result.training
@@ -375,6 +393,33 @@ def idle_reason(result, offered: int, replan) -> str:
     return why
 
 
+def _spares_note(doc, offered) -> str:
+    """Under --objective goodput the GPUs a plan leaves idle are its spares: say so."""
+    best = doc["plans"][0] if doc["plans"] else {}
+    g = best.get("goodput") or {}
+    world = best.get("config", {}).get("world") or 0
+    if (doc.get("solver") or {}).get("objective_name") != "goodput_tokens_per_s" or not world or world >= offered:
+        return ""
+    return (f"note: {offered - world} of {offered} GPUs kept as spares ({g.get('spare_hosts_per_domain', 0)} hosts "
+            "per NVLink domain): --objective goodput found spares worth more than the GPUs they take")
+
+
+def _render_goodput(doc, console) -> None:
+    """Each plan's goodput line, where its inputs come from, and the --objective goodput options."""
+    for i, entry in enumerate(doc["plans"]):
+        line = goodput_line(entry, i)
+        if line:
+            console.print(line, highlight=False)
+    if doc["plans"]:
+        for note in goodput_notes(doc["plans"][0]):
+            console.print(f"   note: {note}", style="dim", highlight=False)
+    opts = options_lines(doc.get("solver") or {})
+    if opts:
+        console.print("--objective goodput: the best plan of each GPUs-per-domain option", highlight=False)
+        for line in opts:
+            console.print(f"   {line}", highlight=False)
+
+
 def _render_uncertainty(doc, console) -> None:
     """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout."""
     for i, entry in enumerate(doc["plans"]):
@@ -404,18 +449,27 @@ def _render_scale(rows, console=None) -> None:
     console.print(scale_table(rows, console.width))
 
 
+def _goodput_cell(row, key) -> str:
+    v = row.get(key)
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if key == "goodput_retention" else f"{v:,.0f}"
+
+
 def scale_table(rows, width: int | None = None):
     """The scaling table: figures never wrap; the layout and the solver cell wrap between tokens."""
     cells = [[f"{r['gpus']:,}", f"{r['world']:,}", r["layout"], f"{r['tokens_per_s']:,.0f}",
-              f"{r['tflops_per_gpu']:,.0f}", f"{100 * r['retention']:.1f}%", f"{r['status']} {r['wall_s']:.1f} s"]
+              f"{r['tflops_per_gpu']:,.0f}", f"{100 * r['retention']:.1f}%", _goodput_cell(r, "goodput_tokens_per_s"),
+              _goodput_cell(r, "goodput_retention"), f"{r['status']} {r['wall_s']:.1f} s"]
              for r in rows]
-    cols = ("GPUs", "used", "layout", "tokens/s", "TFLOP/s", "retained", "solver")
+    cols = ("GPUs", "used", "layout", "tokens/s", "TFLOP/s", "retained", "goodput", "g.retained", "solver")
     wrap = {"layout", "solver"}
 
     def build(wide: bool) -> Table:
         t = compact_table(title="scaling",
                   caption="tokens/s of the cluster; TFLOP/s: model TFLOP/s per GPU; retained: per-GPU throughput "
-                          "against the smallest size")
+                          "against the smallest size; goodput: tokens/s once failures, checkpoints and restarts are "
+                          "counted (docs/resilience.md); g.retained: goodput per GPU against the smallest size")
         for k, col in enumerate(cols):
             if col in wrap and not wide:
                 t.add_column(col, overflow="fold", min_width=longest_token(c[k] for c in cells))

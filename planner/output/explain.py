@@ -678,7 +678,8 @@ def solver_line(solver: Mapping) -> str:
     line = f"solver: {solver.get('status', '?')} in {float(solver.get('wall_s') or 0):.2f} s"
     obj, bound = solver.get("objective"), solver.get("bound")
     if obj is not None:
-        unit = {"tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU"}.get(
+        unit = {"tokens_per_s": "tokens/s", "tflops_per_gpu": "TFLOP/s per GPU",
+                "goodput_tokens_per_s": "goodput tokens/s"}.get(
             solver.get("objective_name") or "", str(solver.get("objective_name") or ""))
         line += f", best {float(obj):,.0f} {unit}".rstrip()
         if bound is not None:

@@ -31,8 +31,8 @@ REGENERATE = "topoplan schema plan > planner/data/plan.schema.json"
 Trainer = Literal["megatron", "torchtitan", "maxtext"]
 Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
 # The quantity the solver maximised: cluster tokens/s (--objective throughput), their lower
-# uncertainty bound (robust), or model TFLOP/s per GPU (tflops-per-gpu).
-ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu"]
+# uncertainty bound (robust), model TFLOP/s per GPU (tflops-per-gpu), or goodput tokens/s (goodput).
+ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu", "goodput_tokens_per_s"]
 # The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
 Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
                "imbalance", "other", "offload"]
@@ -108,11 +108,37 @@ class PlacementPart(_Strict):
     domains_used: int
 
 
+class GoodputPart(_Strict):
+    """The plan's goodput (``planner.cost.goodput``, docs/resilience.md): tokens/s once failures,
+    checkpoints and restarts are counted; every field follows from the others by the formulas there."""
+
+    goodput_tokens_per_s: float = Field(description="tokens_per_s * effective_fraction")
+    effective_fraction: float = Field(description="1 - checkpoint_share - failure_share (at least 0)")
+    tokens_per_s: float
+    interruptions_per_day: float = Field(description="expected job interruptions per day (86400 / mtbf_h / 3600)")
+    mtbf_h: float
+    checkpoint_gb: float = Field(description="weights and optimizer state written per checkpoint (1e9 bytes)")
+    checkpoint_write_s: float = Field(description="checkpoint_gb / (storage GB/s per GPU * GPUs)")
+    interval_s: float = Field(description="checkpoint interval (interval_rule: young | daly | fixed)")
+    interval_rule: str
+    restart_s: float
+    repair_h: float
+    lost_per_failure_s: float = Field(description="interval_s / 2 + restart_s + repair cost without a spare, per interruption")
+    checkpoint_share: float = Field(description="checkpoint_write_s / interval_s")
+    failure_share: float
+    spare_hosts_per_domain: int = Field(description="whole spare hosts (trays) of the least-spared NVLink domain used")
+    no_spare_share: float = Field(description="share of hardware interruptions that find no spare host")
+    rates: str = Field(description="the failure-rate set (planner/data/failure_rates.yaml)")
+    carried_over: bool = Field(description="the rates were observed on another GPU generation")
+    assumed: list[str] = Field(description="inputs that are assumptions rather than published figures")
+
+
 class PlanEntryPart(_Strict):
     label: str
     config: ConfigPart
     prediction: PredictionPart
     placement: PlacementPart
+    goodput: GoodputPart | None = None
     lead_over_next: float | None = None
     within_uncertainty: bool | None = None
 
@@ -241,6 +267,10 @@ class ScaleRow(_Strict):
     status: str
     wall_s: float
     retention: float = Field(description="TFLOP/s per GPU against the smallest size's")
+    goodput_tokens_per_s: float | None = Field(None, description="tokens_per_s once failures are counted")
+    effective_fraction: float | None = None
+    interruptions_per_day: float | None = None
+    goodput_retention: float | None = Field(None, description="goodput per GPU against the smallest size's")
 
 
 class ScaleDocument(_Strict):

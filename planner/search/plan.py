@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.config import DEFAULT_STACKS, ParallelConfig, Training
+from planner.cost.goodput import Resilience, plan_goodput
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
@@ -51,7 +52,10 @@ from planner.search.space import VARIABLES, build_space, gpd_candidates
 from solver.layout import enumerate_bounded, evaluate_many, feasible_rows, solve, solve_bounded
 from topologies.loader import Job
 
-OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
+OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
+# the quantity each objective maximises, as the plan document names it
+OBJECTIVE_NAMES = {"throughput": "tokens_per_s", "robust": "tokens_per_s_low", "tflops-per-gpu": "tflops_per_gpu",
+                   "goodput": "goodput_tokens_per_s"}
 # Search engines over the same program (docs/solver.md): "enumerate" (default) and "cp-sat" walk
 # blocks in order of one separable lower bound, numpy or CP-SAT enumerating the blocks under the
 # rules; "exhaustive" evaluates every assignment (the oracle); "cp-sat-full" is the whole
@@ -70,6 +74,7 @@ class PlanEntry:
     gbs: int
     shapes: dict = field(default_factory=dict)
     program_step_s: float | None = None
+    goodput: object | None = None  # planner.cost.goodput.Goodput
 
     @property
     def label(self) -> str:
@@ -120,7 +125,10 @@ class PlanResult:
                           "fits": pred.fits,
                           "breakdown": dict(pred.breakdown),
                           "memory": dict(pred.memory)}
-            plans.append({"label": e.label, "config": cfg, "prediction": prediction, "placement": placement})
+            entry = {"label": e.label, "config": cfg, "prediction": prediction, "placement": placement}
+            if e.goodput is not None:
+                entry["goodput"] = e.goodput.to_dict()
+            plans.append(entry)
         _mark_leads(plans, self.solver.get("objective_name"))
         t = self.training
         return {
@@ -186,7 +194,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
          objective: str = "throughput", gbs_range: tuple[int, int] | None = None, trainer: str | None = None,
          *, workers: int = 2, min_world: int | None = None, include: dict | None = None,
          profile=None, method: str = "enumerate", restrict: dict | None = None,
-         equal_slices: bool | None = None) -> PlanResult:
+         equal_slices: bool | None = None, resilience: Resilience | None = None) -> PlanResult:
     """The ``top`` best layouts with their placement, best first, and the solver's proof status.
 
     ``min_world``: the fewest GPUs a plan may use (default: half of those offered; a plan may use
@@ -208,12 +216,20 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     "exhaustive": every assignment the rule tables allow, ordered by the exact CORE + P2P bound
     (the oracle the others are tested against).
     "cp-sat-full": the whole nonlinear program in CP-SAT; practical for small spaces only.
+    Every plan carries its goodput (``planner.cost.goodput``, with ``resilience``'s settings);
+    ``objective="goodput"`` plans each GPUs-per-domain option for throughput and keeps the plans of
+    best goodput (``_plan_by_goodput``: spares against GPUs used; the solver's program is the same).
     """
+    if objective == "goodput":
+        return _plan_by_goodput(model, cluster, training, top, resilience, dict(
+            time_limit=time_limit, gbs_range=gbs_range, trainer=trainer, workers=workers, min_world=min_world,
+            include=include, profile=profile, method=method, restrict=restrict, equal_slices=equal_slices))
     if method not in METHODS:
         raise InputError(f"--method {method!r}: use one of {', '.join(METHODS)}")
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise InputError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    held = held_back(cluster)
     req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
                    equal_slices)
     cluster, training = req.cluster, req.training
@@ -238,6 +254,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_limit)
 
     entries, max_err = _entries(res, b, model, cluster, training, req.trainer, req.profile)
+    _price_goodput(entries, model, cluster, training, resilience, held)
     best = entries[0].prediction
     if objective == "robust":   # the band's lower edge of the cluster's tokens/s
         obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
@@ -252,7 +269,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "solve_s": res.wall_s,
         "build_s": t_build,
         "objective": obj_val,
-        "objective_name": {"throughput": "tokens_per_s", "robust": "tokens_per_s_low"}.get(objective, "tflops_per_gpu"),
+        "objective_name": OBJECTIVE_NAMES[objective],
         "bound": bound,
         "gap": None if bound is None or not obj_val else max(0.0, (bound - obj_val) / obj_val),
         "method": method if factors is not None or method in ("cp-sat-full", "exhaustive") else "exhaustive",
@@ -271,6 +288,64 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "notes": b.notes,
     }
     return PlanResult(entries, solver_info, model, cluster, training)
+
+
+def _price_goodput(entries, model, cluster, training, resilience, held) -> None:
+    """Each entry's goodput (``planner.cost.goodput``) at its own global batch and placement."""
+    for e in entries:
+        e.goodput = plan_goodput(model, cluster, training.model_copy(update={"global_batch": e.gbs}),
+                                 e.prediction.tokens_per_s, e.placement.rank_to_gpu, resilience, held)
+
+
+def held_back(cluster) -> int:
+    """Spare hosts per NVLink domain that a job keeps on purpose: ``--usable-per-rack K`` on NVL72 racks
+    lists (72 - K) / 4 trays per rack as out of service; they are spares for goodput."""
+    if not isinstance(cluster, Job) or cluster.per_domain is None:
+        return 0
+    spec = cluster.cluster.gpu_spec
+    if spec.nvlink_domain_max <= spec.gpus_per_node:
+        return 0
+    return max(0, (spec.nvlink_domain_max - cluster.per_domain) // spec.gpus_per_node)
+
+
+def _plan_by_goodput(model, cluster, training, top, resilience, kw) -> PlanResult:
+    """``objective="goodput"``: plan for throughput at each GPUs-per-domain option of the job (all of a
+    rack, or fewer with whole spare trays: 72 or 64 of 72), price each plan's goodput, and keep the
+    ``top`` plans of best goodput. The options' best plans are listed in ``solver["goodput_options"]``."""
+    job = cluster if isinstance(cluster, Job) else Job(cluster, cluster.num_gpus, None)
+    t0 = time.perf_counter()
+    runs, refusal = [], None
+    for opt in gpd_options(job):
+        restrict = {**(kw.get("restrict") or {}), "gpd": [opt]}
+        include = {**(kw.get("include") or {}), "gpd": [opt]}
+        try:
+            res = plan(model, job, training, top, objective="throughput", resilience=resilience,
+                       **{**kw, "restrict": restrict, "include": include})
+        except InfeasibleError as exc:
+            refusal = exc
+            continue
+        runs.append((opt, res))
+    if not runs:
+        raise refusal or InfeasibleError(f"{model.name}: no GPUs-per-domain option has a layout")
+    seen, pool = set(), []
+    for _, res in runs:
+        for e in res.plans:
+            key = (e.label, e.world, e.placement.rank_to_gpu)
+            if key not in seen:
+                seen.add(key)
+                pool.append((e, res))
+    pool.sort(key=lambda x: -x[0].goodput.goodput_tokens_per_s)
+    best_entry, best_run = pool[0]
+    solver = dict(best_run.solver)
+    solver.update(objective=best_entry.goodput.goodput_tokens_per_s, objective_name="goodput_tokens_per_s",
+                  bound=None, gap=None, wall_s=time.perf_counter() - t0, goodput_options=[
+                      {"gpus_per_domain": opt, "label": r.plans[0].label, "world": r.plans[0].world,
+                       "tokens_per_s": r.plans[0].prediction.tokens_per_s,
+                       "goodput_tokens_per_s": r.plans[0].goodput.goodput_tokens_per_s,
+                       "effective_fraction": r.plans[0].goodput.effective_fraction,
+                       "spare_hosts_per_domain": r.plans[0].goodput.spare_hosts_per_domain,
+                       "status": r.solver["status"]} for opt, r in runs])
+    return PlanResult([e for e, _ in pool[:top]], solver, model, best_run.cluster, best_run.training)
 
 
 @dataclass
@@ -431,9 +506,14 @@ def _mark_leads(plans: list[dict], objective_name: str | None) -> None:
     """Each plan's lead over the next (in the objective's quantity, central predictions) and whether
     it lies inside the leader's uncertainty band (``planner.cost.uncertainty.lead``)."""
     key = "tflops_per_gpu" if objective_name == "tflops_per_gpu" else "tokens_per_s"
+
+    def value(p):
+        if objective_name == "goodput_tokens_per_s" and p.get("goodput"):
+            return p["goodput"]["goodput_tokens_per_s"]
+        return p["prediction"][key]
+
     for a, b in zip(plans, plans[1:]):
-        pa, pb = a["prediction"], b["prediction"]
-        gap, within = lead(pa[key], pa.get("band_half_width") or 0.0, pb[key])
+        gap, within = lead(value(a), a["prediction"].get("band_half_width") or 0.0, value(b))
         a["lead_over_next"], a["within_uncertainty"] = gap, within
 
 
@@ -463,23 +543,30 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
 
 
 def scale(model, cluster_for, sizes, training: Training, *, time_limit=None, objective="throughput",
-          gbs_range=None, trainer=None, on_done=None) -> list[dict]:
-    """Plan each GPU count; rows with throughput, TFLOP/s per GPU and retention vs the smallest size."""
+          gbs_range=None, trainer=None, on_done=None, resilience: Resilience | None = None) -> list[dict]:
+    """Plan each GPU count; rows with throughput, TFLOP/s per GPU and retention vs the smallest size,
+    and goodput (``planner.cost.goodput``): goodput tokens/s, the effective share and goodput per GPU
+    retained against the smallest size."""
     rows = []
     for n in sorted(sizes):
         cluster = cluster_for(n)
         res = plan(model, cluster, training, top=1, time_limit=time_limit, objective=objective,
-                   gbs_range=gbs_range, trainer=trainer)
+                   gbs_range=gbs_range, trainer=trainer, resilience=resilience)
         e = res.plans[0]
         p = e.prediction
         rows.append({"gpus": n, "world": e.world, "layout": e.label, "gbs": e.gbs,
                      "tokens_per_s": p.tokens_per_s, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
                      "tflops_per_gpu": p.tflops_per_gpu, "step_time_s": p.step_time_s,
                      "breakdown": dict(p.breakdown),
+                     "goodput_tokens_per_s": e.goodput.goodput_tokens_per_s,
+                     "effective_fraction": e.goodput.effective_fraction,
+                     "interruptions_per_day": e.goodput.interruptions_per_day,
                      "status": res.solver["status"], "wall_s": res.solver["wall_s"]})
         if on_done:
             on_done(n)
     base = rows[0]["tflops_per_gpu"] if rows else 0.0
+    gbase = rows[0]["goodput_tokens_per_s"] / rows[0]["world"] if rows and rows[0]["goodput_tokens_per_s"] else 0.0
     for r in rows:
         r["retention"] = r["tflops_per_gpu"] / base if base else 0.0
+        r["goodput_retention"] = r["goodput_tokens_per_s"] / r["world"] / gbase if gbase else 0.0
     return rows

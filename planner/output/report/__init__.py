@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.io import atomic_dir
+from planner.io import atomic_dir, atomic_write_text
 
 KINDS = ("plan", "scale", "place-experts")
 
@@ -52,6 +52,15 @@ def write_report(kind: str, data, out_dir) -> list[Path]:
         (stage / "data.json").write_text(json.dumps(_jsonable(data), indent=1), encoding="utf-8")
         names = ["index.html"] + [f.name for f in figures] + ["data.json"]
     return [out_dir / n for n in names]
+
+
+def write_compare_html(doc: Mapping, path) -> Path:
+    """``topoplan compare --html FILE``: one self-contained HTML page (plot embedded), written atomically."""
+    from planner.output.report.compare import compare_page  # lazy: matplotlib, for --html only
+
+    path = Path(path)
+    atomic_write_text(path, compare_page(doc), option="--html")
+    return path
 
 
 def _jsonable(data):

@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from planner.output import explain
+from planner.output.goodput import goodput_line, goodput_notes
 from planner.output.report import data as rd
 from planner.output.report import figures as fg
 from planner.search.document import load_document
@@ -137,6 +138,12 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
                             f"Each row is an NVLink domain ({word[:-1]}), each cell a GPU, coloured by the "
                             f"pipeline stage{' and the EP group' if is_moe else ''} its rank belongs to; grey "
                             f"cells are unused or failed. {spans}"))
+    goodput = [goodput_line(p, i) for i, p in enumerate(top) if p.get("goodput")]
+    if goodput:
+        notes = goodput_notes(plans[0])
+        body.append("<h2>Goodput</h2><ul class=\"why\">" + "".join(f"<li>{_e(s)}</li>" for s in goodput + notes)
+                    + "</ul><p class=\"meta\">tokens/s once interruptions, checkpoint writes and restarts are "
+                    "counted (docs/resilience.md)</p>")
     lines = explain.why_not_lines(doc, n=5)
     if lines:
         body.append("<h2>Why not the others</h2><ul class=\"why\">"
