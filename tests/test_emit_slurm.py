@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
+from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import emit_plan, load_context
 from planner.output.emit import maxtext, megatron, slurm, torchtitan
@@ -198,6 +199,40 @@ def test_any_allocation_of_the_shape_is_placed_at_job_start(tmp_path, stubs):
         hosts = Path(senv["SLURM_HOSTFILE"]).read_text().split()
         assert hosts == [f"gpu{i:02d}" for i in range(7, 15) for _ in range(8)]
         assert senv["TOPOPLAN_PLACED"] == str(out / "slurm" / "placed-42")
+
+
+def test_nvl72_job_places_ranks_on_the_racks_scontrol_reports(tmp_path, stubs):
+    """GB300 NVL72: sbatch asks for 4 x 16-tray segments, not hosts; at start it reads the racks from
+    'scontrol show topology' (BlockName ... Nodes=...), places the plan with slurm/place.py (python3, no
+    topoplan) and srun's hostfile keeps every EP32 group inside one rack. A rack cut to 12 trays exits 3."""
+    doc = _doc(DSV3_GB300)
+    out = _emit(tmp_path, doc, ["megatron", "slurm"])
+    sb = (out / "slurm" / "sbatch.sh").read_text()
+    assert "\n#SBATCH --nodes=64\n" in sb and "\n#SBATCH --segment=16\n" in sb
+    env = {**_filled(out), **_scontrol(stubs), "SLURM_JOB_ID": "7"}
+    racks = {f"blk{b}": [f"nvl-{b}-{t:02d}" for t in range(1, 19)] for b in (9, 3, 5, 7, 1)}
+    (tmp_path / "topo.txt").write_text("".join(f"BlockName={b} BlockIndex={i} Nodes=nvl-{b[3:]}-[01-18]\n"
+                                               for i, b in enumerate(racks)))
+    granted = [h for b in ("blk9", "blk3", "blk7", "blk1") for h in racks[b][:16]]
+    p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": ",".join(granted),
+                                                   "STUB_TOPOLOGY": str(tmp_path / "topo.txt")}, cwd=out)
+    assert p.returncode == 0, p.stderr
+    _, senv = _called(stubs, "srun")
+    hosts = Path(senv["SLURM_HOSTFILE"]).read_text().split()
+    rack_of = {h: b for b, hs in racks.items() for h in hs}
+    config = DSV3_GB300["config"]
+    for axis in ("ep", "etp", "tp"):
+        assert all(len({rack_of[hosts[r]] for r in g}) == 1 for g in rank_groups(config, 256, axis))
+    # task.sh reads the placed rank order: rank 5's host and GPU come from the job's hostfile
+    task = {k: senv[k] for k in ("TOPOPLAN_DIR", "TOPOPLAN_PLACED", "MEGATRON_LM")}
+    p = _task(out, stubs, **task, NCCL_MNNVL_ENABLE="0", TOPOPLAN_DRY_RUN="1")
+    assert p.returncode == 0 and p.stdout.split() == ["RANK=5", f"LOCAL_RANK={load_context(doc).local[5]}"], p.stderr
+    short = granted[:-4]
+    (stubs / "srun.argv").unlink()
+    p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": ",".join(short),
+                                                   "STUB_TOPOLOGY": str(tmp_path / "topo.txt")}, cwd=out)
+    assert p.returncode == 3 and "error: rack blk1 holds 12 of the 16 trays" in p.stderr
+    assert _called(stubs, "srun") is None
 
 
 # --- FILL_ME guard -----------------------------------------------------------------------------
