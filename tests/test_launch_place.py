@@ -26,6 +26,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.launch import core
 from planner.launch.allocation import nodelist_pairs, read_allocation, topology_table
 from planner.launch.place import shape_of_document, write_placed
+from planner.output.emit import emit_plan
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
@@ -278,7 +279,7 @@ def test_degrade_plans_again_on_what_was_granted(tmp_path):
 def test_the_shipped_launcher_is_the_core_module(tmp_path):
     """slurm/place.py is planner/launch/core.py byte for byte, and it runs on python3 -I (no topoplan)."""
     out = tmp_path / "o"
-    planner.output.emit.emit_plan(_dsv3_doc(), ["slurm"], out)
+    emit_plan(_dsv3_doc(), ["slurm"], out)
     assert (out / "slurm" / "place.py").read_text() == (ROOT / "planner" / "launch" / "core.py").read_text()
     hosts = [f"t{r}-{i}" for r in range(4) for i in range(18)]
     _write(tmp_path / "granted", "\n".join(hosts) + "\n")
