@@ -174,6 +174,18 @@ def check_placed(doc, placed, host_domain):
     return shape
 
 
+def test_the_check_fails_on_a_placement_that_splits_a_group():
+    """The oracle can fail: two trays of different racks swapped in the hostfile split EP32 groups."""
+    doc = _dsv3_doc()
+    pairs = [(f"h{r}-{t}", f"R{r}") for r in range(4) for t in range(16)]
+    placed = planner.place(doc, pairs)
+    check_placed(doc, placed, dict(pairs))
+    a, b = placed.hosts[0], placed.hosts[-1]
+    placed.hosts = [b if h == a else a if h == b else h for h in placed.hosts]
+    with pytest.raises(AssertionError):
+        check_placed(doc, placed, dict(pairs))
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(racks=st.integers(2, 4), trays=st.sampled_from([16, 18]), ep=st.sampled_from([8, 16, 32, 64]),
        tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), extra=st.integers(0, 3), seed=st.integers(0, 10**6))
@@ -296,3 +308,6 @@ def test_the_shipped_launcher_is_the_core_module(tmp_path):
                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert p.returncode == 3 and "holds 15 of the 16 trays an EP32 group set needs" in p.stderr
     assert not (tmp_path / "hostfile2").exists()
+    p = subprocess.run(["python3", "-I", str(out / "slurm" / "place.py"), str(tmp_path / "missing.json"),
+                        str(tmp_path / "granted"), "-", str(tmp_path / "hostfile3")], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.splitlines()) == 1
