@@ -288,6 +288,15 @@ def test_degrade_plans_again_on_what_was_granted(tmp_path):
     assert tmp_path / "run" / "plan.json" in paths
 
 
+def test_core_is_standard_library_only_and_old_python_syntax():
+    """slurm/place.py must run on any batch host: it imports only the standard library and parses as 3.7."""
+    import ast
+    tree = ast.parse((ROOT / "planner" / "launch" / "core.py").read_text(), feature_version=(3, 7))
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
 def test_the_shipped_launcher_is_the_core_module(tmp_path):
     """slurm/place.py is planner/launch/core.py byte for byte, and it runs on python3 -I (no topoplan)."""
     out = tmp_path / "o"
