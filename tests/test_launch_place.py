@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +141,12 @@ def test_domains_from_the_plans_cluster_nvidia_smi_and_topology_conf(tmp_path):
     table = topology_table(_write(tmp_path / "topology.conf", conf), "gb200", 4)
     pairs = nodelist_pairs("gb200-r[01-04]-t[01-18]", table)
     assert {d for _, d in pairs} == {"blk1", "blk2", "blk3", "blk4"}
+    # the same blocks from topology.yaml (topology.yaml(5): block.blocks[].block / nodes)
+    doc_yaml = [{"topology": "t", "cluster_default": True,
+                 "block": {"block_sizes": [18], "blocks": [{"block": f"yb{r}", "nodes": f"gb200-r{r:02d}-t[01-18]"}
+                                                           for r in range(1, 5)]}}]
+    table = topology_table(_write(tmp_path / "topology.yaml", yaml.safe_dump(doc_yaml)), "gb200", 4)
+    assert dict(nodelist_pairs("gb200-r03-t[05-06]", table)) == {"gb200-r03-t05": "yb3", "gb200-r03-t06": "yb3"}
 
 
 # --- the proof: shuffled whole-rack slices of a bigger cluster ----------------------------------------
