@@ -161,14 +161,26 @@ def _placeholder(var: str) -> str:
     return f"{FILL}_{var.lower().removeprefix('topoplan_')}"
 
 
+def nccl_env(ctx: EmitContext) -> dict[str, str]:
+    """The NCCL variables the plan itself fixes (NVLink SHARP, multi-node NVLink): the one source of
+    their values for slurm/sbatch.sh (:func:`fabric_exports`, which says why) and the k8s pod env."""
+    env = {}
+    if get_gpu(ctx.gpu).nvls_busbw_gbps:
+        env["NCCL_NVLS_ENABLE"] = "2"
+    if multi_node_nvlink(ctx):
+        env["NCCL_MNNVL_ENABLE"] = "1"
+    return env
+
+
 def fabric_exports(ctx: EmitContext) -> list[str]:
     """Comment and export lines for what the plan itself fixes about the network."""
     out = []
-    if get_gpu(ctx.gpu).nvls_busbw_gbps:
+    env = nccl_env(ctx)
+    if "NCCL_NVLS_ENABLE" in env:
         out += ["# NVLink SHARP: NCCL's default (2 = use when the NVSwitches offer it). The plan's all-reduce times",
                 "# assume it (topologies/collectives.py); an image that sets NCCL_NVLS_ENABLE=0 would slow them.",
-                "export NCCL_NVLS_ENABLE=2"]
-    if multi_node_nvlink(ctx):
+                f"export NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}"]
+    if "NCCL_MNNVL_ENABLE" in env:
         seg = hosts_per_domain(ctx)
         out += [f"# Multi-node NVLink: NVLink domains of up to {get_gpu(ctx.gpu).nvlink_domain_max} GPUs across "
                 f"{ctx.gpus_per_node}-GPU trays. Ranks on different trays",
@@ -177,7 +189,7 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
                 "# by Slurm's switch/nvidia_imex plugin); slurm/task.sh refuses to start without one.",
                 "# 1 = fail at NCCL init when MNNVL is unusable instead of silently sending the traffic between the",
                 "# trays of a rack over the network (NCCL's default 2 = auto), which would void the plan's prediction.",
-                "export NCCL_MNNVL_ENABLE=1"]
+                f"export NCCL_MNNVL_ENABLE={env['NCCL_MNNVL_ENABLE']}"]
         if seg:
             out += ["# Slurm topology/block with one block per rack: if you drop --nodelist, ask for whole-rack "
                     "segments instead:",
