@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.config import ParallelConfig, Training
+from planner.cost.shape import LaunchShape
 from planner.errors import InputError, pydantic_message
 from planner.model.spec import ModelSpec
 from topologies.cluster import Cluster
@@ -106,6 +107,8 @@ class PlacementPart(_Strict):
     local_ranks: list[int]
     domains: dict[str, int] = Field(description="NVLink domains the worst group of each axis spans")
     domains_used: int
+    shape: LaunchShape | None = Field(None, description="what the plan needs from an allocation, independent of "
+                                                        "host names (planner.cost.shape; absent in older plans)")
 
 
 class PlanEntryPart(_Strict):
@@ -278,6 +281,7 @@ class LaunchPlacement(BaseModel):
     rank_to_gpu: list[int] = Field(min_length=1)
     hosts: list[str] | None = None
     local_ranks: list[int] | None = None
+    shape: LaunchShape | None = None
 
 
 class LaunchEntry(BaseModel):

@@ -40,6 +40,7 @@ from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
+from planner.cost.shape import shape_of_placement
 from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import param_counts
@@ -105,7 +106,8 @@ class PlanResult:
                          "hosts": [gpus[g].node for g in r2g],
                          "local_ranks": [gpus[g].local for g in r2g],
                          "domains": {ax: sh[2] for ax, sh in e.shapes.items()},
-                         "domains_used": len({gpus[g].domain for g in r2g})}
+                         "domains_used": len({gpus[g].domain for g in r2g}),
+                         "shape": shape_of_placement(self.cluster, c, e.placement).model_dump(mode="json")}
             prediction = {"tflops_per_gpu": pred.tflops_per_gpu,
                           "tokens_per_s_per_gpu": pred.tokens_per_s_per_gpu,
                           "tokens_per_s": pred.tokens_per_s,

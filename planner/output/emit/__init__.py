@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from planner.config import ParallelConfig, Training
 from planner.cost.profiles import load_profile
+from planner.cost.shape import LaunchShape, launch_shape, multi_host_cluster
 from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
 from planner.search.document import load_launch
@@ -74,6 +75,14 @@ class EmitContext:
         for h in self.hosts:
             seen.setdefault(h, None)
         return list(seen)
+
+
+def launch_shape_of(ctx: EmitContext) -> LaunchShape:
+    """The plan's shape (``planner.cost.shape``): domain slots, GPUs per host, domain-local axes, rank map."""
+    names = dict(enumerate(ctx.cluster.domain_names())) if ctx.cluster is not None else None
+    multi = multi_host_cluster(ctx.cluster) if ctx.cluster is not None else None
+    return launch_shape(ctx.config, ctx.hosts, ctx.local, ctx.domains, order=ctx.order, domain_names=names,
+                        multi_host=multi)
 
 
 PLAN_VERSION = 1  # the plan.json document version written by planner.search.plan (docs/architecture.md)
