@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import yaml
 
 from planner.errors import InputError
-from planner.output.emit import EmitContext, render_files
+from planner.output.emit import EmitContext, launch_shape_of, render_files
 from planner.output.emit.megatron import megatron_env
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, multi_node_nvlink,
-                                       nccl_env, node_blocks, site_settings)
+                                       nccl_env, site_settings)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -79,28 +79,20 @@ class K8sShape:
 
 
 def k8s_shape(ctx: EmitContext) -> K8sShape:
-    """The plan as pods, or InputError (one line) when pod order cannot be the plan's rank order."""
-    blocks = node_blocks(ctx)
-    if blocks is None:
-        raise InputError("--emit k8s: the plan's ranks are not whole hosts of consecutive ranks (rank = "
-                         "node_rank * gpus_per_node + local rank under torchrun); emit slurm for this placement")
-    n = ctx.gpus_per_node
-    dom_of_node = [ctx.domains[i * n] for i in range(len(blocks))]
-    runs: list[tuple[int, int]] = []          # (domain, hosts) of each run of consecutive nodes
-    for d in dom_of_node:
-        if runs and runs[-1][0] == d:
-            runs[-1] = (d, runs[-1][1] + 1)
-        else:
-            runs.append((d, 1))
-    if len({d for d, _ in runs}) != len(runs):
-        d = next(d for d, _ in runs if sum(1 for x, _ in runs if x == d) > 1)
-        raise InputError(f"--emit k8s: NVLink domain {d}'s hosts are not one block of consecutive node ranks in "
-                         "the plan, so Kueue's slices cannot keep its groups together; emit slurm for this placement")
-    sizes = {h for _, h in runs}
+    """The plan's shape (``planner.cost.shape``) as pods, or InputError (one line) when the pod order
+    cannot be the plan's rank order: rank r must sit on node rank r // gpus_per_host, and domain slot k
+    on node ranks k * hosts ... (k + 1) * hosts - 1, every slot the same number of hosts."""
+    shape = launch_shape_of(ctx)
+    sizes = sorted({s.hosts for s in shape.slots})
     if len(sizes) != 1:
-        raise InputError(f"--emit k8s: the plan uses {sorted(sizes)} hosts in different NVLink domains; Kueue's "
-                         "podset slices are all one size: plan with --usable-per-rack to use the same number per rack")
-    return K8sShape(nodes=len(blocks), gpus_per_node=n, slice_hosts=sizes.pop(), mnnvl=multi_node_nvlink(ctx))
+        raise InputError(f"--emit k8s: the plan uses {' and '.join(map(str, sizes))} hosts in different NVLink "
+                         "domains; Kueue's podset slices are all one size: plan with --usable-per-rack so that "
+                         "every rack gives the same number")
+    n, per = shape.gpus_per_host, sizes[0]
+    if shape.world % n or any(r // n != slot * per + host for r, (slot, host, _) in enumerate(shape.ranks)):
+        raise InputError("--emit k8s: the plan's ranks are not whole hosts of consecutive ranks, NVLink domain by "
+                         "domain (pod i runs ranks i * gpus_per_host ...); emit slurm for this placement")
+    return K8sShape(nodes=shape.hosts, gpus_per_node=n, slice_hosts=per, mnnvl=multi_node_nvlink(ctx))
 
 
 def job_name(ctx: EmitContext) -> str:
