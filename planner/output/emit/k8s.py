@@ -233,7 +233,7 @@ def trainjob(ctx: EmitContext, shape: K8sShape, name: str, trainer: str, items: 
     tpl = pod_template(ctx, shape, name, trainer, items, container=TRAINER_NODE, master=None)
     runtime = {"apiVersion": TRAINER_API, "kind": "TrainingRuntime",
                "metadata": {"name": f"{name}-runtime", "namespace": NAMESPACE},
-               "spec": {"mlPolicy": {"numNodes": shape.nodes, "torch": {"numProcPerNode": shape.gpus_per_node}},
+               "spec": {"mlPolicy": {"numNodes": shape.nodes, "torch": {}},   # v2.3: procs per node in the TrainJob
                         "template": {"spec": {
                             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
                             "replicatedJobs": [{
