@@ -13,9 +13,13 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 import re
+import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -28,6 +32,7 @@ from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import emit_plan, launch_shape_of, load_context
 from planner.output.emit import megatron, torchtitan
+from topologies.loader import load_cluster
 from topologies.presets import build_preset
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
@@ -244,7 +249,6 @@ def test_launcher_refuses_placeholders_and_starts_torchrun_at_the_completion_ind
         assert p.returncode == 2 and k in p.stderr, k
     p = _launch(d, tmp_path, {**filled, "JOB_COMPLETION_INDEX": "5"})
     assert p.returncode == 0, p.stderr
-    import shlex
     argv = shlex.split(p.stdout.replace("\\\n", " "))
     shape = launch_shape_of(ctx)
     assert argv[:11] == ["torchrun", "--nnodes", str(shape.hosts), "--nproc-per-node", str(shape.gpus_per_host),
@@ -266,7 +270,6 @@ def test_real_data_replaces_mock_data(emitted, tmp_path):
     env["TOPOPLAN_DATA_ARGS"] = "--data-path /d/text_document --tokenizer-model '/m/tok dir'"
     p = _launch(d, tmp_path, {**env, "JOB_COMPLETION_INDEX": "0"})
     assert p.returncode == 0, p.stderr
-    import shlex
     argv = shlex.split(p.stdout.replace("\\\n", " "))
     want = [a for a in megatron.megatron_args(load_context(doc)) if a != "--mock-data"]
     assert argv[11:] == ["/opt/mlm/pretrain_gpt.py", *want, "--data-path", "/d/text_document",
@@ -331,7 +334,7 @@ LAYOUTS = [(m, racks, trays, tp, ep, pp)
            and (racks * trays * 4 // pp) % (ep * tp) == 0]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=st.sampled_from(LAYOUTS), extra_racks=st.integers(0, 4), busy=st.integers(0, 2),
        seed=st.integers(0, 2**32 - 1))
 def test_kueue_slices_keep_every_domain_local_group_in_one_clique(tmp_path, layout, extra_racks, busy, seed):
@@ -378,3 +381,43 @@ def test_slice_model_has_teeth():
     assert broken
     good = tas_assign(world // 4, trays, cliques, rng)
     assert all(len({clique_of[good[r // 4]] for r in g}) == 1 for g in rank_groups(config, world, "ep"))
+
+
+# --- from `topology import k8s` to the manifests, through the CLI ---------------------------------
+
+def _cli(*argv):
+    p = subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.slow   # three CLI runs in subprocesses
+def test_topology_import_k8s_feeds_the_manifests(tmp_path):
+    """kubectl's node list (clique labels) -> cluster.yaml -> plan -> emit k8s,k8s-cluster via the CLI."""
+    cliques = [f"7f3c0d2e-aaaa-4bbb-8ccc-00000000000{r}.{r + 1}" for r in range(3)]
+    items = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": f"gb200-r{r}-t{t:02d}",
+                           "labels": {"nvidia.com/gpu.clique": cliques[r], "nvidia.com/gpu.product": "NVIDIA-GB200"}},
+              "status": {"capacity": {"nvidia.com/gpu": "4"}}} for r in range(3) for t in range(18)]
+    items.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-0"}, "status": {"capacity": {}}})
+    (tmp_path / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    rc, _, err = _cli("topology", "import", "k8s", str(tmp_path / "nodes.json"), "-o", str(tmp_path / "cluster.yaml"))
+    assert rc == 0, err
+    cluster = load_cluster(str(tmp_path / "cluster.yaml"))
+    assert cluster.domain_names() == cliques and cluster.num_gpus == 216
+    doc = plan_doc("qwen3-30b-a3b", cluster, ParallelConfig(tp=1, pp=1, ep=16, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=192), world=192, gpus_per_domain=64)
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    rc, out, err = _cli("emit", str(tmp_path / "plan.json"), "--trainer", "megatron,k8s,k8s-cluster",
+                        "--out", str(tmp_path / "launch"), "--json")
+    assert rc == 0, err
+    written = {Path(f).relative_to(tmp_path / "launch").as_posix() for f in json.loads(out)["files"]}
+    assert {"k8s/jobset.yaml", "k8s/computedomain.yaml", "k8s-cluster/kueue.yaml"} <= written
+    kinds = _kinds(tmp_path / "launch")
+    assert all(problems(d) == [] for d in kinds.values())
+    pods, job = _workers(kinds["JobSet"])
+    assert pods == 48 and job["template"]["metadata"]["annotations"]["kueue.x-k8s.io/podset-slice-size"] == "16"
+    assert [lv["nodeLabel"] for lv in kinds["Topology"]["spec"]["levels"]][1] == "nvidia.com/gpu.clique"
+    assert kinds["ClusterQueue"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 216
+    rc, _, err = _cli("emit", str(tmp_path / "plan.json"), "--trainer", "k8s", "--out", str(tmp_path / "none"))
+    assert rc == 2 and err.startswith("error: --emit k8s:") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "none").exists()
