@@ -122,7 +122,8 @@ def test_emit_writes_every_file_atomically(tmp_path, dsv3_doc):
     paths = emit_plan(dsv3_doc, "all", out)
     rel = sorted(str(p.relative_to(out)) for p in paths)
     assert rel == ["bridge/overrides.txt", "maxtext/overrides.yml", "megatron/args.txt", "megatron/env.sh",
-                   "plan.json", "slurm/hostfile", "slurm/sbatch.sh", "slurm/task.sh", "torchtitan/command.txt",
+                   "plan.json", "slurm/domains.txt", "slurm/hostfile", "slurm/local_gpus", "slurm/place.py",
+                   "slurm/sbatch.sh", "slurm/shape.json", "slurm/task.sh", "torchtitan/command.txt",
                    "torchtitan/job.toml", "torchtitan/topoplan_config.py"]   # MXFP8 converters: a registry of its own
     assert json.loads((out / "plan.json").read_text()) == dsv3_doc
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind

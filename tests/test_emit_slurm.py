@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
+from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import emit_plan, load_context
 from planner.output.emit import maxtext, megatron, slurm, torchtitan
@@ -134,10 +136,10 @@ def test_nodelist_and_rank_order_expand_to_the_plans_hosts(tmp_path, spec):
     sb = (out / "slurm" / "sbatch.sh").read_text()
     ranks = _rank_hosts(doc)
     in_order = list(dict.fromkeys(ranks))
-    nodelist = re.search(r"^#SBATCH --nodelist=(\S+)$", sb, flags=re.M).group(1)
+    nodelist = re.search(r"^##SBATCH --nodelist=(\S+)$", sb, flags=re.M).group(1)
     assert expand(nodelist) == in_order
     assert len(nodelist) < len(",".join(in_order)) / 4          # compressed, not a list of names
-    order_line = sb.splitlines()[sb.splitlines().index(next(x for x in sb.splitlines() if "Hosts in rank order" in x)) + 1]
+    order_line = sb.splitlines()[sb.splitlines().index(next(x for x in sb.splitlines() if "hosts in rank order" in x)) + 1]
     assert expand(order_line.removeprefix("#").strip()) == in_order
     per = int(re.search(r"\((\d+) consecutive ranks each\)", sb).group(1))
     assert [h for h in in_order for _ in range(per)] == ranks     # whole hosts of consecutive ranks
@@ -162,20 +164,75 @@ def test_is_preset_host_matches_every_preset_name_only():
         assert not is_preset_host(h)
 
 
-def test_allocation_with_other_hosts_is_refused(tmp_path, stubs):
+SCONTROL = r"""#!/bin/bash
+# scontrol stub: 'show hostnames EXPR' expands with topoplan's own hostlist code; 'show topology' prints $STUB_TOPOLOGY
+case "$1 $2" in
+  "show hostnames") PYTHONPATH="$STUB_ROOT" "$STUB_PY" -c 'import sys; from topologies.hostlist import expand; print("\n".join(expand(sys.argv[1])))' "$3" ;;
+  "show topology") if [ -n "${STUB_TOPOLOGY:-}" ]; then cat "$STUB_TOPOLOGY"; fi ;;
+esac
+"""
+
+
+def _scontrol(stubs: Path) -> dict[str, str]:
+    (stubs / "scontrol").write_text(SCONTROL)
+    (stubs / "scontrol").chmod(0o755)
+    return {"STUB_ROOT": str(Path(__file__).resolve().parents[1]), "STUB_PY": sys.executable}
+
+
+def test_any_allocation_of_the_shape_is_placed_at_job_start(tmp_path, stubs):
+    """The job no longer needs the plan's hosts: other hosts of the same shape are placed (slurm/place.py,
+    python3 without topoplan) and srun gets their hostfile; too few hosts exit 3 before srun."""
     out = _emit(tmp_path, _doc(LLAMA70_H100), ["megatron", "slurm"])
-    env = _filled(out)
-    hosts = list(dict.fromkeys(_rank_hosts(_doc(LLAMA70_H100))))
-    scontrol = stubs / "scontrol"
-    for given, rc in ((hosts[::-1], 0), (hosts[:-1] + ["other-node"], 2)):
-        scontrol.write_text("#!/bin/bash\nprintf '%s\\n' " + " ".join(given) + "\n")
-        scontrol.chmod(0o755)
+    env = {**_filled(out), **_scontrol(stubs)}
+    sb = (out / "slurm" / "sbatch.sh").read_text()
+    assert not re.search(r"^#SBATCH --nodelist", sb, flags=re.M)
+    for nodelist, rc in (("gpu[07-14]", 0), ("gpu[07-13]", 3)):
         (stubs / "srun.argv").unlink(missing_ok=True)
-        p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": "x[1-8]"}, cwd=out)
+        p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "42"},
+                 cwd=out)
         assert p.returncode == rc, p.stderr
-        assert (_called(stubs, "srun") is None) == (rc == 2)
+        assert (_called(stubs, "srun") is None) == (rc == 3)
         if rc:
-            assert "slurm/hostfile names h100-n[0001-0008]" in p.stderr
+            assert "error: the allocation spans 7 NVLink domains" in p.stderr
+            continue
+        _, senv = _called(stubs, "srun")
+        hosts = Path(senv["SLURM_HOSTFILE"]).read_text().split()
+        assert hosts == [f"gpu{i:02d}" for i in range(7, 15) for _ in range(8)]
+        assert senv["TOPOPLAN_PLACED"] == str(out / "slurm" / "placed-42")
+
+
+def test_nvl72_job_places_ranks_on_the_racks_scontrol_reports(tmp_path, stubs):
+    """GB300 NVL72: sbatch asks for 4 x 16-tray segments, not hosts; at start it reads the racks from
+    'scontrol show topology' (BlockName ... Nodes=...), places the plan with slurm/place.py (python3, no
+    topoplan) and srun's hostfile keeps every EP32 group inside one rack. A rack cut to 12 trays exits 3."""
+    doc = _doc(DSV3_GB300)
+    out = _emit(tmp_path, doc, ["megatron", "slurm"])
+    sb = (out / "slurm" / "sbatch.sh").read_text()
+    assert "\n#SBATCH --nodes=64\n" in sb and "\n#SBATCH --segment=16\n" in sb
+    env = {**_filled(out), **_scontrol(stubs), "SLURM_JOB_ID": "7"}
+    racks = {f"blk{b}": [f"nvl-{b}-{t:02d}" for t in range(1, 19)] for b in (9, 3, 5, 7, 1)}
+    (tmp_path / "topo.txt").write_text("".join(f"BlockName={b} BlockIndex={i} Nodes=nvl-{b[3:]}-[01-18]\n"
+                                               for i, b in enumerate(racks)))
+    granted = [h for b in ("blk9", "blk3", "blk7", "blk1") for h in racks[b][:16]]
+    p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": ",".join(granted),
+                                                   "STUB_TOPOLOGY": str(tmp_path / "topo.txt")}, cwd=out)
+    assert p.returncode == 0, p.stderr
+    _, senv = _called(stubs, "srun")
+    hosts = Path(senv["SLURM_HOSTFILE"]).read_text().split()
+    rack_of = {h: b for b, hs in racks.items() for h in hs}
+    config = DSV3_GB300["config"]
+    for axis in ("ep", "etp", "tp"):
+        assert all(len({rack_of[hosts[r]] for r in g}) == 1 for g in rank_groups(config, 256, axis))
+    # task.sh reads the placed rank order: rank 5's host and GPU come from the job's hostfile
+    task = {k: senv[k] for k in ("TOPOPLAN_DIR", "TOPOPLAN_PLACED", "MEGATRON_LM")}
+    p = _task(out, stubs, **task, NCCL_MNNVL_ENABLE="0", TOPOPLAN_DRY_RUN="1")
+    assert p.returncode == 0 and p.stdout.split() == ["RANK=5", f"LOCAL_RANK={load_context(doc).local[5]}"], p.stderr
+    short = granted[:-4]
+    (stubs / "srun.argv").unlink()
+    p = _run(out / "slurm" / "sbatch.sh", stubs, {**env, "SLURM_JOB_NODELIST": ",".join(short),
+                                                   "STUB_TOPOLOGY": str(tmp_path / "topo.txt")}, cwd=out)
+    assert p.returncode == 3 and "error: rack blk1 holds 12 of the 16 trays" in p.stderr
+    assert _called(stubs, "srun") is None
 
 
 # --- FILL_ME guard -----------------------------------------------------------------------------
@@ -334,7 +391,7 @@ def test_gb300_nvl72_job_enables_mnnvl_and_needs_an_imex_channel(tmp_path, stubs
     assert senv["NCCL_MNNVL_ENABLE"] == "1" and senv["NCCL_NVLS_ENABLE"] == "2"
     assert "NCCL_IB_GID_INDEX" not in senv                            # InfiniBand (the preset's fabric)
     sb = (tmp_path / "o" / "slurm" / "sbatch.sh").read_text()
-    assert "##SBATCH --segment=16" in sb                              # 64 of 72 GPUs per rack = 16 trays
+    assert "\n#SBATCH --segment=16\n" in sb                          # 64 of 72 GPUs per rack = 16 trays
     # task.sh under that environment: without an IMEX channel it stops, with one it starts the trainer
     chans = tmp_path / "imex"
     chans.mkdir()
@@ -399,6 +456,6 @@ def test_nodelist_round_trips_any_host_names(prefix, width, numbers, data):
     ctx = load_context(doc)
     text = slurm.sbatch_script(dataclasses.replace(ctx, trainers=("megatron",)))
     in_order = list(dict.fromkeys(_rank_hosts(doc)))
-    assert expand(re.search(r"^#SBATCH --nodelist=(\S+)$", text, flags=re.M).group(1)) == in_order
+    assert expand(re.search(r"^##SBATCH --nodelist=(\S+)$", text, flags=re.M).group(1)) == in_order
     assert expand(re.search(r"^#   (\S+)$", text, flags=re.M).group(1)) == in_order
     assert "PLACEHOLDER" not in text                                  # none of these is a preset's name

@@ -1,6 +1,6 @@
 """The layer contract of docs/architecture.md, read from the source (every import, at module level or
 inside a function): data flows topologies -> planner.model -> planner.cost -> planner.search ->
-planner.output -> planner.cli, and ``solver`` takes plain arrays from anyone and imports none of them.
+planner.output -> planner.launch -> planner.cli, and ``solver`` takes plain arrays from anyone and imports none of them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planner.search", ("topologies", "solver", "planner.model", "planner.cost", "planner.search") + BASE),
     ("planner.output", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
                         "planner.output") + BASE),
+    ("planner.launch", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
+                        "planner.output", "planner.launch") + BASE),
     ("planner.cli", ("topologies", "solver", "planner")),
 ]
 OWN = ("planner", "solver", "topologies")

@@ -126,6 +126,16 @@ def shape_of_placement(cluster, config: ParallelConfig, placement) -> LaunchShap
                         multi_host=multi_host_cluster(cluster))
 
 
+def host_domains(cluster) -> dict[str, str]:
+    """Host -> NVLink-domain name of every host of a cluster (a host without a domain is its own)."""
+    names = cluster.domain_names()
+    out = {}
+    for h in cluster.hosts():
+        d = cluster.node_domain(h)
+        out[h] = names[d] if d is not None and d < len(names) else h
+    return out
+
+
 def multi_host_cluster(cluster) -> bool:
     """True when a cluster's NVLink domains span several hosts (NVL72 racks of trays)."""
     per: dict[int, set[str]] = {}

@@ -17,9 +17,9 @@ def srun_sites(out: Path) -> list[tuple[str, int]]:
     """(host, local GPU) of every global rank under ``srun --distribution=arbitrary``: Slurm starts
     task r on line r of slurm/hostfile; slurm/task.sh picks its GPU (LOCAL_RANK)."""
     hosts = (out / "slurm" / "hostfile").read_text().split()
-    script = ('TOPOPLAN_SOURCE_ONLY=1 TOPOPLAN_DIR=x . "$1"; '
+    script = ('TOPOPLAN_SOURCE_ONLY=1 TOPOPLAN_DIR="$3" . "$1"; topoplan_load_placement; '
               'for ((r=0; r<$2; r++)); do topoplan_rank_env "$r"; echo "$RANK $LOCAL_RANK"; done')
-    res = subprocess.run(["bash", "-c", script, "bash", str(out / "slurm" / "task.sh"), str(len(hosts))],
+    res = subprocess.run(["bash", "-c", script, "bash", str(out / "slurm" / "task.sh"), str(len(hosts)), str(out)],
                          capture_output=True, text=True, check=True).stdout.split("\n")
     sites = []
     for r, line in enumerate(x for x in res if x):

@@ -27,9 +27,11 @@ docs/emitters.md ("Slurm") lists every setting with its source.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
+from planner.cost.shape import host_domains
 from planner.errors import InputError
-from planner.output.emit import EmitContext
+from planner.output.emit import EmitContext, launch_shape_of
 from planner.output.emit.bridge import RECIPES
 from planner.output.emit.megatron import megatron_env
 from topologies.gpus import get_gpu
@@ -48,6 +50,9 @@ TRAINER_HOME = {
                 "'python3 -m maxtext.trainers.pre_train.train /path/to/configs/base.yml'"),
 }
 IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
+# the one place implementation (standard library only), shipped as slurm/place.py; read as a file, not
+# imported: planner.launch sits above planner.output
+PLACE_CORE = Path(__file__).resolve().parents[2] / "launch" / "core.py"
 
 
 def node_blocks(ctx: EmitContext) -> list[tuple[str, list[int]]] | None:
@@ -113,16 +118,6 @@ def multi_node_nvlink(ctx: EmitContext) -> bool:
     return any(len(s) > 1 for s in per_domain.values())
 
 
-def hosts_per_domain(ctx: EmitContext) -> int | None:
-    """Hosts the plan uses in each NVLink domain when that number is the same everywhere (Slurm's
-    ``--segment`` for topology/block), else None."""
-    per: dict[int, set[str]] = {}
-    for h, d in zip(ctx.hosts, ctx.domains):
-        per.setdefault(d, set()).add(h)
-    counts = {len(s) for s in per.values()}
-    return counts.pop() if len(counts) == 1 else None
-
-
 def placeholder_hosts(ctx: EmitContext) -> bool:
     """True when every host name is one a preset made up (``gb300-r01-t01``, ``h100-n0001``)."""
     return all(is_preset_host(h) for h in ctx.host_order)
@@ -181,7 +176,6 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
                 "# assume it (topologies/collectives.py); an image that sets NCCL_NVLS_ENABLE=0 would slow them.",
                 f"export NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}"]
     if "NCCL_MNNVL_ENABLE" in env:
-        seg = hosts_per_domain(ctx)
         out += [f"# Multi-node NVLink: NVLink domains of up to {get_gpu(ctx.gpu).nvlink_domain_max} GPUs across "
                 f"{ctx.gpus_per_node}-GPU trays. Ranks on different trays",
                 "# of a rack talk over NVLink through IMEX: every tray of a rack runs nvidia-imex in one IMEX domain and",
@@ -190,56 +184,68 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
                 "# 1 = fail at NCCL init when MNNVL is unusable instead of silently sending the traffic between the",
                 "# trays of a rack over the network (NCCL's default 2 = auto), which would void the plan's prediction.",
                 f"export NCCL_MNNVL_ENABLE={env['NCCL_MNNVL_ENABLE']}"]
-        if seg:
-            out += ["# Slurm topology/block with one block per rack: if you drop --nodelist, ask for whole-rack "
-                    "segments instead:",
-                    f"##SBATCH --segment={seg}"]
     return out
 
 
 def task_script(ctx: EmitContext) -> str:
+    """slurm/task.sh: its header and settings, the rank lookups, the trainer commands and ``main``."""
+    return "\n".join([_task_head(ctx), _task_lookups(ctx), _task_trainers(ctx), _task_main(ctx)])
+
+
+def _task_head(ctx: EmitContext) -> str:
     names = trainers(ctx)
-    blocks = node_blocks(ctx)
-    hosts = ctx.host_order
-    local = " ".join(str(x) for x in ctx.local)
-    node_rank_cases = ""
-    if blocks:
-        node_rank_cases = "\n".join(f"    {shlex.quote(h)}) NODE_RANK={i}; GPUS={','.join(map(str, g))} ;;"
-                                    for i, (h, g) in enumerate(blocks))
-    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
-    recipe = ""
-    if "bridge" in names:
-        recipe = RECIPES[ctx.model.name.lower()]
     return f"""#!/usr/bin/env bash
 # Per-task launcher written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},
-# {ctx.world} x {ctx.gpu}. Started by slurm/sbatch.sh; see docs/emitters.md.
+# {ctx.world} x {ctx.gpu}. Started by slurm/sbatch.sh; see docs/emitters.md and docs/launch.md.
 #   srun launcher (default): one task per GPU; task SLURM_PROCID=r runs global rank r on host line r
-#                    of slurm/hostfile and GPU LOCAL_GPU[r] of that host.
+#                    of the placed hostfile and GPU line r of the placed local_gpus.
 #   node launcher:   TOPOPLAN_LAUNCHER=node (or torchrun), one task per host with a fixed node rank;
 #                    torchrun for the PyTorch trainers, one JAX process for MaxText (its only launcher).
+# The rank order: TOPOPLAN_PLACED (set by sbatch.sh after slurm/place.py placed the plan on the job's
+# hosts) holds hostfile and local_gpus; without it, slurm/hostfile and slurm/local_gpus (the plan's hosts).
 # Trainers emitted with this file: {' '.join(names) or 'none'} (TOPOPLAN_TRAINER picks one; default {names[0] if names else 'none'}).
 # TOPOPLAN_DRY_RUN=1 prints the rank environment instead of starting the trainer.
 set -euo pipefail
 ROOT="${{TOPOPLAN_DIR:?set TOPOPLAN_DIR to the topoplan output directory}}"
+PLACED="${{TOPOPLAN_PLACED:-$ROOT/slurm}}"
 WORLD={ctx.world}
 NPROC_PER_NODE={ctx.gpus_per_node}
-NNODES={len(hosts)}
-MASTER_HOST={shlex.quote(ctx.hosts[0])}
-LOCAL_GPU=({local})
-TORCHRUN_OK={1 if blocks else 0}
+NNODES={len(ctx.host_order)}
+TORCHRUN_OK={1 if node_blocks(ctx) else 0}
 EMITTED="{' '.join(names)}"
 MNNVL={1 if multi_node_nvlink(ctx) else 0}
+"""
+
+
+def _task_lookups(ctx: EmitContext) -> str:
+    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+    return f"""topoplan_load_placement() {{  # RANK_HOST[r], LOCAL_GPU[r] of every global rank r, and MASTER_HOST
+  mapfile -t RANK_HOST < "$PLACED/hostfile"
+  mapfile -t LOCAL_GPU < "$PLACED/local_gpus"
+  if [ "${{#RANK_HOST[@]}}" != "$WORLD" ] || [ "${{#LOCAL_GPU[@]}}" != "$WORLD" ]; then
+    echo "topoplan: $PLACED/hostfile and local_gpus must hold $WORLD lines (one per rank); run slurm/place.py again" >&2
+    return 1
+  fi
+  MASTER_HOST="${{RANK_HOST[0]}}"
+}}
 
 topoplan_rank_env() {{  # sets RANK LOCAL_RANK for srun task $1 (SLURM_PROCID)
   RANK="$1"
   LOCAL_RANK="${{LOCAL_GPU[$RANK]}}"
 }}
 
-topoplan_node_env() {{  # sets NODE_RANK GPUS for host $1 (node launcher)
-  case "$1" in
-{node_rank_cases}
-    *) echo "topoplan: host $1 is not in this plan (or the plan is not made of whole-host rank blocks)" >&2; return 1 ;;
-  esac
+topoplan_node_env() {{  # sets NODE_RANK GPUS for host $1 (node launcher: whole hosts of consecutive ranks)
+  local b r
+  for ((b = 0; b < NNODES; b++)); do
+    if [ "${{RANK_HOST[$((b * NPROC_PER_NODE))]}}" = "$1" ]; then
+      NODE_RANK=$b
+      GPUS="${{LOCAL_GPU[$((b * NPROC_PER_NODE))]}}"
+      for ((r = b * NPROC_PER_NODE + 1; r < (b + 1) * NPROC_PER_NODE; r++)); do GPUS="$GPUS,${{LOCAL_GPU[$r]}}"; done
+      return 0
+    fi
+  done
+  echo "topoplan: host $1 is not in $PLACED/hostfile (or the plan is not made of whole-host rank blocks)" >&2
+  return 1
 }}
 
 topoplan_refuse_placeholders() {{  # a value still reading FILL_ME... was never filled in
@@ -270,8 +276,12 @@ topoplan_quote_lines() {{  # each line of stdin as one shell-quoted word
   local line
   while IFS= read -r line; do printf ' %q' "$line"; done
 }}
+"""
 
-trainer_cmd() {{  # prints the command line (for eval) of trainer $1; $2 = "python" or the torchrun prefix
+
+def _task_trainers(ctx: EmitContext) -> str:
+    recipe = RECIPES[ctx.model.name.lower()] if "bridge" in trainers(ctx) else ""
+    return f"""trainer_cmd() {{  # prints the command line (for eval) of trainer $1; $2 = "python" or the torchrun prefix
   local data
   data=$(topoplan_data "$1")
   case "$1" in
@@ -292,8 +302,12 @@ trainer_cmd() {{  # prints the command line (for eval) of trainer $1; $2 = "pyth
         "${{SLURM_JOB_ID:-run}}" "$data" ;;
   esac
 }}
+"""
 
-main() {{
+
+def _task_main(ctx: EmitContext) -> str:
+    names = trainers(ctx)
+    return f"""main() {{
   topoplan_refuse_placeholders || exit 2
   local trainer="${{TOPOPLAN_TRAINER:-{names[0] if names else ''}}}"
   if [ -n "$trainer" ]; then
@@ -312,6 +326,7 @@ main() {{
   if [ "$trainer" = maxtext ] && [ "$launcher" = srun ]; then
     echo "topoplan: MaxText runs one JAX process per host; use TOPOPLAN_LAUNCHER=node" >&2; exit 2
   fi
+  topoplan_load_placement || exit 2
   export WORLD_SIZE="$WORLD" MASTER_ADDR="${{MASTER_ADDR:-$MASTER_HOST}}" MASTER_PORT="${{MASTER_PORT:-{MASTER_PORT}}}"
   local prefix=python
   if [ "$launcher" = node ]; then
@@ -355,6 +370,71 @@ fi
 """
 
 
+def segment(ctx: EmitContext) -> int | None:
+    """Slurm ``--segment``: hosts per NVLink-domain slot when domains span hosts and every slot needs as many."""
+    shape = launch_shape_of(ctx)
+    sizes = {s.hosts for s in shape.slots}
+    return sizes.pop() if shape.multi_host_domains and len(sizes) == 1 else None
+
+
+def shape_request(ctx: EmitContext) -> list[str]:
+    """The #SBATCH lines that ask for the plan's shape (no host names), and the --nodelist alternative."""
+    shape = launch_shape_of(ctx)
+    seg = segment(ctx)
+    lines = [f"#SBATCH --nodes={shape.hosts}", f"#SBATCH --ntasks={ctx.world}",
+             f"#SBATCH --gpus-per-node={ctx.gpus_per_node}", "#SBATCH --exclusive"]
+    if seg:
+        lines += [f"# Whole-rack segments (topology/block, one block per NVL72 rack): {len(shape.slots)} x {seg} trays, "
+                  "each in one block.", f"#SBATCH --segment={seg}"]
+    elif shape.multi_host_domains:
+        lines += ["# The plan's racks hold " + "/".join(str(s.hosts) for s in shape.slots) + " trays: no single "
+                  "--segment fits; the job checks the racks it gets (exit 3 on a shortfall)."]
+    lines += ["# Or pin the plan's own hosts (the job still places ranks at start): put one '#' less on the next line.",
+              f"##SBATCH --nodelist={hostlist(ctx)}"]
+    return lines
+
+
+def place_step(ctx: EmitContext) -> str:
+    """sbatch.sh: place the plan on SLURM_JOB_NODELIST (slurm/place.py) and export the rank order."""
+    span = 1 if launch_shape_of(ctx).multi_host_domains else 0
+    return f"""DOMAINS_SPAN_HOSTS={span}  # the plan's NVLink domains span hosts (NVL72 racks of trays)
+topoplan_blocks() {{  # 'HOST BLOCK' for every node of every BlockName line of 'scontrol show topology'
+  local line name nodes
+  while IFS= read -r line; do
+    case "$line" in *BlockName=*Nodes=*) ;; *) continue ;; esac
+    name=${{line#*BlockName=}}; name=${{name%% *}}
+    nodes=${{line#*Nodes=}}; nodes=${{nodes%% *}}
+    scontrol show hostnames "$nodes" | sed "s/\\$/ $name/"
+  done
+}}
+topoplan_place() {{  # writes $TOPOPLAN_PLACED/hostfile and local_gpus for the granted hosts; exit 3 on a shortfall
+  local run="$TOPOPLAN_DIR/slurm/placed-${{SLURM_JOB_ID:-$$}}" domains=- py="${{TOPOPLAN_PYTHON:-python3}}"
+  command -v scontrol >/dev/null || {{ echo "topoplan: scontrol not found: cannot expand SLURM_JOB_NODELIST" >&2; return 2; }}
+  command -v "$py" >/dev/null || {{ echo "topoplan: $py not found on $(hostname -s): slurm/place.py needs python3 (standard library only); set TOPOPLAN_PYTHON" >&2; return 2; }}
+  mkdir -p "$run"
+  scontrol show hostnames "$SLURM_JOB_NODELIST" > "$run/granted"
+  if [ "$DOMAINS_SPAN_HOSTS" = 1 ]; then  # each granted host's rack
+    case "${{TOPOPLAN_DOMAINS:-auto}}" in
+      auto|scontrol) SLURM_TOPO_LEN=100000 scontrol show topology 2>/dev/null | topoplan_blocks > "$run/domains" || true ;;
+      table) : > "$run/domains" ;;
+      *) echo "topoplan: TOPOPLAN_DOMAINS=$TOPOPLAN_DOMAINS: use auto, scontrol or table" >&2; return 2 ;;
+    esac
+    if [ ! -s "$run/domains" ] && [ "${{TOPOPLAN_DOMAINS:-auto}}" != scontrol ]; then
+      cp "$TOPOPLAN_DIR/slurm/domains.txt" "$run/domains"  # the plan's cluster file: host -> rack
+    fi
+    domains="$run/domains"
+  else  # one NVLink domain per host (HGX): every granted host is its own
+    sed 's/.*/& &/' "$run/granted" > "$run/granted.d" && mv "$run/granted.d" "$run/granted"
+  fi
+  "$py" "$TOPOPLAN_DIR/slurm/place.py" "$TOPOPLAN_DIR/slurm/shape.json" "$run/granted" "$domains" \
+    "$run/hostfile" "$run/local_gpus" || return $?
+  export SLURM_HOSTFILE="$run/hostfile" TOPOPLAN_PLACED="$run"
+}}
+if [ -n "${{SLURM_JOB_NODELIST:-}}" ]; then
+  topoplan_place || exit $?
+fi"""
+
+
 def sbatch_script(ctx: EmitContext) -> str:
     names = trainers(ctx)
     hosts = ctx.host_order
@@ -372,29 +452,27 @@ def sbatch_script(ctx: EmitContext) -> str:
         "#   cd OUT && sbatch slurm/sbatch.sh",
         f"# Trainer: {names[0] if names else 'none emitted'}"
         + (f" (emitted: {' '.join(names)}; TOPOPLAN_TRAINER=<name> picks another)." if len(names) > 1 else "."),
-        "# Rank r runs on line r of slurm/hostfile (--distribution=arbitrary), so the trainer's groups land on",
-        "# the NVLink domains the plan chose. Hosts in rank order"
+        "# At start the job places the plan on the hosts Slurm granted (slurm/place.py, the same code as",
+        "# 'topoplan place'): each NVLink-domain slot of the plan on its own granted rack, so every group the",
+        "# plan keeps in one domain stays in one; rank r then runs on line r of that hostfile",
+        "# (--distribution=arbitrary). The plan's own hosts in rank order"
         + (f" ({per_host} consecutive ranks each):" if per_host else ":"),
         f"#   {nodelist}",
         f"#SBATCH --job-name=topoplan-{ctx.model.name}",
         f"#SBATCH --partition={FILL}_partition",
         f"#SBATCH --account={FILL}_account",
         f"#SBATCH --time={FILL}_time",
-        f"#SBATCH --nodes={len(hosts)}",
-        f"#SBATCH --ntasks={ctx.world}",
-        f"#SBATCH --gpus-per-node={ctx.gpus_per_node}",
-        "#SBATCH --exclusive",
     ]
+    lines += shape_request(ctx)
     if placeholder_hosts(ctx):
         lines += [
             f"# PLACEHOLDER HOST NAMES: {ctx.hosts[0]} ... are names a topoplan preset made up, not your nodes.",
-            "# Plan on your own cluster file instead (docs/cluster.md; 'topoplan topology import slurm",
-            f"# topology.conf --gpu {ctx.gpu} -o cluster.yaml' reads Slurm's), so --nodelist, slurm/hostfile and",
-            "# slurm/task.sh name real hosts; or rename them consistently in all three files. The job refuses",
-            "# an allocation whose hosts differ from slurm/hostfile.",
+            "# The job places the plan on whatever hosts Slurm grants, so they matter only for the --nodelist",
+            "# line above and for slurm/domains.txt (a granted host's NVLink domain when 'scontrol show topology'",
+            "# has no blocks). Plan on your own cluster file to name real hosts (docs/cluster.md; 'topoplan",
+            f"# topology import slurm topology.conf --gpu {ctx.gpu} -o cluster.yaml' reads Slurm's).",
         ]
-    lines += [f"#SBATCH --nodelist={nodelist}", "set -euo pipefail", "",
-              f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
+    lines += ["set -euo pipefail", "", f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
     for var, comment in fill:
         lines.append(f"# {comment}")
         lines.append(f': "${{{var}:={_placeholder(var)}}}"')
@@ -435,15 +513,8 @@ topoplan_check_filled() {{  # every #SBATCH line and named variable must be free
 # shellcheck disable=SC2086
 topoplan_check_filled {common} $need{unset_homes}
 export TOPOPLAN_DIR="${{TOPOPLAN_DIR:-${{SLURM_SUBMIT_DIR:-$PWD}}}}"
-export SLURM_HOSTFILE="$TOPOPLAN_DIR/slurm/hostfile"
-if [ -n "${{SLURM_JOB_NODELIST:-}}" ] && command -v scontrol >/dev/null; then
-  got=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sort -u)
-  want=$(sort -u "$SLURM_HOSTFILE")
-  if [ "$got" != "$want" ]; then
-    echo "topoplan: the job got hosts $SLURM_JOB_NODELIST but slurm/hostfile names {nodelist}; the plan's rank order needs exactly those" >&2
-    exit 2
-  fi
-fi
+export SLURM_HOSTFILE="$TOPOPLAN_DIR/slurm/hostfile" TOPOPLAN_PLACED="$TOPOPLAN_DIR/slurm"
+{place_step(ctx)}
 launcher="${{TOPOPLAN_LAUNCHER:-srun}}"
 if [ "$TOPOPLAN_TRAINER" = maxtext ]; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
 export TOPOPLAN_LAUNCHER="$launcher"
@@ -464,6 +535,10 @@ fi"""]
 def files(ctx: EmitContext) -> dict[str, str]:
     return {
         "slurm/hostfile": hostfile(ctx),
+        "slurm/local_gpus": "".join(f"{g}\n" for g in ctx.local),
         "slurm/task.sh": task_script(ctx),
         "slurm/sbatch.sh": sbatch_script(ctx),
+        "slurm/place.py": PLACE_CORE.read_text(),
+        "slurm/shape.json": launch_shape_of(ctx).model_dump_json() + "\n",
+        "slurm/domains.txt": "".join(f"{h} {d}\n" for h, d in host_domains(ctx.cluster).items()),
     }
