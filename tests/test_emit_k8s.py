@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 
 from k8s_check import documents, problems
 from planner.config import ParallelConfig, Training
-from planner.cost.placement import rank_groups
+from planner.cost.placement import AXES, rank_groups
 from planner.errors import InputError
+from planner.launch.place import place
 from planner.output.emit import emit_plan, launch_shape_of, load_context
 from planner.output.emit import megatron, torchtitan
 from topologies.loader import load_cluster
@@ -364,6 +365,18 @@ def test_kueue_slices_keep_every_domain_local_group_in_one_clique(tmp_path, layo
     for axis in shape.local_axes:
         for group in rank_groups(config, world, axis, order=ctx.order):
             assert len({clique_of[node_of_rank[r]] for r in group}) == 1, (axis, group)
+    # the same grant through `place` (lines shuffled): when Kueue gave every slice its own clique, place
+    # and the pods' own order give every group of every axis the plan's number of domains
+    if len({clique_of[n] for n in node_of_pod}) == len(shape.slots):
+        granted = [(n, clique_of[n]) for n in node_of_pod]
+        rng.shuffle(granted)
+        placed = place(doc, granted)
+        plan_dom = [ctx.domains[r] for r in range(world)]
+        for axis in AXES:
+            for g in rank_groups(config, world, axis, order=ctx.order):
+                want = len({plan_dom[r] for r in g})
+                assert len({clique_of[node_of_rank[r]] for r in g}) == want, (axis, g)
+                assert len({clique_of[placed.hosts[r]] for r in g}) == want, (axis, g)
 
 
 def test_slice_model_has_teeth():
@@ -421,3 +434,32 @@ def test_topology_import_k8s_feeds_the_manifests(tmp_path):
     rc, _, err = _cli("emit", str(tmp_path / "plan.json"), "--trainer", "k8s", "--out", str(tmp_path / "none"))
     assert rc == 2 and err.startswith("error: --emit k8s:") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.trainers
+def test_kueue_grant_keeps_megatron_cores_own_groups_in_their_cliques(tmp_path):
+    """DeepSeek-V3 on GB300 (EP32 inside each 16-tray slice): a Kueue grant on a bigger cluster, the pods'
+    completion-index order and place's hostfile, checked with megatron-core 0.19.2's RankGenerator."""
+    from test_launch_trainers import _job, _megatron_groups
+    doc = _doc(DSV3_GB300)
+    out = tmp_path / "o"
+    emit_plan(doc, ["megatron", "k8s"], out)
+    pods, job = _workers(_kinds(out)["JobSet"])
+    size = int(job["template"]["metadata"]["annotations"]["kueue.x-k8s.io/podset-slice-size"])
+    rng = random.Random(7)
+    cliques = {f"cl-{i}": [f"cl-{i}-n{t:02d}" for t in range(18 - i % 3)] for i in range(9)}
+    clique_of = {n: c for c, nodes in cliques.items() for n in nodes}
+    node_of_pod = tas_assign(pods, size, cliques, rng)
+    granted = [(n, clique_of[n]) for n in node_of_pod]
+    rng.shuffle(granted)
+    placed = place(doc, granted)
+    ctx = load_context(doc)
+    groups = _megatron_groups([_job(doc, "dsv3")], tmp_path)["dsv3"]
+    pods_dom = [clique_of[node_of_pod[r // 4]] for r in range(ctx.world)]
+    placed_dom = [clique_of[h] for h in placed.hosts]
+    assert launch_shape_of(ctx).local_axes.get("ep") == 32
+    for axis, gs in groups.items():
+        want = [len({ctx.domains[r] for r in g}) for g in gs]
+        assert [len({pods_dom[r] for r in g}) for g in gs] == want, axis
+        assert [len({placed_dom[r] for r in g}) for g in gs] == want, axis
+    assert all(len({pods_dom[r] for r in g}) == 1 for g in groups["ep"])
