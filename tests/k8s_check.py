@@ -9,12 +9,17 @@ commit, path), their ``openAPIV3Schema`` made strict as the API server's field v
 
 Core objects (ConfigMap, object metadata, the pod templates the custom resources embed): the
 ``kubernetes-validate`` package's strict JSON schemas of the Kubernetes OpenAPI definitions.
+
+Kueue's Configuration (a file Kueue reads, not an API object, so no CRD): every key must be a json tag
+of its Go struct in apis/config/v1beta2/configuration_types.go (pinned beside the CRDs), recursively,
+as Kueue's strict decoding of its config file requires.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 
 import jsonschema
@@ -54,6 +59,52 @@ def crd_schemas() -> dict[tuple[str, str], dict]:
     return out
 
 
+KUEUE_CONFIG = ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+GO_TYPES = CRD_DIR / "kueue_config_v1beta2_configuration_types.go"
+GO_FIELD = re.compile(r"^\s*(?:(\w+)\s+)?([\[\]*.\w]+)\s+`json:\"([^\",]*)", re.M)
+
+
+@functools.cache
+def go_structs() -> dict[str, dict[str, str]]:
+    """struct name -> {json key: Go type name} of the pinned Kueue configuration types (inline members
+    merged in by their own structs' keys, under the key "")."""
+    text = GO_TYPES.read_text()
+    out = {}
+    for name, body in re.findall(r"^type (\w+) struct \{\n(.*?)^\}", text, flags=re.M | re.S):
+        fields = {}
+        for field, typ, key in GO_FIELD.findall(body):
+            if key == "":                     # an inline (embedded) struct
+                fields.setdefault("", []).append(typ)
+            else:
+                fields[key] = typ.lstrip("[]*")
+        out[name] = fields
+    return out
+
+
+def _go_keys(struct: str) -> dict[str, str]:
+    fields = dict(go_structs().get(struct, {}))
+    for inline in fields.pop("", []):
+        base = inline.split(".")[-1]
+        fields.update({"apiVersion": "string", "kind": "string"} if base == "TypeMeta" else _go_keys(base))
+    return fields
+
+
+def go_problems(value, struct: str, path: str = "") -> list[str]:
+    """Keys of ``value`` that are not json tags of Go struct ``struct`` (recursively)."""
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in go_problems(v, struct, f"{path}[{i}]")]
+    if not isinstance(value, dict) or struct not in go_structs():
+        return []
+    keys = _go_keys(struct)
+    out = []
+    for k, v in value.items():
+        if k not in keys:
+            out.append(f"{path}.{k}: not a field of {struct}")
+        else:
+            out += go_problems(v, keys[k], f"{path}.{k}")
+    return out
+
+
 def _core(obj: dict) -> list[str]:
     try:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -82,6 +133,8 @@ def pod_templates(obj, path="") -> list[tuple[str, dict]]:
 def problems(obj: dict) -> list[str]:
     """Every schema violation of one manifest (empty list: valid)."""
     key = (obj.get("apiVersion"), obj.get("kind"))
+    if key == KUEUE_CONFIG:
+        return go_problems(obj, "Configuration")
     schema = crd_schemas().get(key)
     if schema is None:                     # a core object: the Kubernetes schema, strictly
         return _core(obj)

@@ -116,6 +116,7 @@ MUTANTS = [  # (kind, path to a mapping, typo'd key): each is a field the CRD or
     ("ResourceFlavor", ["spec"], "topology"),
     ("ClusterQueue", ["spec", "resourceGroups", 0, "flavors", 0, "resources", 0], "quota"),
     ("ConfigMap", [], "datas"),
+    ("Configuration", ["resources", "deviceClassMappings", 0], "deviceClassName"),
 ]
 
 
@@ -156,10 +157,12 @@ def test_job_asks_for_exactly_the_plans_gpus_in_domain_slices(emitted, case):
     levels = [lv["nodeLabel"] for lv in kinds["Topology"]["spec"]["levels"]]
     assert ann["kueue.x-k8s.io/podset-preferred-topology"] in levels and levels[-1] == "kubernetes.io/hostname"
     assert kinds["ResourceFlavor"]["spec"]["topologyName"] == kinds["Topology"]["metadata"]["name"]
-    quota = kinds["ClusterQueue"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]
-    assert quota == ctx.cluster.num_gpus
+    group = kinds["ClusterQueue"]["spec"]["resourceGroups"][0]
+    quota = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
+    assert quota["nvidia.com/gpu"] == ctx.cluster.num_gpus and set(group["coveredResources"]) == set(quota)
     if not shape.multi_host_domains:            # HGX: the host is the domain; no slices, no IMEX
         assert "kueue.x-k8s.io/podset-slice-size" not in ann and "ComputeDomain" not in kinds
+        assert "Configuration" not in kinds and list(quota) == ["nvidia.com/gpu"]
         assert "resourceClaims" not in pod["spec"]
         return
     size = int(ann["kueue.x-k8s.io/podset-slice-size"])
@@ -172,6 +175,11 @@ def test_job_asks_for_exactly_the_plans_gpus_in_domain_slices(emitted, case):
     claims = pod["spec"]["resourceClaims"]
     assert [c["resourceClaimTemplateName"] for c in claims] == [rct]
     assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": claims[0]["name"]}]
+    # Kueue charges the claim's DeviceClass (the DRA driver's channel class) to a mapped, covered resource:
+    # one channel per pod, so the cluster's hosts
+    mapping = kinds["Configuration"]["resources"]["deviceClassMappings"]
+    assert [m["deviceClassNames"] for m in mapping] == [["compute-domain-default-channel.nvidia.com"]]
+    assert quota[mapping[0]["name"]] == len({g.node for g in ctx.cluster.gpus()})   # healthy hosts
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["NCCL_MNNVL_ENABLE"] == "1"
     # the TrainJob asks for the same pods
@@ -202,7 +210,7 @@ def test_nccl_settings_are_the_slurm_files(emitted, tmp_path):
 def test_placeholder_namespace_is_refused_until_filled(emitted):
     _, d = emitted["gb300-dsv3-megatron"]
     namespaced = [doc for docs in _manifests(d).values() for doc in docs
-                  if doc["kind"] not in ("Topology", "ResourceFlavor", "ClusterQueue")]
+                  if doc["kind"] not in ("Topology", "ResourceFlavor", "ClusterQueue", "Configuration")]
     assert len(namespaced) >= 6
     for doc in namespaced:
         ns = doc["metadata"]["namespace"]

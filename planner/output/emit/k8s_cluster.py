@@ -13,6 +13,16 @@ k8s nodes.json``):
 * a ClusterQueue with a ``nvidia.com/gpu`` quota of the cluster's healthy GPUs, and a LocalQueue in the
   user's namespace (``FILL_ME_namespace``: kubectl apply refuses it until it is replaced).
 
+On NVL72 the pods also claim an IMEX channel through DRA. Kueue (0.18+, ``KueueDRAIntegration`` on by
+default) charges a claimed DeviceClass against the quota of the logical resource its Configuration maps
+it to, and refuses a workload whose DeviceClass is not mapped (pkg/dra/claims.go: "DeviceClass ... is not
+mapped in DRA configuration"). So ``k8s-cluster/kueue-config.yaml`` holds the
+``resources.deviceClassMappings`` entry for the DRA driver's channel class
+(``compute-domain-default-channel.nvidia.com``, NVIDIA k8s-dra-driver-gpu v25.12.0,
+deployments/helm/nvidia-dra-driver-gpu/templates/deviceclass-compute-domain-default-channel.yaml) to merge
+into Kueue's Configuration, and the ClusterQueue covers that resource too (one channel per pod, so one
+per host). TAS places pods by their containers' requests (``nvidia.com/gpu``), not by the DRA resource.
+
 The names tie together: the JobSet's ``kueue.x-k8s.io/queue-name`` is the LocalQueue's name.
 """
 
@@ -25,7 +35,10 @@ from planner.output.emit import EmitContext
 from planner.output.emit.k8s import (BLOCK_LABEL, CLIQUE_LABEL, HOST_LABEL, NAMESPACE, render)
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 GPU_NODE_LABEL = {"nvidia.com/gpu.present": "true"}
+IMEX_RESOURCE = "nvidia.com/imex-channel"                   # the logical name Kueue charges channels to
+CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"  # the DRA driver's DeviceClass of a channel
 
 
 def cluster_name(ctx: EmitContext) -> str:
@@ -47,11 +60,14 @@ def objects(ctx: EmitContext) -> list[dict]:
             "spec": {"levels": [{"nodeLabel": lab} for lab in levels(ctx)]}}
     flavor = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"{name}-gpu"},
               "spec": {"nodeLabels": dict(GPU_NODE_LABEL), "topologyName": name}}
+    quota = {"nvidia.com/gpu": ctx.cluster.num_gpus}
+    if multi_host_cluster(ctx.cluster):
+        quota[IMEX_RESOURCE] = len({g.node for g in ctx.cluster.gpus()})
     cq = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name},
           "spec": {"namespaceSelector": {},
-                   "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                   "resourceGroups": [{"coveredResources": list(quota),
                                        "flavors": [{"name": f"{name}-gpu", "resources": [
-                                           {"name": "nvidia.com/gpu", "nominalQuota": ctx.cluster.num_gpus}]}]}]}}
+                                           {"name": k, "nominalQuota": v} for k, v in quota.items()]}]}]}}
     lq = {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": NAMESPACE},
           "spec": {"clusterQueue": name}}
     return [topo, flavor, cq, lq]
@@ -65,4 +81,13 @@ def files(ctx: EmitContext) -> dict[str, str]:
             + ", ".join(levels(ctx)) + ".",
             f"{NAMESPACE}: the namespace jobs run in (kubectl apply refuses the placeholder). The job's",
             f"kueue.x-k8s.io/queue-name is the LocalQueue {name}."]
-    return {"k8s-cluster/kueue.yaml": render(head, objects(ctx))}
+    out = {"k8s-cluster/kueue.yaml": render(head, objects(ctx))}
+    if multi_host_cluster(ctx.cluster):
+        out["k8s-cluster/kueue-config.yaml"] = render(
+            ["Merge into Kueue's Configuration (ConfigMap kueue-manager-config in kueue-system, key",
+             "controller_manager_config.yaml; or the Helm chart's managerConfig), then restart kueue-controller-manager.",
+             f"It maps the DRA driver's IMEX channel DeviceClass to the quota resource {IMEX_RESOURCE} that the",
+             "ClusterQueue in kueue.yaml covers; without it Kueue refuses the jobs' ComputeDomain claims."],
+            [{"apiVersion": KUEUE_CONFIG_API, "kind": "Configuration",
+              "resources": {"deviceClassMappings": [{"name": IMEX_RESOURCE, "deviceClassNames": [CHANNEL_CLASS]}]}}])
+    return out
