@@ -17,6 +17,7 @@ import json
 import random
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,6 +238,17 @@ def _launch(d, tmp_path, env):
     base = {"PATH": "/usr/bin:/bin", "TOPOPLAN_DIR": str(root), "TOPOPLAN_IMEX_CHANNELS": str(chan),
             "TOPOPLAN_DRY_RUN": "1"}
     return subprocess.run(["bash", str(script)], env={**base, **env}, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("case", ["gb300-dsv3-megatron", "gb300-dsv3-torchtitan", "hgx-llama8b"])
+def test_launch_script_parses_in_bash_and_passes_shellcheck(emitted, tmp_path, case):
+    script = tmp_path / "launch.sh"
+    script.write_text(_kinds(emitted[case][1])["ConfigMap"]["data"]["launch.sh"])
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install -y shellcheck); bash -n passed")
+    p = subprocess.run(["shellcheck", "-s", "bash", str(script)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout
 
 
 def _pod_env(d) -> dict[str, str]:

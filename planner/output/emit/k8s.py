@@ -141,6 +141,7 @@ prog="-m torchtitan.train $(sed -n 's/^python -m torchtitan.train //p' "$ROOT/to
 # pod's JOB_COMPLETION_INDEX, global rank = node rank * {shape.gpus_per_node} + local rank (the plan's order).
 set -euo pipefail
 ROOT="${{TOPOPLAN_DIR:-{MOUNT}}}"
+MNNVL={int(shape.mnnvl)}
 bad=0
 for v in $(compgen -e); do
   case "${{!v}}" in
@@ -154,7 +155,7 @@ done
 NODE_RANK="${{JOB_COMPLETION_INDEX:?run as an Indexed Job pod (JobSet or TrainJob)}}"
 MASTER_ADDR="${{MASTER_ADDR:-${{PET_MASTER_ADDR:?no MASTER_ADDR}}}}"
 MASTER_PORT="${{MASTER_PORT:-${{PET_MASTER_PORT:-{MASTER_PORT}}}}}"
-if [ {int(shape.mnnvl)} = 1 ] && ! compgen -G "${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}/channel*" >/dev/null; then
+if [ "$MNNVL" = 1 ] && ! compgen -G "${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}/channel*" >/dev/null; then
   echo "topoplan: no IMEX channel in ${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}: the pod needs the ComputeDomain's claim (k8s/computedomain.yaml)" >&2
   exit 2
 fi
