@@ -483,3 +483,22 @@ def test_kueue_grant_keeps_megatron_cores_own_groups_in_their_cliques(tmp_path):
         assert [len({pods_dom[r] for r in g}) for g in gs] == want, axis
         assert [len({placed_dom[r] for r in g}) for g in gs] == want, axis
     assert all(len({pods_dom[r] for r in g}) == 1 for g in groups["ep"])
+
+
+@pytest.mark.slow   # the planner's search in a subprocess
+def test_plan_emit_k8s_in_one_step(tmp_path):
+    """The issue's flow: `topoplan plan ... --emit megatron,slurm,k8s,k8s-cluster --out launch/`: the chosen
+    plan's manifests pass the schemas and ask for its GPUs in clique slices."""
+    rc, _, err = _cli("plan", "--model", "deepseek-v3", "--cluster", "gb300-nvl72", "--gpus", "256",
+                      "--usable-per-rack", "64", "--gbs", "4096", "--emit", "megatron,slurm,k8s,k8s-cluster",
+                      "--out", str(tmp_path / "launch"))
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "launch" / "plan.json").read_text())
+    shape = launch_shape_of(load_context(doc))
+    kinds = _kinds(tmp_path / "launch")
+    assert all(problems(d) == [] for d in kinds.values())
+    pods, job = _workers(kinds["JobSet"])
+    tpl = job["template"]
+    assert pods * tpl["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == shape.world == 256
+    assert int(tpl["metadata"]["annotations"]["kueue.x-k8s.io/podset-slice-size"]) * len(shape.slots) == pods
+    assert (tmp_path / "launch" / "slurm" / "sbatch.sh").exists() and "ComputeDomain" in kinds
