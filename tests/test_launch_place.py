@@ -241,6 +241,26 @@ def test_place_writes_hostfile_and_mapping_and_the_cli_prints_json(tmp_path):
     assert len(out["unused"]) == 5 * 17 - 64 and out["local_axes"] == {"ep": 32}
 
 
+def test_cli_nodelist_with_topology_conf_and_bad_options(tmp_path):
+    """--nodelist "$SLURM_JOB_NODELIST" with the racks from topology.conf blocks; the option rules exit 2."""
+    plan = _write(tmp_path / "plan.json", json.dumps(_dsv3_doc()))
+    conf = _write(tmp_path / "topology.conf", "".join(f"BlockName=rack{r} Nodes=nv{r}-[01-18]\n" for r in range(6)))
+    cli = [sys.executable, "-m", "planner.cli", "place", str(plan)]
+    p = subprocess.run([*cli, "--nodelist", "nv[0-3]-[01-16],nv5-[01-18]", "--topology", str(conf), "--out",
+                        str(tmp_path / "run"), "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert sorted(s["domain"] for s in got["slots"]) == ["rack0", "rack1", "rack2", "rack5"]
+    assert all(h.startswith(s["domain"].replace("rack", "nv") + "-") for s in got["slots"] for h in s["hosts"])
+    for argv, what in ((["--out", "x"], "exactly one of --allocation FILE and --nodelist"),
+                       (["--nodelist", "nv0-01", "--allocation", str(plan), "--out", "x"], "exactly one of"),
+                       (["--nodelist", "nv[0-", "--topology", str(conf), "--out", "x"], "--nodelist 'nv[0-'"),
+                       (["--allocation", str(plan), "--topology", str(conf), "--out", "x"], "--topology: only with")):
+        p = subprocess.run([*cli, *argv], capture_output=True, text=True, cwd=tmp_path)
+        assert p.returncode == 2 and what in p.stderr and "Traceback" not in p.stderr, (argv, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1
+
+
 def test_degrade_plans_again_on_what_was_granted(tmp_path):
     doc = _dsv3_doc()
     pairs = [(f"gb200-r{r:02d}-t{t:02d}", f"r{r:02d}") for r, n in ((1, 16), (2, 16), (3, 16), (4, 12))

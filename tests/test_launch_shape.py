@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from planner.config import ParallelConfig, Training
 from planner.cost.placement import AXES, make_placement, rank_groups
 from planner.cost.shape import LaunchShape, shape_of_placement
+from planner.launch.core import need_text
 from planner.output.emit import launch_shape_of, load_context
 from planner.search.document import PlanDocument
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
@@ -69,7 +70,7 @@ def test_dsv3_on_four_racks_of_sixteen_trays():
     ctx = load_context(doc)
     shape = launch_shape_of(ctx)
     assert [(s.hosts, s.gpus_per_host, s.name) for s in shape.slots] == [(16, 4, f"r0{i}") for i in range(1, 5)]
-    assert shape.local_axes == {"ep": 32} and shape.need() == "an EP32 group set"
+    assert shape.local_axes == {"ep": 32} and need_text(shape.model_dump()) == "an EP32 group set"
     assert shape.gpus_per_host == 4 and shape.world == 256 and shape.hosts == 64
     assert shape.ranks[4] == (0, 1, 0) and shape.ranks[64] == (1, 0, 0)
     # the shape survives JSON, and a placement without one (an older plan.json) still loads
@@ -77,6 +78,7 @@ def test_dsv3_on_four_racks_of_sixteen_trays():
 
 
 def test_plan_document_carries_the_shape(tmp_path):
+    import planner
     from planner import load_model, plan
     from topologies.loader import load_job
     result = plan(load_model("llama3-8b"), load_job("dgx-h100", 16),
@@ -87,3 +89,7 @@ def test_plan_document_carries_the_shape(tmp_path):
     assert shape.world == len(placement["rank_to_gpu"])
     old = {**doc, "plans": [{**doc["plans"][0], "placement": {k: v for k, v in placement.items() if k != "shape"}}]}
     assert PlanDocument.model_validate(old).plans[0].placement.shape is None
+    # the library call takes the PlanResult itself; on the plan's own hosts it gives the plan's hosts back
+    # (hosts in name order inside a domain: HGX hosts are their own domains, so the order is the plan's)
+    assert planner.place(result, list(dict.fromkeys(placement["hosts"]))).hosts == placement["hosts"]
+    assert planner.place(old, list(dict.fromkeys(placement["hosts"]))).shape == shape

@@ -52,12 +52,6 @@ class LaunchShape(BaseModel):
         """Hosts the plan needs in all."""
         return sum(s.hosts for s in self.slots)
 
-    def need(self) -> str:
-        """What the domain slots hold, for messages: the widest domain-local group, e.g. ``EP32``."""
-        if not self.local_axes:
-            return "the plan's NVLink-domain slot"
-        axis, size = max(self.local_axes.items(), key=lambda kv: (kv[1], kv[0]))
-        return f"an {axis.upper()}{size} group set" if axis[0] in "aeiou" else f"a {axis.upper()}{size} group set"
 
 
 def domain_local_axes(config: ParallelConfig, world: int, rank_domains, order: str = DEFAULT_ORDER) -> dict[str, int]:

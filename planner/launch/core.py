@@ -41,7 +41,8 @@ def _words(shape: dict) -> tuple[str, str]:
     return ("rack", "trays") if shape.get("multi_host_domains") else ("NVLink domain", "hosts")
 
 
-def _need(shape: dict) -> str:
+def need_text(shape: dict) -> str:
+    """What a slot holds, for messages: the widest domain-local group set, e.g. ``an EP32 group set``."""
     local = shape.get("local_axes") or {}
     if not local:
         return "the plan's NVLink-domain slot"
@@ -80,12 +81,12 @@ def assign(shape: dict, pairs) -> dict:
         counts = "/".join(str(len(domains[d])) for d in have) or "none"
         raise Shortfall(f"the allocation spans {len(have)} {dom_word}s ({counts} {host_word}) but the plan needs "
                         f"{len(need)} ({'/'.join(str(slots[s]['hosts']) for s in need)} {host_word}, each holding "
-                        f"{_need(shape)}): ask for whole-{dom_word.split()[-1]} segments")
+                        f"{need_text(shape)}): ask for whole-{dom_word.split()[-1]} segments")
     chosen: dict[int, str] = {}
     for s, d in zip(need, have):
         want, got = slots[s]["hosts"], len(domains[d])
         if got < want:
-            raise Shortfall(f"{dom_word} {d} holds {got} of the {want} {host_word} {_need(shape)} needs "
+            raise Shortfall(f"{dom_word} {d} holds {got} of the {want} {host_word} {need_text(shape)} needs "
                             f"(granted per {dom_word.split()[-1]}: "
                             f"{'/'.join(str(len(domains[x])) for x in have)}; the plan needs "
                             f"{len(need)} x {'/'.join(sorted({str(slots[t]['hosts']) for t in need}, key=int))})")
