@@ -297,6 +297,23 @@ def test_real_data_replaces_mock_data(emitted, tmp_path):
                          "--tokenizer-model", "/m/tok dir"]
 
 
+def test_bridge_pods_start_run_recipe_and_other_trainers_are_refused(tmp_path):
+    doc = _doc(LLAMA8_HGX)
+    d = tmp_path / "launch"
+    emit_plan(doc, ["bridge", "k8s"], d)
+    env = {k: ("auto" if k.startswith("NCCL_") else "mock" if k == "TOPOPLAN_DATA_ARGS" else "/opt/mb")
+           if v.startswith("FILL_ME") else v for k, v in _pod_env(d).items()}
+    assert env["TOPOPLAN_TRAINER"] == "bridge" and env["MEGATRON_BRIDGE"] == "/opt/mb"
+    p = _launch(d, tmp_path, {**env, "JOB_COMPLETION_INDEX": "1"})
+    assert p.returncode == 0, p.stderr
+    argv = shlex.split(p.stdout)
+    lines = [x for x in (d / "bridge" / "overrides.txt").read_text().splitlines() if x and x[0] != "#"]
+    assert argv[11:] == ["/opt/mb/scripts/training/run_recipe.py", "--recipe", "llama3_8b_pretrain_config", *lines]
+    assert argv[5:7] == ["--node-rank", "1"] and "model.tensor_model_parallel_size=2" in argv
+    p = _launch(d, tmp_path, {**env, "JOB_COMPLETION_INDEX": "1", "TOPOPLAN_TRAINER": "megatron"})
+    assert p.returncode == 2 and "files of bridge only" in p.stderr and not p.stdout
+
+
 # --- refusals ---------------------------------------------------------------------------------------
 
 def test_plan_without_whole_domain_rank_blocks_is_refused(tmp_path):

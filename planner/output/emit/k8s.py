@@ -31,16 +31,15 @@ object until it is replaced; ``launch.sh`` exits 2 while any environment value s
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
-from planner.output.emit.megatron import megatron_env
+from planner.output.emit.bridge import RECIPES
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, multi_node_nvlink,
-                                       nccl_env, site_settings)
+                                       nccl_env, site_settings, trainer_shell)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -59,7 +58,7 @@ REPLICATED_JOB = "workers"
 TRAINER_NODE = "node"             # Kubeflow Trainer's replicated Job and container name (constants.Node)
 TRAINER_PORT = 29400              # Kubeflow Trainer's PET_MASTER_PORT (constants.ContainerTrainerPort)
 MOUNT = "/topoplan"
-K8S_TRAINERS = ("megatron", "torchtitan")   # torchrun trainers the pods can start, default first
+K8S_TRAINERS = ("megatron", "bridge", "torchtitan")   # torchrun trainers the pods can start, default first
 
 
 @dataclass(frozen=True)
@@ -102,11 +101,12 @@ def job_name(ctx: EmitContext) -> str:
 
 
 def trainer_of(ctx: EmitContext) -> str:
+    """The trainer the pods start: the first emitted of megatron, bridge (with a recipe), torchtitan."""
     for t in K8S_TRAINERS:
-        if t in ctx.trainers:
+        if t in ctx.trainers and (t != "bridge" or ctx.model.name.lower() in RECIPES):
             return t
     raise InputError("--emit k8s: the pods start a torchrun trainer emitted with them; add megatron or "
-                     "torchtitan, e.g. --emit megatron,k8s")
+                     "torchtitan (or bridge for a model with a Megatron-Bridge recipe), e.g. --emit megatron,k8s")
 
 
 def settings(ctx: EmitContext, trainer: str) -> list[tuple[str, str]]:
@@ -125,16 +125,8 @@ def placeholder(var: str) -> str:
 
 def launch_script(ctx: EmitContext, shape: K8sShape, trainer: str) -> str:
     """``/topoplan/launch.sh``: refuse placeholders, check the IMEX channel, start torchrun with node rank
-    ``JOB_COMPLETION_INDEX``. TOPOPLAN_DRY_RUN=1 prints the command instead."""
-    if trainer == "megatron":
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
-        prog = f"""export {env}
-if [ "$TOPOPLAN_DATA_ARGS" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
-else args=$(grep -v -x -e '--mock-data [\\\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
-prog="$(printf %q "${{MEGATRON_LM}}/pretrain_gpt.py") $args\""""
-    else:
-        prog = """export PYTHONPATH="$ROOT/torchtitan${PYTHONPATH:+:$PYTHONPATH}"
-prog="-m torchtitan.train $(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")\""""
+    ``JOB_COMPLETION_INDEX`` and the trainer command slurm/task.sh builds (``slurm.trainer_shell``).
+    TOPOPLAN_DRY_RUN=1 prints the command instead."""
     return f"""#!/usr/bin/env bash
 # Pod launcher written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()},
 # {ctx.world} x {ctx.gpu} as {shape.nodes} pods of {shape.gpus_per_node} GPUs ({trainer}). Node rank = the
@@ -142,6 +134,7 @@ prog="-m torchtitan.train $(sed -n 's/^python -m torchtitan.train //p' "$ROOT/to
 set -euo pipefail
 ROOT="${{TOPOPLAN_DIR:-{MOUNT}}}"
 MNNVL={int(shape.mnnvl)}
+TRAINER="${{TOPOPLAN_TRAINER:-{trainer}}}"
 bad=0
 for v in $(compgen -e); do
   case "${{!v}}" in
@@ -149,6 +142,10 @@ for v in $(compgen -e); do
   esac
 done
 [ "$bad" = 0 ] || exit 2
+if [ "$TRAINER" != {trainer} ]; then
+  echo "topoplan: TOPOPLAN_TRAINER=$TRAINER: these pods carry the files of {trainer} only; emit again with --trainer $TRAINER,k8s" >&2
+  exit 2
+fi
 for v in NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_IB_GID_INDEX; do
   if [ "${{!v:-}}" = auto ]; then unset "$v"; fi
 done
@@ -159,10 +156,10 @@ if [ "$MNNVL" = 1 ] && ! compgen -G "${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}
   echo "topoplan: no IMEX channel in ${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}: the pod needs the ComputeDomain's claim (k8s/computedomain.yaml)" >&2
   exit 2
 fi
-{prog}
-data=""
-if [ "$TOPOPLAN_DATA_ARGS" != mock ]; then data="$TOPOPLAN_DATA_ARGS"; fi
-cmd="torchrun --nnodes {shape.nodes} --nproc-per-node {shape.gpus_per_node} --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT $prog $data"
+
+{trainer_shell(ctx)}
+topoplan_trainer_env "$TRAINER"
+cmd=$(trainer_cmd "$TRAINER" "torchrun --nnodes {shape.nodes} --nproc-per-node {shape.gpus_per_node} --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT")
 if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "$cmd"; exit 0; fi
 eval "exec $cmd"
 """

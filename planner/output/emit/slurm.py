@@ -189,7 +189,7 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
 
 def task_script(ctx: EmitContext) -> str:
     """slurm/task.sh: its header and settings, the rank lookups, the trainer commands and ``main``."""
-    return "\n".join([_task_head(ctx), _task_lookups(ctx), _task_trainers(ctx), _task_main(ctx)])
+    return "\n".join([_task_head(ctx), _task_lookups(ctx), trainer_shell(ctx), _task_main(ctx)])
 
 
 def _task_head(ctx: EmitContext) -> str:
@@ -218,7 +218,6 @@ MNNVL={1 if multi_node_nvlink(ctx) else 0}
 
 
 def _task_lookups(ctx: EmitContext) -> str:
-    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
     return f"""topoplan_load_placement() {{  # RANK_HOST[r], LOCAL_GPU[r] of every global rank r, and MASTER_HOST
   mapfile -t RANK_HOST < "$PLACED/hostfile"
   mapfile -t LOCAL_GPU < "$PLACED/local_gpus"
@@ -257,8 +256,14 @@ topoplan_refuse_placeholders() {{  # a value still reading FILL_ME... was never 
   done
   return "$bad"
 }}
+"""
 
-topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
+
+def trainer_shell(ctx: EmitContext) -> str:
+    """The shell functions that set up and print the command line of an emitted trainer (``trainer_cmd
+    TRAINER PREFIX``): slurm/task.sh and the Kubernetes pods' launch.sh share them."""
+    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
   case "$1" in
     megatron|bridge) export {mega_env} ;;
     torchtitan) export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}" ;;
@@ -276,7 +281,7 @@ topoplan_quote_lines() {{  # each line of stdin as one shell-quoted word
   local line
   while IFS= read -r line; do printf ' %q' "$line"; done
 }}
-"""
+""" + "\n" + _task_trainers(ctx)
 
 
 def _task_trainers(ctx: EmitContext) -> str:
