@@ -39,7 +39,7 @@ from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
 from planner.output.emit.bridge import RECIPES
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, multi_node_nvlink,
-                                       nccl_env, site_settings, trainer_shell)
+                                       nccl_env, placeholder, site_settings, trainer_shell)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -51,9 +51,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SLICE_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-NAMESPACE = f"{FILL}_namespace"   # invalid on purpose: nothing applies until it is replaced
-IMAGE = f"{FILL}_image"
-QUEUE = f"{FILL}_queue"
+NAMESPACE = placeholder("namespace")   # FILL_ME_namespace, invalid on purpose: nothing applies until replaced
+IMAGE = placeholder("image")
+QUEUE = placeholder("queue")
 REPLICATED_JOB = "workers"
 TRAINER_NODE = "node"             # Kubeflow Trainer's replicated Job and container name (constants.Node)
 TRAINER_PORT = 29400              # Kubeflow Trainer's PET_MASTER_PORT (constants.ContainerTrainerPort)
@@ -117,10 +117,6 @@ def settings(ctx: EmitContext, trainer: str) -> list[tuple[str, str]]:
         out.append((TRAINER_HOME[trainer][0], TRAINER_HOME[trainer][1] + " inside the image"))
     out += [(v, c) for v, c in site_settings(ctx, []) if v.startswith("NCCL_")]
     return out
-
-
-def placeholder(var: str) -> str:
-    return f"{FILL}_{var.lower().removeprefix('topoplan_')}"
 
 
 def launch_script(ctx: EmitContext, shape: K8sShape, trainer: str) -> str:

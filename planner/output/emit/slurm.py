@@ -152,7 +152,8 @@ def site_settings(ctx: EmitContext, names: list[str]) -> list[tuple[str, str]]:
     return s
 
 
-def _placeholder(var: str) -> str:
+def placeholder(var: str) -> str:
+    """``FILL_ME_<what>``: the value a setting holds until the user fills it in (Slurm and k8s files)."""
     return f"{FILL}_{var.lower().removeprefix('topoplan_')}"
 
 
@@ -480,7 +481,7 @@ def sbatch_script(ctx: EmitContext) -> str:
     lines += ["set -euo pipefail", "", f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
     for var, comment in fill:
         lines.append(f"# {comment}")
-        lines.append(f': "${{{var}:={_placeholder(var)}}}"')
+        lines.append(f': "${{{var}:={placeholder(var)}}}"')
     lines.append("export " + " ".join(v for v, _ in fill))
     net = fabric_exports(ctx)
     lines += ["", f"# ---- fixed by the plan's cluster {'-' * 80}"[:100]] + (net or ["# (nothing beyond NCCL's defaults)"])
