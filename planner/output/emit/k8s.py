@@ -18,9 +18,11 @@ local rank ``l`` global rank ``i * gpus_per_node + l``, so the plan's ranks must
 consecutive ranks and every NVLink domain the plan uses a consecutive block of ``slice_hosts`` hosts
 (:func:`k8s_shape` refuses other plans). Kueue's pod template annotations ask for slices of
 ``slice_hosts`` pods, each inside one ``nvidia.com/gpu.clique``; Kueue's rank-based ordering of
-pods (KEP 2724, TopologyUngater) gives slice ``k`` the pods ``k * slice_hosts ...``, so every group the
-plan keeps inside a domain stays inside one clique, whichever cliques and nodes Kueue picks
-(tests/test_emit_k8s.py models that assignment).
+pods (KEP 2724; Kueue v0.19.2 pkg/controller/tas/topology_ungater.go, with the JobSet pod set's ranks
+from ``batch.kubernetes.io/job-completion-index`` and ``jobset.sigs.k8s.io/job-index``,
+pkg/controller/jobs/jobset/jobset_controller.go ``PodSets``) gives slice ``k`` the pods
+``k * slice_hosts ...``, so every group the plan keeps inside a domain stays inside one clique, whichever
+cliques and nodes Kueue picks (tests/test_emit_k8s.py models that assignment).
 
 Placeholders. Every namespaced object names ``metadata.namespace: FILL_ME_namespace``, which is not a
 valid namespace name (RFC 1123 label: lower case, no underscore), so ``kubectl apply`` rejects every
