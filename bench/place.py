@@ -45,6 +45,7 @@ def _best(fn, n=3) -> tuple[float, float]:
 def main() -> int:
     import planner
     from planner.config import ParallelConfig, Training
+    from planner.launch.place import shape_of_document
     from planner.output.emit import emit_plan
     from trainers.plans import nvl72_cluster, plan_doc
 
@@ -52,7 +53,7 @@ def main() -> int:
     doc = plan_doc("deepseek-v3", nvl72_cluster("gb300", 64), config,
                    Training(seq_len=4096, global_batch=4096, precision="mxfp8"), world=4096, gpus_per_domain=64)
     t0 = time.perf_counter()
-    shape = planner.launch.place.shape_of_document(doc)
+    shape = shape_of_document(doc)
     shape_s = time.perf_counter() - t0
     doc["plans"][0]["placement"]["shape"] = shape.model_dump(mode="json")
     rng = random.Random(0)

@@ -1,8 +1,8 @@
 """The Python API from a launcher script: decide the layout at job start, then launch with it.
 
 A launcher knows the cluster it was given (here: the Slurm allocation's size) and the model. It
-checks the layout it was asked for with ``predict``, asks ``plan`` for a better one, and turns the
-winner into the arguments this rank's trainer needs, without files in between.
+checks the layout it was asked for with ``predict``, asks ``plan`` for a better one, places it on the
+hosts the job was granted (``place``) and turns the winner into the arguments this rank's trainer needs.
 
     SLURM_NNODES=16 python examples/launcher_api.py --out out/launcher
 """
@@ -15,6 +15,7 @@ from _common import out_dir, summary
 import planner
 import topologies
 from planner.output.emit import emit_plan
+from topologies.hostlist import expand
 
 out = out_dir("launcher", __doc__)
 nodes = int(os.environ.get("SLURM_NNODES", "16"))
@@ -34,9 +35,12 @@ print(f"planned {summary(best)}")
 gain = best["prediction"]["tflops_per_gpu"] / p.tflops_per_gpu - 1 if p.fits else float("inf")
 print(f"predicted gain over the asked layout: {gain:+.1%}")
 
-# this rank's view: its host and local GPU come from the plan's rank order
+# at job start: the plan on the hosts Slurm granted (their names are not the plan's); on HGX every host
+# is its own NVLink domain, so each granted host is paired with itself (docs/launch.md)
+granted = expand(os.environ.get("SLURM_JOB_NODELIST", f"gpu[{101:03d}-{100 + nodes:03d}]"))
+placed = planner.place(doc, [(h, h) for h in granted])
 rank = int(os.environ.get("RANK", "0"))
-placement = best["placement"]
-print(f"rank {rank} runs on {placement['hosts'][rank]} GPU {placement['local_ranks'][rank]}")
+print(f"rank {rank} runs on {placed.hosts[rank]} GPU {placed.local[rank]} (the plan named "
+      f"{best['placement']['hosts'][rank]})")
 files = emit_plan(doc, ["megatron"], out)
 print(json.dumps({"config": best["config"], "files": [str(f) for f in files]}, indent=1))

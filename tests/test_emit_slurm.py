@@ -193,7 +193,7 @@ def test_any_allocation_of_the_shape_is_placed_at_job_start(tmp_path, stubs):
         assert p.returncode == rc, p.stderr
         assert (_called(stubs, "srun") is None) == (rc == 3)
         if rc:
-            assert "error: the allocation spans 7 NVLink domains" in p.stderr
+            assert "error: the allocation grants 7 hosts but the plan needs 8 (each its own NVLink domain, holding a TP8 group set)" in p.stderr
             continue
         _, senv = _called(stubs, "srun")
         hosts = Path(senv["SLURM_HOSTFILE"]).read_text().split()

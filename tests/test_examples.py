@@ -4,6 +4,7 @@ follow from its scenario (world size, rank order, excluded tray, trainer flags).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,8 +97,9 @@ def test_expert_placement(tmp_path):
 @pytest.mark.slow
 def test_launcher_api(tmp_path):
     out = tmp_path / "launcher"
-    stdout = _run("launcher_api.py", out, env={"SLURM_NNODES": "4", "RANK": "9"})
-    assert "rank 9 runs on" in stdout
+    stdout = _run("launcher_api.py", out, env={"SLURM_NNODES": "4", "RANK": "9", "SLURM_JOB_NODELIST": "dgx-[7-10]"})
+    # rank 9 runs on a granted host, never on one of the plan's preset names
+    assert re.search(r"^rank 9 runs on dgx-(7|8|9|10) GPU [0-7] \(the plan named h100-n\d{4}\)$", stdout, re.M)
     assert (out / "megatron" / "args.txt").stat().st_size > 0
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.launch import core
 from planner.launch.allocation import nodelist_pairs, read_allocation, topology_table
 from planner.launch.place import shape_of_document, write_placed
+from planner.output.emit import emit_plan
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
@@ -139,6 +141,12 @@ def test_domains_from_the_plans_cluster_nvidia_smi_and_topology_conf(tmp_path):
     table = topology_table(_write(tmp_path / "topology.conf", conf), "gb200", 4)
     pairs = nodelist_pairs("gb200-r[01-04]-t[01-18]", table)
     assert {d for _, d in pairs} == {"blk1", "blk2", "blk3", "blk4"}
+    # the same blocks from topology.yaml (topology.yaml(5): block.blocks[].block / nodes)
+    doc_yaml = [{"topology": "t", "cluster_default": True,
+                 "block": {"block_sizes": [18], "blocks": [{"block": f"yb{r}", "nodes": f"gb200-r{r:02d}-t[01-18]"}
+                                                           for r in range(1, 5)]}}]
+    table = topology_table(_write(tmp_path / "topology.yaml", yaml.safe_dump(doc_yaml)), "gb200", 4)
+    assert dict(nodelist_pairs("gb200-r03-t[05-06]", table)) == {"gb200-r03-t05": "yb3", "gb200-r03-t06": "yb3"}
 
 
 # --- the proof: shuffled whole-rack slices of a bigger cluster ----------------------------------------
@@ -171,6 +179,18 @@ def check_placed(doc, placed, host_domain):
     sites = list(zip(placed.hosts, placed.local))
     assert len(set(sites)) == shape.world
     return shape
+
+
+def test_the_check_fails_on_a_placement_that_splits_a_group():
+    """The oracle can fail: two trays of different racks swapped in the hostfile split EP32 groups."""
+    doc = _dsv3_doc()
+    pairs = [(f"h{r}-{t}", f"R{r}") for r in range(4) for t in range(16)]
+    placed = planner.place(doc, pairs)
+    check_placed(doc, placed, dict(pairs))
+    a, b = placed.hosts[0], placed.hosts[-1]
+    placed.hosts = [b if h == a else a if h == b else h for h in placed.hosts]
+    with pytest.raises(AssertionError):
+        check_placed(doc, placed, dict(pairs))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -275,10 +295,19 @@ def test_degrade_plans_again_on_what_was_granted(tmp_path):
     assert tmp_path / "run" / "plan.json" in paths
 
 
+def test_core_is_standard_library_only_and_old_python_syntax():
+    """slurm/place.py must run on any batch host: it imports only the standard library and parses as 3.7."""
+    import ast
+    tree = ast.parse((ROOT / "planner" / "launch" / "core.py").read_text(), feature_version=(3, 7))
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
 def test_the_shipped_launcher_is_the_core_module(tmp_path):
     """slurm/place.py is planner/launch/core.py byte for byte, and it runs on python3 -I (no topoplan)."""
     out = tmp_path / "o"
-    planner.output.emit.emit_plan(_dsv3_doc(), ["slurm"], out)
+    emit_plan(_dsv3_doc(), ["slurm"], out)
     assert (out / "slurm" / "place.py").read_text() == (ROOT / "planner" / "launch" / "core.py").read_text()
     hosts = [f"t{r}-{i}" for r in range(4) for i in range(18)]
     _write(tmp_path / "granted", "\n".join(hosts) + "\n")
@@ -295,3 +324,6 @@ def test_the_shipped_launcher_is_the_core_module(tmp_path):
                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert p.returncode == 3 and "holds 15 of the 16 trays an EP32 group set needs" in p.stderr
     assert not (tmp_path / "hostfile2").exists()
+    p = subprocess.run(["python3", "-I", str(out / "slurm" / "place.py"), str(tmp_path / "missing.json"),
+                        str(tmp_path / "granted"), "-", str(tmp_path / "hostfile3")], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and len(p.stderr.splitlines()) == 1

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         index: int = typer.Option(0, "--index", "-i", help="which plan of the document (0 = best)"),
         degrade: bool = typer.Option(False, "--degrade", help="when the allocation cannot hold the plan, plan "
                                                               "again on what was granted (writes OUT/plan.json)"),
-        time_limit: float = typer.Option(None, "--time-limit", help="solver seconds for --degrade"),
+        time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver seconds for --degrade"),
         as_json: bool = typer.Option(False, "--json", help="print the rank -> host mapping as JSON"),
     ):
         """Put a plan on the hosts the scheduler granted: each NVLink-domain slot of the plan on its own

@@ -77,6 +77,9 @@ def assign(shape: dict, pairs) -> dict:
     need = sorted(range(len(slots)), key=lambda s: (-slots[s]["hosts"], s))
     have = sorted(domains, key=lambda d: (-len(domains[d]), _natural(d)))
     dom_word, host_word = _words(shape)
+    if len(have) < len(need) and not shape.get("multi_host_domains"):
+        raise Shortfall(f"the allocation grants {len(have)} hosts but the plan needs {len(need)} "
+                        f"(each its own NVLink domain, holding {need_text(shape)}): ask for {len(need)} nodes")
     if len(have) < len(need):
         counts = "/".join(str(len(domains[d])) for d in have) or "none"
         raise Shortfall(f"the allocation spans {len(have)} {dom_word}s ({counts} {host_word}) but the plan needs "

@@ -12,7 +12,7 @@ plan's model, training setup, GPU and fabric, the granted hosts and domains).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from planner.config import Training
@@ -20,7 +20,7 @@ from planner.cost.shape import LaunchShape
 from planner.errors import InfeasibleError, InputError
 from planner.io import atomic_dir
 from planner.launch.allocation import domain_table, fill_domains, read_allocation
-from planner.launch.core import AllocationProblem, Shortfall, assign, hostfile_text
+from planner.launch.core import AllocationProblem, Shortfall, assign, group_domains, hostfile_text
 from planner.output.emit import launch_shape_of, load_context
 from planner.search.document import load_launch
 from planner.search.plan import plan as make_plan
@@ -41,7 +41,6 @@ class Placed:
     degraded: bool = False
     plan: dict | None = None
     reason: str | None = None       # the shortfall that made --degrade plan again
-    extra: dict = field(default_factory=dict)
 
     def hostfile(self) -> str:
         return hostfile_text({"hosts": self.hosts})
@@ -118,15 +117,13 @@ def granted_cluster(own: Cluster, pairs) -> Cluster:
     calibration."""
     gpus = {n.name: n.gpus for n in own.nodes}
     per = max(gpus.values())
-    hosts = [h for h, _ in pairs]
-    keep = set(hosts)
+    doms = group_domains(pairs)                      # domain -> its hosts in name order
+    order = sorted(doms, key=lambda d: (-len(doms[d]), d))   # fullest racks first: placements fill in order
+    keep = {h for h, _ in pairs}
     data = own.model_dump(mode="json", exclude_none=True)
     data["name"] = f"{own.name}-granted"
-    data["nodes"] = [{"name": h, "gpus": gpus.get(h, per)} for h in hosts]
-    doms: dict[str, list[str]] = {}
-    for h, d in pairs:
-        doms.setdefault(d, []).append(h)
-    data["domains"] = [{"name": d, "nodes": hs} for d, hs in doms.items()] if own.domains else None
+    data["nodes"] = [{"name": h, "gpus": gpus.get(h, per)} for d in order for h in doms[d]]
+    data["domains"] = [{"name": d, "nodes": doms[d]} for d in order] if own.domains else None
     for tier in data.get("tiers") or []:
         if tier.get("groups"):
             tier["groups"] = [g for g in ([h for h in grp if h in keep] for grp in tier["groups"]) if g] or None

@@ -14,6 +14,12 @@ import json
 import os
 import sys
 
+try:  # nvidia-resiliency-ext 0.4.1 installs as a namespace package without __version__, which megatron-core
+    import nvidia_resiliency_ext as _nvrx  # 0.19.2's dist_checkpointing reads at import: treat it as absent
+    if not hasattr(_nvrx, "__version__"):
+        sys.modules["nvidia_resiliency_ext"] = None
+except ImportError:
+    pass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megatron_check  # noqa: E402,F401  (its module-level shims: typing.override, no triton)
 from megatron.core.parallel_state import RankGenerator  # noqa: E402
