@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
     def emit(
         plan_file: Path = typer.Argument(..., help="plan document written by 'topoplan plan --save-plan'"),
         trainer: str = typer.Option(..., "--trainer", "-t",
-                                    help="megatron, bridge, torchtitan, maxtext, slurm (comma-separated) or all"),
+                                    help="megatron, bridge, torchtitan, maxtext, slurm, k8s, k8s-cluster (comma-separated) "
+                                         "or all (the trainers and slurm)"),
         out: Path = typer.Option(..., "--out", "-o", help="output directory (written atomically)"),
         index: int = typer.Option(0, "--index", "-i", help="which plan of the document (0 = best)"),
         as_json: bool = typer.Option(False, "--json", help="print the written files as JSON"),

@@ -209,7 +209,7 @@ def register(app: typer.Typer) -> None:
                                     "the plan's lead over it and whether it is within the model's uncertainty"),
         as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
         save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
-        emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
+        emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm,k8s,k8s-cluster"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
         cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",

@@ -1,5 +1,5 @@
 """Launch configs from a plan: the files a user runs with Megatron-LM, Megatron-Bridge, TorchTitan,
-MaxText and Slurm.
+MaxText, Slurm and Kubernetes (JobSet / Kubeflow TrainJob with Kueue, and the cluster-side Kueue objects).
 
 ``emit_plan(plan_doc, trainers, out, index)`` reads one entry of a ``plan.json`` document (see
 docs/architecture.md), builds an :class:`EmitContext` (model spec, layout, training setup, and for
@@ -25,7 +25,9 @@ from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
 from planner.search.document import load_launch
 
-EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
+EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm", "k8s", "k8s-cluster")
+# what ``all`` names: every trainer and Slurm; the Kubernetes manifests (k8s, k8s-cluster) are asked for by name
+ALL = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
 
 
 @dataclass(frozen=True)
@@ -142,16 +144,17 @@ def load_context(plan_doc: dict, index: int = 0) -> EmitContext:
 
 
 def parse_trainers(value: str | list[str]) -> list[str]:
-    """``"megatron,slurm"`` -> ``["megatron", "slurm"]``; ``all`` gives every emitter."""
+    """``"megatron,slurm"`` -> ``["megatron", "slurm"]``; ``all`` gives every trainer and slurm (:data:`ALL`)."""
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [s.strip().lower() for s in items if s and s.strip()]
     if not names:
         raise InputError("--trainer: name at least one of " + ", ".join(EMITTERS) + " (or all)")
     out: list[str] = []
     for n in names:
-        n = {"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge", "titan": "torchtitan"}.get(n, n)
+        n = {"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge", "titan": "torchtitan",
+             "kubernetes": "k8s", "k8s_cluster": "k8s-cluster"}.get(n, n)
         if n == "all":
-            out.extend(e for e in EMITTERS if e not in out)
+            out.extend(e for e in ALL if e not in out)
         elif n in EMITTERS:
             if n not in out:
                 out.append(n)
@@ -165,7 +168,7 @@ def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
     ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:
-        files.update(importlib.import_module(f"planner.output.emit.{name}").files(ctx))
+        files.update(importlib.import_module(f"planner.output.emit.{name.replace('-', '_')}").files(ctx))
     return files
 
 

@@ -152,18 +152,31 @@ def site_settings(ctx: EmitContext, names: list[str]) -> list[tuple[str, str]]:
     return s
 
 
-def _placeholder(var: str) -> str:
+def placeholder(var: str) -> str:
+    """``FILL_ME_<what>``: the value a setting holds until the user fills it in (Slurm and k8s files)."""
     return f"{FILL}_{var.lower().removeprefix('topoplan_')}"
+
+
+def nccl_env(ctx: EmitContext) -> dict[str, str]:
+    """The NCCL variables the plan itself fixes (NVLink SHARP, multi-node NVLink): the one source of
+    their values for slurm/sbatch.sh (:func:`fabric_exports`, which says why) and the k8s pod env."""
+    env = {}
+    if get_gpu(ctx.gpu).nvls_busbw_gbps:
+        env["NCCL_NVLS_ENABLE"] = "2"
+    if multi_node_nvlink(ctx):
+        env["NCCL_MNNVL_ENABLE"] = "1"
+    return env
 
 
 def fabric_exports(ctx: EmitContext) -> list[str]:
     """Comment and export lines for what the plan itself fixes about the network."""
     out = []
-    if get_gpu(ctx.gpu).nvls_busbw_gbps:
+    env = nccl_env(ctx)
+    if "NCCL_NVLS_ENABLE" in env:
         out += ["# NVLink SHARP: NCCL's default (2 = use when the NVSwitches offer it). The plan's all-reduce times",
                 "# assume it (topologies/collectives.py); an image that sets NCCL_NVLS_ENABLE=0 would slow them.",
-                "export NCCL_NVLS_ENABLE=2"]
-    if multi_node_nvlink(ctx):
+                f"export NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}"]
+    if "NCCL_MNNVL_ENABLE" in env:
         out += [f"# Multi-node NVLink: NVLink domains of up to {get_gpu(ctx.gpu).nvlink_domain_max} GPUs across "
                 f"{ctx.gpus_per_node}-GPU trays. Ranks on different trays",
                 "# of a rack talk over NVLink through IMEX: every tray of a rack runs nvidia-imex in one IMEX domain and",
@@ -171,13 +184,13 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
                 "# by Slurm's switch/nvidia_imex plugin); slurm/task.sh refuses to start without one.",
                 "# 1 = fail at NCCL init when MNNVL is unusable instead of silently sending the traffic between the",
                 "# trays of a rack over the network (NCCL's default 2 = auto), which would void the plan's prediction.",
-                "export NCCL_MNNVL_ENABLE=1"]
+                f"export NCCL_MNNVL_ENABLE={env['NCCL_MNNVL_ENABLE']}"]
     return out
 
 
 def task_script(ctx: EmitContext) -> str:
     """slurm/task.sh: its header and settings, the rank lookups, the trainer commands and ``main``."""
-    return "\n".join([_task_head(ctx), _task_lookups(ctx), _task_trainers(ctx), _task_main(ctx)])
+    return "\n".join([_task_head(ctx), _task_lookups(ctx), trainer_shell(ctx), _task_main(ctx)])
 
 
 def _task_head(ctx: EmitContext) -> str:
@@ -206,7 +219,6 @@ MNNVL={1 if multi_node_nvlink(ctx) else 0}
 
 
 def _task_lookups(ctx: EmitContext) -> str:
-    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
     return f"""topoplan_load_placement() {{  # RANK_HOST[r], LOCAL_GPU[r] of every global rank r, and MASTER_HOST
   mapfile -t RANK_HOST < "$PLACED/hostfile"
   mapfile -t LOCAL_GPU < "$PLACED/local_gpus"
@@ -245,8 +257,14 @@ topoplan_refuse_placeholders() {{  # a value still reading FILL_ME... was never 
   done
   return "$bad"
 }}
+"""
 
-topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
+
+def trainer_shell(ctx: EmitContext) -> str:
+    """The shell functions that set up and print the command line of an emitted trainer (``trainer_cmd
+    TRAINER PREFIX``): slurm/task.sh and the Kubernetes pods' launch.sh share them."""
+    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
   case "$1" in
     megatron|bridge) export {mega_env} ;;
     torchtitan) export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}" ;;
@@ -264,7 +282,7 @@ topoplan_quote_lines() {{  # each line of stdin as one shell-quoted word
   local line
   while IFS= read -r line; do printf ' %q' "$line"; done
 }}
-"""
+""" + "\n" + _task_trainers(ctx)
 
 
 def _task_trainers(ctx: EmitContext) -> str:
@@ -463,7 +481,7 @@ def sbatch_script(ctx: EmitContext) -> str:
     lines += ["set -euo pipefail", "", f"# ---- fill in ({FILL}_*) {'-' * 80}"[:100]]
     for var, comment in fill:
         lines.append(f"# {comment}")
-        lines.append(f': "${{{var}:={_placeholder(var)}}}"')
+        lines.append(f': "${{{var}:={placeholder(var)}}}"')
     lines.append("export " + " ".join(v for v, _ in fill))
     net = fabric_exports(ctx)
     lines += ["", f"# ---- fixed by the plan's cluster {'-' * 80}"[:100]] + (net or ["# (nothing beyond NCCL's defaults)"])
