@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planner.search", ("topologies", "solver", "planner.model", "planner.cost", "planner.search") + BASE),
     ("planner.output", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
                         "planner.output") + BASE),
+    ("planner.launch", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
+                        "planner.output", "planner.launch") + BASE),
     ("planner.cli", ("topologies", "solver", "planner")),
 ]
 OWN = ("planner", "solver", "topologies")

@@ -1,0 +1,1 @@
+"""After the plan: putting a plan on hosts again when hardware fails (``replan``)."""
