@@ -8,6 +8,7 @@ Python API (for launchers)::
     training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8")
     pred = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
     best = planner.plan(model, cluster, training, top=3)
+    after = planner.replan(best.to_dict(), "gb300-r02-t07")   # hosts failed: spares or a new plan
 """
 
 from planner.config import ParallelConfig, Training  # noqa: F401
@@ -20,3 +21,4 @@ from planner.errors import InfeasibleError, InputError, TopoplanError  # noqa: F
 from planner.model.spec import load_model  # noqa: E402,F401
 from planner.cost.predict import predict  # noqa: E402,F401
 from planner.search.plan import plan  # noqa: E402,F401
+from planner.launch.replan import replan  # noqa: E402,F401
