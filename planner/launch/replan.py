@@ -28,7 +28,8 @@ from planner.cost.predict import predict
 from planner.errors import InfeasibleError, InputError
 from planner.launch.spares import assign_spares, domain_of_hosts, rank_hosts, relocate, with_health
 from planner.search.document import load_document
-from planner.search.plan import PlanEntry, PlanResult, plan
+import planner.search.plan as search
+from planner.search.plan import PlanEntry, PlanResult
 from topologies.hostlist import HostlistError, compress, expand
 from topologies.loader import Job
 
@@ -212,7 +213,7 @@ def _candidates(doc, hosts, short, time_limit):
         job = Job(c, min(offered, c.num_gpus), None)
         extra = _gpd_extra(c.domain_sizes(), c.gpu_spec.gpus_per_node)
         try:
-            res = plan(doc.model.spec, job, training, top=5, time_limit=time_limit, objective=objective,
+            res = search.plan(doc.model.spec, job, training, top=5, time_limit=time_limit, objective=objective,
                        include={"gpd": extra})
         except InfeasibleError as exc:
             last = exc
