@@ -98,6 +98,9 @@ def register(app: typer.Typer) -> None:
         index: int = typer.Option(0, "--index", min=0, help="which plan of plan.json runs (default the best, 0)"),
         emit: str = typer.Option(None, "--emit", help="launch files to write (default: the plan's trainer and slurm)"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit when re-planning"),
+        allow_cross_domain: bool = typer.Option(False, "--allow-cross-domain",
+                                                help="when re-planning, take the fastest plan even if groups the healthy "
+                                                     "plan kept in one NVLink domain now cross domains"),
         as_json: bool = typer.Option(False, "--json", help="print what changed as JSON"),
     ):
         """Put a plan on what is left after hosts fail: spare hosts of the same rack take the failed hosts'
@@ -106,7 +109,7 @@ def register(app: typer.Typer) -> None:
         Example: topoplan replan plan.json --failed gb200-r02-t07 --out replanned/
         """
         check_output(out, "--out", directory=True)
-        result = replan(plan_path, failed, index=index, time_limit=time_limit)
+        result = replan(plan_path, failed, index=index, time_limit=time_limit, allow_cross_domain=allow_cross_domain)
         trainers = parse_trainers(emit) if emit else default_trainers(result.document)
         written = write_outputs(result, out, trainers)
         if as_json:

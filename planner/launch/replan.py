@@ -8,8 +8,8 @@ Two cases, decided per failure:
   cluster health and ``rank_to_gpu`` (re-indexed: ``rank_to_gpu`` indexes the *healthy* GPUs, and
   the failure changes that list) and the prediction priced again on the new placement.
 * **Re-plan.** Some domain lacks spares: ``planner.search.plan`` chooses again on what is left
-  (the failed hosts broken, every spare free; and, as a second candidate, the job on the domains
-  that lost nothing), with the same model, training and objective, the planner's GPUs-per-domain
+  (the failed hosts broken, the degraded domains' spares in use, the other domains' spares kept as
+  the healthy plan had them; and, as a second candidate, the job on the domains that lost nothing), with the same model, training and objective, the planner's GPUs-per-domain
   choices plus the aligned counts that fit the degraded domain. Among the plans found, the best one
   whose groups are domain-local wherever the healthy plan's were is taken
   (``planner.cost.placement.rank_groups`` on both placements); if none is, the best plan and a
@@ -146,8 +146,11 @@ def _document(doc, entry_index: int, cluster, config, gbs: int, placement: Place
     return out, entry
 
 
-def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None) -> ReplanResult:
-    """The plan after ``failed`` hosts fail (``plan_doc``: a plan.json dict, path or PlanDocument)."""
+def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None,
+           allow_cross_domain: bool = False) -> ReplanResult:
+    """The plan after ``failed`` hosts fail (``plan_doc``: a plan.json dict, path or PlanDocument).
+    ``allow_cross_domain``: when re-planning, take the fastest plan even if groups that were
+    domain-local in the healthy plan now cross NVLink domains (default: keep them domain-local)."""
     doc = load_document(plan_doc)
     if not 0 <= index < len(doc.plans):
         raise InputError(f"--index {index}: plan.json holds plans 0..{len(doc.plans) - 1}; pick one of those")
@@ -158,7 +161,7 @@ def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None)
     before = figures(entry.label, entry.config.world, entry.prediction.model_dump(), entry.placement.model_dump())
     if not short:
         return _with_spares(doc, index, hosts, placed, moves, before)
-    return _replanned(doc, index, hosts, short, before, time_limit)
+    return _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain)
 
 
 def _with_spares(doc, index, hosts, placed, moves, before) -> ReplanResult:
@@ -195,7 +198,7 @@ def _gpd_extra(sizes: list[int], per_node: int) -> list[int]:
     return out
 
 
-def _candidates(doc, hosts, short, time_limit):
+def _candidates(doc, hosts, short, time_limit, cross=False):
     """(cluster, PlanResult) of each cluster the job may run on after the failure."""
     cluster = doc.cluster
     offered = doc.header.gpus_offered if doc.header is not None and isinstance(doc.header.gpus_offered, int) \
@@ -203,9 +206,12 @@ def _candidates(doc, hosts, short, time_limit):
     dom = domain_of_hosts(cluster)
     degraded = {dom[h] for h in short}
     hold = {h for h, d in dom.items() if d in degraded}
-    options = [with_health(cluster, hosts, set())]
-    if set(cluster.hosts()) - hold - set(cluster.health.failed_nodes):   # the domains that lost nothing
-        options.append(with_health(cluster, hosts, hold))
+    kept = {h for h in cluster.health.failed_trays if dom[h] not in degraded}   # intact racks keep their shape
+    options = [with_health(cluster, hosts, kept)]              # the degraded domains' spares in use
+    if set(cluster.hosts()) - hold - set(cluster.health.failed_nodes) - set(cluster.health.failed_trays):
+        options.append(with_health(cluster, hosts, kept | hold))   # the job on the domains that lost nothing
+    if cross and kept:
+        options.append(with_health(cluster, hosts, set()))          # every spare in use
     training = doc.training
     objective = _OBJECTIVE[doc.solver.objective_name]
     out, last = [], None
@@ -213,7 +219,7 @@ def _candidates(doc, hosts, short, time_limit):
         job = Job(c, min(offered, c.num_gpus), None)
         extra = _gpd_extra(c.domain_sizes(), c.gpu_spec.gpus_per_node)
         try:
-            res = search.plan(doc.model.spec, job, training, top=5, time_limit=time_limit, objective=objective,
+            res = search.plan(doc.model.spec, job, training, top=8, time_limit=time_limit, objective=objective,
                        include={"gpd": extra})
         except InfeasibleError as exc:
             last = exc
@@ -224,13 +230,13 @@ def _candidates(doc, hosts, short, time_limit):
     return out
 
 
-def _replanned(doc, index, hosts, short, before, time_limit) -> ReplanResult:
+def _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain=False) -> ReplanResult:
     entry = doc.plans[index]
     old_cfg = entry.config.parallel_config()
     need = local_axes(doc.cluster, old_cfg, entry.config.world, entry.placement.rank_to_gpu, entry.placement.order)
     key = "tflops_per_gpu" if doc.solver.objective_name == "tflops_per_gpu" else "tokens_per_s"
     best, best_any = None, None
-    for c, res in _candidates(doc, hosts, short, time_limit):
+    for c, res in _candidates(doc, hosts, short, time_limit, allow_cross_domain):
         for e in res.plans:
             val = getattr(e.prediction, key)
             if best_any is None or val > best_any[0]:
@@ -240,10 +246,19 @@ def _replanned(doc, index, hosts, short, before, time_limit) -> ReplanResult:
                 best = (val, c, res, e)
     notes = [f"no spare host left in NVLink domain {d} for {h}"
              for h, d in ((h, domain_of_hosts(doc.cluster)[h]) for h in short)]
-    if best is None:
+    if best is None or (allow_cross_domain and best_any[0] > best[0]):
+        if best is None:
+            notes.append("warning: no plan on what is left keeps every group domain-local where the healthy plan "
+                         "did; the best plan is taken and its groups cross NVLink domains")
+        else:
+            notes.append(f"--allow-cross-domain: {best_any[3].label} on {best_any[3].world} GPUs crosses NVLink "
+                         f"domains and is predicted {best_any[0] / best[0] - 1:+.1%} faster than the best "
+                         f"domain-local plan ({best[3].label} on {best[3].world} GPUs)")
         best = best_any
-        notes.append("warning: no plan on what is left keeps every group domain-local where the healthy plan "
-                     "did; the best plan is taken and its groups cross NVLink domains")
+    elif best_any[0] > best[0]:
+        notes.append(f"a plan whose groups cross NVLink domains, {best_any[3].label} on {best_any[3].world} GPUs, is "
+                     f"predicted {best_any[0] / best[0] - 1:+.1%} faster than this domain-local one; "
+                     "--allow-cross-domain takes it")
     _, c, res, e = best
     out = PlanResult([e], res.solver, doc.model.spec, c, res.training).to_dict()
     if doc.header is not None:
