@@ -264,3 +264,14 @@ def test_a_spare_only_one_failed_host_can_use_is_left_to_it():
     moves, short = assign_spares(c, placed, ["r1-t01", "r1-t02"])
     assert short == [] and moves == {"r1-t01": "r1-t04", "r1-t02": "r1-t03"}
     assert _brute_force_feasible(c, placed, ["r1-t01", "r1-t02"])
+
+
+def test_spares_option_says_which_listed_trays_are_spare(small_moe_plan):
+    """health.failed_trays holds the preset's spare trays; --spares keeps t18 of rack 2 as the only one,
+    so the failed tray's ranks go there and t17 is recorded as broken."""
+    res = replan(small_moe_plan, "gb200-r02-t03", spares="gb200-r02-t18")
+    assert [(m.host, m.spare) for m in res.moves] == [("gb200-r02-t03", "gb200-r02-t18")]
+    health = load_document(res.document).cluster.health
+    assert "gb200-r02-t17" in health.failed_nodes and health.failed_trays == []
+    with pytest.raises(planner.InputError, match="--spares: host 'gb200-r09-t01'"):
+        replan(small_moe_plan, "gb200-r02-t03", spares="gb200-r09-t01")

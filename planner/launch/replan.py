@@ -76,7 +76,7 @@ class ReplanResult:
                 "change": change(self.before, self.after), "experts": self.experts, "notes": self.notes}
 
 
-def failed_hosts(spec, cluster) -> list[str]:
+def failed_hosts(spec, cluster, option: str = "--failed") -> list[str]:
     """The hosts of ``spec`` (a hostlist such as ``gb200-r02-t[07-08]``, a file with one host or
     hostlist per line, or a list of those), in the cluster's order; InputError naming the option
     and the unknown host otherwise."""
@@ -92,14 +92,14 @@ def failed_hosts(spec, cluster) -> list[str]:
             try:
                 names += expand(ln)
             except HostlistError as exc:
-                raise InputError(f"--failed {ln!r}: {exc}; give a hostlist like 'gb200-r02-t[07-08]' or a file "
+                raise InputError(f"{option} {ln!r}: {exc}; give a hostlist like 'gb200-r02-t[07-08]' or a file "
                                  "with one host per line") from None
     if not names:
-        raise InputError("--failed: no host given; name the failed hosts (a hostlist or a file, one host per line)")
+        raise InputError(f"{option}: no host given; name hosts (a hostlist or a file, one host per line)")
     known = {n.name: i for i, n in enumerate(cluster.nodes)}
     for h in names:
         if h not in known:
-            raise InputError(f"--failed: host {h!r} is not in the plan's cluster {cluster.name!r} (hosts "
+            raise InputError(f"{option}: host {h!r} is not in the plan's cluster {cluster.name!r} (hosts "
                              f"{compress(list(known))}); name hosts of plan.json's cluster")
     return sorted(set(names), key=known.__getitem__)
 
@@ -147,13 +147,19 @@ def _document(doc, entry_index: int, cluster, config, gbs: int, placement: Place
 
 
 def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None,
-           allow_cross_domain: bool = False) -> ReplanResult:
+           allow_cross_domain: bool = False, spares=None) -> ReplanResult:
     """The plan after ``failed`` hosts fail (``plan_doc``: a plan.json dict, path or PlanDocument).
     ``allow_cross_domain``: when re-planning, take the fastest plan even if groups that were
-    domain-local in the healthy plan now cross NVLink domains (default: keep them domain-local)."""
+    domain-local in the healthy plan now cross NVLink domains (default: keep them domain-local).
+    ``spares``: which hosts of ``health.failed_trays`` are spare trays (a hostlist, file or list);
+    default all of them, as the presets list them; the others are marked broken (``failed_nodes``)."""
     doc = load_document(plan_doc)
     if not 0 <= index < len(doc.plans):
         raise InputError(f"--index {index}: plan.json holds plans 0..{len(doc.plans) - 1}; pick one of those")
+    if spares is not None:
+        listed = set(doc.cluster.health.failed_trays)
+        ok = set(failed_hosts(spares, doc.cluster, "--spares"))
+        doc = doc.model_copy(update={"cluster": with_health(doc.cluster, listed - ok, listed & ok)})
     cluster, entry = doc.cluster, doc.plans[index]
     hosts = failed_hosts(failed, cluster)
     placed = rank_hosts(cluster, entry.placement.rank_to_gpu)
