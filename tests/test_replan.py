@@ -46,15 +46,20 @@ def _sites(doc) -> list[tuple[str, int]]:
     return rank_hosts(c, doc["plans"][0]["placement"]["rank_to_gpu"])
 
 
-def _domain_local(doc, axes=("tp", "cp", "ep", "etp")) -> dict[str, bool]:
-    """Axis -> every group of Megatron's rank order on one NVLink domain (by the cluster file's domains)."""
+def _domain_local(doc, axes=("tp", "cp", "ep", "etp"), groups_only=False) -> dict[str, bool]:
+    """Axis -> every group of Megatron's rank order on one NVLink domain (by the cluster file's domains);
+    ``groups_only``: leave out axes of degree 1."""
     d = load_document(doc)
     e = d.plans[0]
     dom = domain_of_hosts(d.cluster)
     site = [dom[h] for h, _ in _sites(doc)]
     cfg = e.config.parallel_config()
-    return {ax: all(len({site[r] for r in g}) == 1 for g in rank_groups(cfg, e.config.world, ax, e.placement.order))
-            for ax in axes}
+    out = {}
+    for ax in axes:
+        groups = rank_groups(cfg, e.config.world, ax, e.placement.order)
+        if not (groups_only and len(groups[0]) == 1):
+            out[ax] = all(len({site[r] for r in g}) == 1 for g in groups)
+    return out
 
 
 # --- the issue's two done-when cases --------------------------------------------------------------
@@ -239,7 +244,7 @@ def test_replan_without_spares_fits_uses_no_failed_host_and_stays_domain_local(s
     pred = new.plans[0].prediction
     assert pred.fits and pred.memory_gib_per_gpu <= usable_hbm_gib(pred.hbm_gib, new.training)
     assert not set(failed) & {h for h, _ in _sites(res.document)}
-    local_before = {ax for ax, ok in _domain_local(small_moe_plan).items() if ok}
+    local_before = {ax for ax, ok in _domain_local(small_moe_plan, groups_only=True).items() if ok}
     local_after = {ax for ax, ok in _domain_local(res.document).items() if ok}
     assert local_before <= local_after or any(n.startswith("warning") for n in res.notes)
 
@@ -275,3 +280,15 @@ def test_spares_option_says_which_listed_trays_are_spare(small_moe_plan):
     assert "gb200-r02-t17" in health.failed_nodes and health.failed_trays == []
     with pytest.raises(planner.InputError, match="--spares: host 'gb200-r09-t01'"):
         replan(small_moe_plan, "gb200-r02-t03", spares="gb200-r09-t01")
+
+
+def test_hgx_node_lost_without_spare_replans_on_the_other_nodes():
+    """Llama 3 8B on 8 HGX H100 nodes (every node used): a node fails, the plan shrinks to the nodes
+    left; a degree-1 axis of the healthy plan (PP1) may become a group that spans nodes."""
+    doc = _job_plan("llama3-8b", "dgx-h100", 64, 256, per_rack=None)
+    res = replan(doc, "h100-n0003")
+    assert res.case == "replan" and not any(n.startswith("warning") for n in res.notes)
+    used = {h for h, _ in _sites(res.document)}
+    assert "h100-n0003" not in used and res.after["world"] <= 56
+    assert res.after["tokens_per_s"] < res.before["tokens_per_s"]
+    assert _domain_local(res.document, axes=("tp",))["tp"]                 # a TP group inside one node

@@ -11,7 +11,7 @@ Two cases, decided per failure:
   (the failed hosts broken, the degraded domains' spares in use, the other domains' spares kept as
   the healthy plan had them; and, as a second candidate, the job on the domains that lost nothing), with the same model, training and objective, the planner's GPUs-per-domain
   choices plus the aligned counts that fit the degraded domain. Among the plans found, the best one
-  whose groups are domain-local wherever the healthy plan's were is taken
+  whose groups are domain-local wherever the healthy plan's groups (of more than one rank) were is taken
   (``planner.cost.placement.rank_groups`` on both placements); if none is, the best plan and a
   warning. The cost against the healthy plan is reported (TFLOP/s per GPU and tokens/s), and when
   the experts' sharding changes (EP, ETP or PP), the expert state each GPU loads again.
@@ -104,13 +104,18 @@ def failed_hosts(spec, cluster, option: str = "--failed") -> list[str]:
     return sorted(set(names), key=known.__getitem__)
 
 
-def local_axes(cluster, config, world: int, rank_to_gpu, order: str) -> set[str]:
-    """The axes every group of which lies inside one NVLink domain on this placement."""
+def local_axes(cluster, config, world: int, rank_to_gpu, order: str, groups_only: bool = False) -> set[str]:
+    """The axes every group of which lies inside one NVLink domain on this placement;
+    ``groups_only``: only axes whose groups have more than one rank (a degree of 1 keeps nothing
+    together, so a re-plan may give that axis a degree that spans domains)."""
     dom = [g.domain for g in cluster.gpus()]
     rdom = [dom[g] for g in rank_to_gpu]
     out = set()
     for axis in AXES:
-        if all(len({rdom[r] for r in grp}) == 1 for grp in rank_groups(config, world, axis, order)):
+        groups = rank_groups(config, world, axis, order)
+        if groups_only and len(groups[0]) == 1:
+            continue
+        if all(len({rdom[r] for r in grp}) == 1 for grp in groups):
             out.add(axis)
     return out
 
@@ -239,7 +244,8 @@ def _candidates(doc, hosts, short, time_limit, cross=False):
 def _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain=False) -> ReplanResult:
     entry = doc.plans[index]
     old_cfg = entry.config.parallel_config()
-    need = local_axes(doc.cluster, old_cfg, entry.config.world, entry.placement.rank_to_gpu, entry.placement.order)
+    need = local_axes(doc.cluster, old_cfg, entry.config.world, entry.placement.rank_to_gpu, entry.placement.order,
+                      groups_only=True)
     key = "tflops_per_gpu" if doc.solver.objective_name == "tflops_per_gpu" else "tokens_per_s"
     best, best_any = None, None
     for c, res in _candidates(doc, hosts, short, time_limit, allow_cross_domain):
