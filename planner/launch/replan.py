@@ -135,20 +135,20 @@ def change(before: dict, after: dict) -> dict:
     return {k: after[k] / before[k] - 1.0 for k in ("tflops_per_gpu", "tokens_per_s", "world") if before[k]}
 
 
-def _document(doc, entry_index: int, cluster, config, gbs: int, placement: Placement, solver: dict,
-              model, training, domains: dict | None = None) -> tuple[dict, PlanEntry]:
+def _document(doc, cluster, config, gbs: int, placement: Placement, solver: dict, model, training,
+              domains: dict | None = None) -> dict:
     """The plan document of one layout on ``cluster`` with ``placement`` (priced again by ``predict``)."""
     tr = training.model_copy(update={"global_batch": gbs})
     pred = predict(model, cluster, config, tr, placement=placement, profile=training.stack)
-    entry = PlanEntry(config, pred, placement, placement.world, gbs)
-    out = PlanResult([entry], solver, model, cluster, training).to_dict()
+    out = PlanResult([PlanEntry(config, pred, placement, placement.world, gbs)], solver, model, cluster,
+                     training).to_dict()
     if domains is not None:
         out["plans"][0]["placement"]["domains"] = dict(domains)
     if doc.header is not None:
         h = doc.header.model_dump(mode="json")
         h.update(cluster=cluster.name, gpus_used=placement.world)
         out["header"] = h
-    return out, entry
+    return out
 
 
 def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None,
@@ -180,9 +180,9 @@ def _with_spares(doc, index, hosts, placed, moves, before) -> ReplanResult:
     new, r2g = relocate(doc.cluster, placed, hosts, moves)
     p = entry.placement
     placement = Placement(world=len(r2g), order=p.order, gpus_per_domain=p.gpus_per_domain, rank_to_gpu=tuple(r2g))
-    out, _ = _document(doc, index, new, entry.config.parallel_config(), entry.config.gbs, placement,
-                       doc.solver.model_dump(mode="json", exclude_none=True), doc.model.spec, doc.training,
-                       domains=p.domains)
+    out = _document(doc, new, entry.config.parallel_config(), entry.config.gbs, placement,
+                    doc.solver.model_dump(mode="json", exclude_none=True), doc.model.spec, doc.training,
+                    domains=p.domains)
     dom = domain_of_hosts(doc.cluster)
     ranks: dict[str, list[int]] = {}
     for r, (h, _l) in enumerate(placed):
@@ -215,6 +215,8 @@ def _candidates(doc, hosts, short, time_limit, cross=False):
     offered = doc.header.gpus_offered if doc.header is not None and isinstance(doc.header.gpus_offered, int) \
         else doc.plans[0].config.world
     dom = domain_of_hosts(cluster)
+    if not set(cluster.hosts()) - set(hosts) - set(cluster.health.failed_nodes):
+        raise InfeasibleError(f"every host of cluster {cluster.name!r} has failed: nothing is left to plan on")
     degraded = {dom[h] for h in short}
     hold = {h for h, d in dom.items() if d in degraded}
     kept = {h for h in cluster.health.failed_trays if dom[h] not in degraded}   # intact racks keep their shape
@@ -231,7 +233,7 @@ def _candidates(doc, hosts, short, time_limit, cross=False):
         extra = _gpd_extra(c.domain_sizes(), c.gpu_spec.gpus_per_node)
         try:
             res = search.plan(doc.model.spec, job, training, top=8, time_limit=time_limit, objective=objective,
-                       include={"gpd": extra})
+                              include={"gpd": extra})
         except InfeasibleError as exc:
             last = exc
             continue
@@ -290,8 +292,7 @@ def _experts(doc, entry, new, training) -> dict | None:
     if not model.is_moe:
         return None
     old = entry.config
-    shard = lambda c: (c.ep, c.etp_eff if hasattr(c, "etp_eff") else c.etp, c.pp)  # noqa: E731
-    changed = shard(old) != shard(new.config)
+    changed = (old.ep, old.etp, old.pp) != (new.config.ep, new.config.etp_eff, new.config.pp)
     out = {"ep_before": old.ep, "ep_after": new.config.ep, "etp_before": old.etp, "etp_after": new.config.etp_eff,
            "pp_before": old.pp, "pp_after": new.config.pp, "resharded": changed,
            "bytes_per_gpu": expert_state_bytes_per_gpu(model, new.config, training, new.world) if changed else 0.0}
