@@ -8,15 +8,18 @@ hosts to spare hosts (the minimal move exists exactly when the matching finds on
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 import planner
 from planner.cli import main
+from planner.cli.replan import render
 from planner.config import ParallelConfig, Training
 from planner.cost.memory import usable_hbm_gib
 from planner.cost.placement import make_placement, rank_groups
@@ -292,3 +295,22 @@ def test_hgx_node_lost_without_spare_replans_on_the_other_nodes():
     assert "h100-n0003" not in used and res.after["world"] <= 56
     assert res.after["tokens_per_s"] < res.before["tokens_per_s"]
     assert _domain_local(res.document, axes=("tp",))["tp"]                 # a TP group inside one node
+
+
+@pytest.fixture(scope="module")
+def small_replanned(small_moe_plan):
+    return replan(small_moe_plan, "gb200-r01-t[02-04]")
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_terminal_view_keeps_figures_whole(small_replanned, tmp_path, width):
+    """The view ``topoplan replan`` prints (its own render function on a console of that width)."""
+    console = Console(width=width, record=True, file=io.StringIO())
+    render(small_replanned, tmp_path, ["plan.json", "hostfile"], console)
+    text = console.export_text()
+    d = small_replanned.to_dict()
+    assert "…" not in text
+    flat = " ".join(text.split())
+    for f in (d["before"], d["after"]):
+        assert f"{f['tflops_per_gpu']:,.0f}" in flat and f"{f['tokens_per_s']:,.0f}" in flat
+    assert f"{d['change']['tokens_per_s']:+.1%}" in flat
