@@ -119,14 +119,15 @@ def _save(doc, tmp_path):
     return p
 
 
-# --- bad input and nothing left --------------------------------------------------------------------
+# --- bad input --------------------------------------------------------------------------------------
 
 def test_unknown_host_is_named_and_exits_2(tmp_path, capsys):
-    doc = _job_plan("qwen3-30b-a3b", "gb200-nvl72", 128, 512)
+    doc = _job_plan("llama3-8b", "dgx-h100", 8, 64, per_rack=None)
     out = tmp_path / "out"
-    assert main(["replan", str(_save(doc, tmp_path)), "--failed", "gb200-r07-t01", "--out", str(out)]) == 2
+    assert main(["replan", str(_save(doc, tmp_path)), "--failed", "h100-n0002", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --failed: host 'gb200-r07-t01' is not in the plan's cluster") and not out.exists()
+    assert err.startswith("error: --failed: host 'h100-n0002' is not in the plan's cluster") and not out.exists()
+    # (the errors corpus, tests/test_errors_corpus.py, has the other refusals and exit 3 when nothing fits)
 
 
 def test_failed_hosts_read_a_file_one_host_per_line(tmp_path):
@@ -134,14 +135,6 @@ def test_failed_hosts_read_a_file_one_host_per_line(tmp_path):
     f = tmp_path / "failed.txt"
     f.write_text("gb200-r02-t07\n# drained\n\ngb200-r01-t[02-03]\n")
     assert failed_hosts(str(f), c) == ["gb200-r01-t02", "gb200-r01-t03", "gb200-r02-t07"]
-
-
-def test_nothing_left_that_fits_exits_3(tmp_path, capsys):
-    doc = _job_plan("llama3-70b", "dgx-h100", 16, 64, per_rack=None)
-    out = tmp_path / "out"
-    hosts = sorted({h for h, _ in _sites(doc)})
-    assert main(["replan", str(_save(doc, tmp_path)), "--failed", hosts[0], "--out", str(out)]) == 3
-    assert capsys.readouterr().err.startswith("error: no layout fits on what is left")
 
 
 # --- properties: random failures on random clusters ------------------------------------------------
@@ -237,6 +230,7 @@ def test_spares_move_only_the_failed_hosts_ranks_and_keep_groups_domain_local(ca
                 assert len({dom1[after[r][0]] for r in g}) == 1              # domain-local stays domain-local
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(rack=st.integers(1, 2), trays=st.lists(st.integers(1, 16), min_size=3, max_size=4, unique=True))
 def test_replan_without_spares_fits_uses_no_failed_host_and_stays_domain_local(small_moe_plan, rack, trays):
@@ -302,6 +296,7 @@ def small_replanned(small_moe_plan):
     return replan(small_moe_plan, "gb200-r01-t[02-04]")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [80, 160])
 def test_terminal_view_keeps_figures_whole(small_replanned, tmp_path, width):
     """The view ``topoplan replan`` prints (its own render function on a console of that width)."""
