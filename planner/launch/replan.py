@@ -209,11 +209,11 @@ def _gpd_extra(sizes: list[int], per_node: int) -> list[int]:
     return out
 
 
-def _candidates(doc, hosts, short, time_limit, cross=False):
+def _candidates(doc, index, hosts, short, time_limit, cross=False):
     """(cluster, PlanResult) of each cluster the job may run on after the failure."""
     cluster = doc.cluster
     offered = doc.header.gpus_offered if doc.header is not None and isinstance(doc.header.gpus_offered, int) \
-        else doc.plans[0].config.world
+        else doc.plans[index].config.world
     dom = domain_of_hosts(cluster)
     if not set(cluster.hosts()) - set(hosts) - set(cluster.health.failed_nodes):
         raise InfeasibleError(f"every host of cluster {cluster.name!r} has failed: nothing is left to plan on")
@@ -250,7 +250,7 @@ def _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain=
                       groups_only=True)
     key = "tflops_per_gpu" if doc.solver.objective_name == "tflops_per_gpu" else "tokens_per_s"
     best, best_any = None, None
-    for c, res in _candidates(doc, hosts, short, time_limit, allow_cross_domain):
+    for c, res in _candidates(doc, index, hosts, short, time_limit, allow_cross_domain):
         for e in res.plans:
             val = getattr(e.prediction, key)
             if best_any is None or val > best_any[0]:
