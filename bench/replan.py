@@ -1,6 +1,6 @@
 """How long ``topoplan replan`` takes: DeepSeek-V3 on 1,024 GB200 GPUs (16 NVL72 racks used 64 of 72).
 
-Run: ``/work/venv/bin/python bench/replan.py [GPUS]``
+Run: ``python bench/replan.py [GPUS]``
 
 1. The healthy plan (``planner.plan``, not timed as part of the replan).
 2. Spare case: one tray fails; its 4 ranks move to a spare tray of the rack (``planner.replan``:
