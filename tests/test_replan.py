@@ -309,3 +309,27 @@ def test_terminal_view_keeps_figures_whole(small_replanned, tmp_path, width):
     for f in (d["before"], d["after"]):
         assert f"{f['tflops_per_gpu']:,.0f}" in flat and f"{f['tokens_per_s']:,.0f}" in flat
     assert f"{d['change']['tokens_per_s']:+.1%}" in flat
+
+
+@pytest.fixture(scope="module")
+def hgx_plan():
+    """Llama 3 70B on 64 H100: its TP groups sit inside a node."""
+    doc = _job_plan("llama3-70b", "dgx-h100", 64, 256, per_rack=None)
+    assert doc["plans"][0]["config"]["tp"] > 1
+    return doc
+
+
+@pytest.mark.slow
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(nodes=st.lists(st.integers(1, 8), min_size=1, max_size=3, unique=True))
+def test_hgx_replan_fits_uses_no_failed_host_and_keeps_groups_in_nodes(hgx_plan, nodes):
+    failed = [f"h100-n{n:04d}" for n in nodes]
+    res = replan(hgx_plan, failed)
+    new = load_document(res.document)
+    pred = new.plans[0].prediction
+    assert pred.fits and pred.memory_gib_per_gpu <= usable_hbm_gib(pred.hbm_gib, new.training)
+    assert not set(failed) & {h for h, _ in _sites(res.document)}
+    local_before = {ax for ax, ok in _domain_local(hgx_plan, groups_only=True).items() if ok}
+    assert "tp" in local_before
+    local_after = {ax for ax, ok in _domain_local(res.document).items() if ok}   # a degree of 1 is local
+    assert local_before <= local_after or any(n.startswith("warning") for n in res.notes)
