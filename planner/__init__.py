@@ -10,6 +10,7 @@ Python API (for launchers)::
     best = planner.plan(model, cluster, training, top=3)
     placed = planner.place("launch/plan.json", "granted.txt")   # at job start: rank -> granted host
     open("hostfile", "w").write(placed.hostfile())
+    after = planner.replan(best.to_dict(), "gb300-r02-t07")   # hosts failed: spares or a new plan
 """
 
 from planner.config import ParallelConfig, Training  # noqa: F401
@@ -23,3 +24,4 @@ from planner.model.spec import load_model  # noqa: E402,F401
 from planner.cost.predict import predict  # noqa: E402,F401
 from planner.search.plan import plan  # noqa: E402,F401
 from planner.launch.place import place  # noqa: E402,F401
+from planner.launch.replan import replan  # noqa: E402,F401

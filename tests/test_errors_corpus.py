@@ -59,6 +59,18 @@ def _loads(layers: int, experts: int, value: float = 10.0) -> str:
     return json.dumps({"loads": [[value + (i * 7 + j) % 13 for j in range(experts)] for i in range(layers)]})
 
 
+@functools.lru_cache(maxsize=1)
+def _plan_70b_16() -> str:
+    """Llama 3 70B on two HGX H100 nodes: with one node failed nothing fits (replan exits 3)."""
+    from planner.config import Training
+    from planner.model.spec import load_model
+    from planner.search.plan import plan
+    from topologies.loader import load_cluster
+
+    training = Training(seq_len=4096, global_batch=64, precision="bf16")
+    return json.dumps(plan(load_model("llama3-70b"), load_cluster("dgx-h100", gpus=16), training, top=1).to_dict())
+
+
 DSV3 = ["--model", "deepseek-v3"]
 H100_8 = ["--cluster", "dgx-h100", "--gpus", "8"]
 PREDICT_8B = ["predict", "--model", "llama3-8b", *H100_8, "--seq-len", "4096", "--gbs", "64"]
@@ -270,6 +282,18 @@ CASES: list[Case] = [
       ("prev.json", "previous"), {"loads.json": _loads(58, 256), "prev.json": json.dumps({"physical_to_logical": [[0, 1]]})}),
     C("experts-out-under-a-file", [*EXPERTS, "--loads", "loads.json", "-o", "afile/placement"], 2, ("--out",),
       {"loads.json": _loads(58, 256), "afile": "x"}),
+    # --- replan
+    C("replan-unknown-host", ["replan", "plan.json", "--failed", "h100-n0009", "--out", "out"], 2, ("h100-n0009",),
+      {"plan.json": lambda: json.dumps(_plan_doc())}),
+    C("replan-bad-hostlist", ["replan", "plan.json", "--failed", "h100-n[0001", "--out", "out"], 2, ("--failed",),
+      {"plan.json": lambda: json.dumps(_plan_doc())}),
+    C("replan-plan-missing", ["replan", "nope.json", "--failed", "h100-n0001", "--out", "out"], 2, ("nope.json",)),
+    C("replan-out-under-a-file", ["replan", "plan.json", "--failed", "h100-n0001", "--out", "afile/out"], 2,
+      ("--out",), {"plan.json": lambda: json.dumps(_plan_doc()), "afile": "x"}),
+    C("replan-bad-spares", ["replan", "plan.json", "--failed", "h100-n0001", "--spares", "x[1", "--out", "out"], 2,
+      ("--spares",), {"plan.json": lambda: json.dumps(_plan_doc())}),
+    C("replan-nothing-fits", ["replan", "plan.json", "--failed", "h100-n0002", "--out", "out"], 3,
+      ("no layout fits",), {"plan.json": _plan_70b_16}),
     C("experts-max-moves-negative", [*EXPERTS, "--loads", "loads.json", "--max-moves", "-1"], 2, ("--max-moves",),
       {"loads.json": _loads(58, 256)}),
 ]
@@ -280,7 +304,7 @@ def test_corpus_is_large_and_covers_every_command():
     assert len({c.id for c in CASES}) == len(CASES)
     commands = {c.argv[0] for c in CASES}
     for cmd in ("topology", "models", "predict", "validate", "calibrate", "plan", "scale", "emit", "place-experts",
-                "compare"):
+                "compare", "replan"):
         assert cmd in commands, cmd
     assert {c.code for c in CASES} == {2, 3}
 

@@ -28,7 +28,7 @@ def test_every_example_has_a_test():
     scripts = {p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     tested = {"deepseek_v3_gb300_megatron.py", "llama405b_h100_torchtitan.py", "qwen3_gb200_failed_tray.py",
               "slurm_topology_plan.py", "expert_placement.py", "launcher_api.py", "calibrate_own_runs.py",
-              "closed_loop.py"}
+              "closed_loop.py", "replan_after_failure.py"}
     assert scripts == tested
 
 
@@ -69,6 +69,22 @@ def test_qwen3_gb200_failed_tray(tmp_path):
     assert failed in before["plans"][0]["placement"]["hosts"]  # the tray was in use before...
     assert failed not in after["plans"][0]["placement"]["hosts"]  # ...and is not after
     assert len(after["plans"][0]["placement"]["rank_to_gpu"]) <= 252
+
+
+@pytest.mark.slow
+def test_replan_after_failure(tmp_path):
+    out = tmp_path / "replan"
+    stdout = _run("replan_after_failure.py", out)
+    healthy = json.loads((out / "plan-healthy.json").read_text())["plans"][0]["placement"]["hosts"]
+    one = (out / "one-tray" / "hostfile").read_text().split()
+    changed = [r for r, (a, b) in enumerate(zip(healthy, one)) if a != b]
+    assert len(one) == len(healthy) and len(changed) == 4                  # only the tray's 4 ranks moved
+    assert {healthy[r] for r in changed} == {"gb200-r02-t07"} and {one[r] for r in changed} <= {"gb200-r02-t17",
+                                                                                                "gb200-r02-t18"}
+    assert "gb200-r02-t07: spares" in stdout and "gb200-r01-t[02-04]: replan" in stdout
+    three = json.loads((out / "three-trays" / "plan.json").read_text())
+    assert not {"gb200-r01-t02", "gb200-r01-t03", "gb200-r01-t04"} & set(three["plans"][0]["placement"]["hosts"])
+    assert (out / "three-trays" / "megatron" / "args.txt").exists()
 
 
 @pytest.mark.slow

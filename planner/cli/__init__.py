@@ -17,7 +17,7 @@ try:  # typer >= 0.20 vendors click as typer._click
 except ImportError:  # pragma: no cover - older typer on real click
     from click import exceptions as _cx
 
-from planner.cli import compare, emit, experts, models, place, plan, predict, schema, topology
+from planner.cli import compare, emit, experts, models, place, plan, predict, replan, schema, topology
 from planner.errors import TopoplanError, pydantic_message
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ def _register() -> None:
     # Once per process: main() may run many times in-process (tests), commands must not pile up.
     if _STATE.get("registered"):
         return
-    for mod in (topology, models, predict, plan, compare, emit, place, experts, schema,
+    for mod in (topology, models, predict, plan, compare, emit, place, replan, experts, schema,
                 __import__("planner.cli.trial").cli.trial):
         mod.register(app)
     _STATE["registered"] = True

@@ -703,3 +703,18 @@ def memory_per_gpu(
         )
     worst = max(range(pp), key=lambda i: ranks[i].total)
     return MemoryEstimate(per_stage=tuple(ranks), worst_rank=worst, components=ranks[worst].components())
+
+
+def expert_state_bytes_per_gpu(model: ModelSpec, config: ParallelConfig, training: Training, world: int) -> float:
+    """Bytes of routed-expert state that one GPU (the heaviest pipeline rank) loads from a checkpoint:
+    its expert parameters (``_stage_params``: ceil(experts / EP) experts per MoE layer, split by ETP)
+    times the weight bytes plus the optimizer-state bytes sharded over expert data parallel
+    (``state_bytes``; gradients are not checkpointed). What moves per GPU when the trainer's
+    checkpoint loader re-shards the experts onto another EP / ETP / PP (``topoplan replan``)."""
+    if not model.is_moe:
+        return 0.0
+    layout = pipeline_layout(model, config.pp, config.vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
+    params = max(sum(_stage_params(model, st, training.seq_len, config.tp, config.ep, config.etp_eff)[1]
+                     for st in layout.for_rank(r)) for r in range(config.pp))
+    wb, _gb, ob = state_bytes(options_for(training), training.trainer == "megatron")
+    return params * (wb + ob / max(1, config.edp_for(world)))
