@@ -22,6 +22,7 @@ from planner.config import ParallelConfig, Training
 from planner.cost.profiles import load_profile
 from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
+from planner.rules import violations
 from planner.search.document import load_launch
 
 EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
@@ -151,12 +152,42 @@ def parse_trainers(value: str | list[str]) -> list[str]:
     return out
 
 
+# The trainer whose rules an emitter's files must satisfy (the Slurm files launch the others').
+EMITTER_TRAINER = {"megatron": "megatron", "bridge": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext"}
+
+
+def for_trainer(ctx: EmitContext, name: str) -> EmitContext:
+    """``ctx`` as emitter ``name``'s trainer runs it: a plan made for another trainer gets its training
+    setup re-validated for this one (its auto recipe settings resolve by this trainer's rules), and the
+    layout is checked against this trainer's rules (planner.rules): InputError naming the first broken
+    rule, so no file is written that the trainer would refuse."""
+    target = EMITTER_TRAINER.get(name)
+    if target is None:
+        return ctx
+    made, training = ctx.training.trainer, ctx.training
+    where = f"--trainer {name}: plan {ctx.index} was made for {made}"
+    if target != made:
+        try:
+            training = Training.model_validate({**training.model_dump(), "trainer": target})
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InputError(f"{where}; {target} refuses its training setup: {msg}; "
+                             f"plan again with --trainer {target}") from None
+    broken = violations(ctx.model, ctx.config, training, ctx.world, target)
+    if broken:
+        again = f"; plan again with --trainer {target}" if target != made else "; plan again"
+        raise InputError(f"{where}; {target} refuses {ctx.config.short()}: {broken[0].message} "
+                         f"(rule {broken[0].rule}){again}")
+    return dataclasses.replace(ctx, training=training)
+
+
 def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
-    """The files each trainer needs, as ``{relative path: text}``."""
+    """The files each trainer needs, as ``{relative path: text}``, each from the plan as that trainer
+    runs it (:func:`for_trainer`)."""
     ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:
-        files.update(importlib.import_module(f"planner.output.emit.{name}").files(ctx))
+        files.update(importlib.import_module(f"planner.output.emit.{name}").files(for_trainer(ctx, name)))
     return files
 
 
