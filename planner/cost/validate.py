@@ -73,6 +73,7 @@ class Case:
     measured_tokens: float | None
     auto_recompute: bool
     graphs_stated: bool = True   # the row's cuda_graphs column says whether the run captured graphs
+    num_gpus: int = 0            # the row's GPUs (the world its layout is judged on)
 
 
 def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None = None,
@@ -266,7 +267,14 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
     usable = _int(row, "usable_per_rack", 0, source) or usable_per_rack  # optional column, else the option
     cluster = cluster_for(row["gpu"], n, config, source, usable or None)
     return Case(rid, st, model, cluster, config, training, _float(row, "model_tflops_per_gpu"),
-                _float(row, "tokens_per_s_per_gpu"), not rc, bool((row.get("cuda_graphs") or "").strip()))
+                _float(row, "tokens_per_s_per_gpu"), not rc, bool((row.get("cuda_graphs") or "").strip()), n)
+
+
+def refusal(case: Case) -> str | None:
+    """``"rule: message"`` for the first rule of the row's trainer (planner.rules) that its layout breaks:
+    the trainer would not run it, so it has no prediction and no fit uses it (None: the trainer runs it)."""
+    broken = violations(case.model, case.config, case.training, case.num_gpus)
+    return f"{broken[0].rule}: {broken[0].message}" if broken else None
 
 
 def fits_as_run(p, case: Case) -> bool:
@@ -311,10 +319,22 @@ def error_pct(pred: float, measured: float) -> float:
 
 def validate_rows(rows: list[dict], stack: str | None = None, profile=None, source: str = "CSV",
                   progress=None, usable_per_rack: int | None = None) -> dict:
-    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document)."""
+    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document). A row whose
+    layout breaks a rule of its trainer is not predicted: ``refused`` names the rule (:func:`refusal`)."""
     out = []
     for row in rows:
         case = row_case(row, stack, source, profile=profile, usable_per_rack=usable_per_rack)
+        refused = refusal(case)
+        if refused:
+            out.append({"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
+                        "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
+                        "config": case.config.short(), "predicted_tflops_per_gpu": None,
+                        "predicted_tokens_per_s_per_gpu": None, "measured_tflops_per_gpu": case.measured_tflops,
+                        "measured_tokens_per_s_per_gpu": case.measured_tokens, "error_pct": None, "fits": None,
+                        "refused": refused, "breakdown": {}, "step_time_s": None})
+            if progress is not None:
+                progress.advance()
+            continue
         p = predict_case(case, profile)
         meas = case.measured_tflops
         err = error_pct(p.tflops_per_gpu, meas) if meas else None
@@ -326,6 +346,7 @@ def validate_rows(rows: list[dict], stack: str | None = None, profile=None, sour
                     "measured_tflops_per_gpu": meas,
                     "measured_tokens_per_s_per_gpu": case.measured_tokens,
                     "error_pct": None if err is None else round(err, 2), "fits": fits_as_run(p, case),
+                    "refused": None,
                     "breakdown": {k: round(v, 4) for k, v in p.breakdown.items()},
                     "step_time_s": p.step_time_s})
         if progress is not None:
