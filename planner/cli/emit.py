@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
                                     help="megatron, bridge, torchtitan, maxtext, slurm (comma-separated) or all"),
         out: Path = typer.Option(..., "--out", "-o", help="output directory (written atomically)"),
         index: int = typer.Option(0, "--index", "-i", help="which plan of the document (0 = best)"),
+        force: bool = typer.Option(False, "--force", help="replace --out whole when it holds another plan's files"),
         as_json: bool = typer.Option(False, "--json", help="print the written files as JSON"),
     ):
         """Write launch configs for one plan: Megatron-LM args, Megatron-Bridge overrides, TorchTitan
@@ -41,7 +42,7 @@ def register(app: typer.Typer) -> None:
         except json.JSONDecodeError as exc:
             raise InputError(f"{plan_file}: not JSON (line {exc.lineno}: {exc.msg}); write it with "
                              "'topoplan plan ... --save-plan'") from None
-        paths = emit_plan(doc, names, out, index=index)
+        paths = emit_plan(doc, names, out, index=index, force=force)
         if as_json:
             print(json.dumps({"out": str(out), "index": index, "trainers": names,
                               "files": [str(p) for p in paths]}))

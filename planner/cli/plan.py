@@ -203,6 +203,7 @@ def register(app: typer.Typer) -> None:
         save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
+        force: bool = typer.Option(False, "--force", help="replace --out whole when it holds another plan's files"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
         cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                          help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
@@ -251,7 +252,7 @@ def register(app: typer.Typer) -> None:
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
             trainers = [t.strip() for t in emit.split(",") if t.strip()]
-            emit_plan(doc, trainers, out)
+            emit_plan(doc, trainers, out, force=force)
         if report is not None:
             write_report("plan", doc, report)
         if save_plan is not None:

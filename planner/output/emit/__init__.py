@@ -191,17 +191,47 @@ def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
     return files
 
 
-def emit_plan(plan_doc: dict, trainers: list[str] | str, out: Path, index: int = 0) -> list[Path]:
+# What makes two plan documents the same plan (their solver statistics and timings may differ).
+PLAN_IDENTITY = ("version", "model", "cluster", "training", "plans")
+
+
+def _same_plan(old: dict, new: dict) -> bool:
+    return isinstance(old, dict) and all(old.get(k) == new.get(k) for k in PLAN_IDENTITY)
+
+
+def check_out(out: Path, plan_doc: dict, force: bool = False) -> None:
+    """Refuse to mix launch files of two plans: ``out`` must be absent, empty, or hold the files of this
+    same plan (its ``plan.json``), unless ``force`` (then it is replaced whole)."""
+    out = Path(out)
+    if force or not out.is_dir() or not any(out.iterdir()):
+        return
+    old = out / "plan.json"
+    what = "files that are not topoplan's launch files (no plan.json)"
+    if old.is_file():
+        try:
+            if _same_plan(json.loads(old.read_bytes()), json.loads(json.dumps(plan_doc))):
+                return
+        except (ValueError, UnicodeDecodeError):
+            pass
+        what = "another plan's launch files (its plan.json differs)"
+    raise InputError(f"--out {out}: holds {what}; give an empty or new directory, or --force to replace "
+                     "its contents whole")
+
+
+def emit_plan(plan_doc: dict, trainers: list[str] | str, out: Path, index: int = 0, force: bool = False) -> list[Path]:
     """Write ``plan.json`` and each trainer's launch files for plan ``index`` into ``out`` (atomic).
 
+    ``out`` may hold the files of this same plan (they are replaced, others kept); another plan's files,
+    or anything else, are refused unless ``force``, which replaces the directory whole (:func:`check_out`).
     Returns the written paths (under ``out``), sorted.
     """
     names = parse_trainers(trainers)
+    out = Path(out)
+    check_out(out, plan_doc, force)
     ctx = load_context(plan_doc, index)
     files = {"plan.json": json.dumps(plan_doc, indent=1) + "\n"}
     files.update(render_files(ctx, names))
-    out = Path(out)
-    with atomic_dir(out) as stage:
+    with atomic_dir(out, option="--out", replace=force) as stage:
         for rel, text in files.items():
             path = stage / rel
             path.parent.mkdir(parents=True, exist_ok=True)
