@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _echo_err(f"error: {exc.format_message()}")
         return exc.exit_code or 2
+    except UnicodeDecodeError as exc:   # a reader without its own check: still one line, exit 2
+        if _STATE["debug"]:
+            raise
+        _echo_err(f"error: an input file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 "
+                  "(rerun with --debug to see which reader)")
+        return 2
     except Exception as exc:  # noqa: BLE001 - last resort: one line, never a traceback without --debug
         if _STATE["debug"]:
             raise

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from planner.errors import InputError
+from planner.errors import InputError, not_utf8
 from planner.io import check_output
 from planner.output.emit import emit_plan, parse_trainers
 
@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
         names = parse_trainers(trainer)
         check_output(out, "--out", directory=True)
         try:
-            text = plan_file.read_text()
+            text = plan_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise not_utf8(plan_file, exc, "plan document") from None
         except OSError as exc:
             raise InputError(f"{plan_file}: cannot read the plan ({exc.strerror}); write one with "
                              "'topoplan plan ... --save-plan plan.json'") from None

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ from planner.cost.placement import inner_block
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import load_model
 from planner.rules import offload_layers, violations
 from topologies.loader import load_cluster
@@ -87,13 +88,19 @@ def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None
                          "directory of logs")
     if path.is_dir() or path.suffix.lower() != ".csv":
         return rows_from_logs([path], model=model, cluster=cluster, stack=stack)
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        cols = reader.fieldnames or []
-        missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
-        if missing:
-            raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
-        rows = [dict(r) for r in reader]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, "CSV") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    cols = reader.fieldnames or []
+    missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
+    if missing:
+        raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
+    rows = [dict(r) for r in reader]
+    if not rows:
+        raise InputError(f"{path}: no rows under the header; add one row per measured run (see the schema of "
+                         "calibration.csv)")
     return rows_from_csv_logs(rows, path) if "log" in cols else rows
 
 
