@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         _echo_err("error: aborted")
         return 1
-    except _cx.NoArgsIsHelpError as exc:  # help was printed
-        return 0 if not argv else 2
+    except _cx.NoArgsIsHelpError as exc:  # a group without its subcommand (topoplan, topoplan models): its help
+        print(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        return 0
     except _cx.UsageError as exc:
         if _STATE["debug"]:
             raise
