@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
         stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
-        gbs: int = typer.Option(..., "--gbs", min=1, help="global batch in sequences"),
+        gbs: int = typer.Option(None, "--gbs", min=1, help="global batch in sequences (required unless --gbs-range)"),
         gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
         trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
         top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
@@ -217,6 +217,11 @@ def register(app: typer.Typer) -> None:
         """
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
+        if gbs is None:   # --gbs-range alone: the solver chooses in A:B (the request starts from A)
+            if rng is None:
+                raise InputError("--gbs: give the global batch in sequences, or --gbs-range A:B to let the planner "
+                                 "choose it")
+            gbs = rng[0]
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
         for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
