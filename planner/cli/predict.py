@@ -300,7 +300,22 @@ def validate_table(rows: list[dict], source: str, width: int | None = None):
             t.add_row(r["id"], cell, f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
         return t
 
-    return first_that_fits([wide(), narrow()], width)
+    def narrowest() -> Table:   # the id joins the model cell (and folds when longer than the column)
+        one = len(stacks) == 1
+        cap = caption + (f"; stack {stacks[0]}" if one and stacks else "")
+        t = compact_table(title=f"predicted vs measured: {source}", caption=cap)
+        cells = [f"{r['model']}\n{r['config']}" + ("" if one else f"\n{r['stack']}") for r in rows]
+        t.add_column("id, model, layout" + ("" if one else ", stack"), overflow="fold",
+                     min_width=max(longest_token(cells), 13))
+        t.add_column("GPUs", justify="right", overflow="fold", min_width=longest_token(
+            f"{r['num_gpus']} {r['gpu']}" for r in rows))
+        for col in ("prec", "pred", "meas", "error", "fits"):
+            t.add_column(col, justify="left" if col in ("prec", "fits") else "right", no_wrap=True)
+        for r, cell in zip(rows, cells):
+            t.add_row(f"{r['id']}\n{cell}", f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
+        return t
+
+    return first_that_fits([wide(), narrow(), narrowest()], width)
 
 
 def calibrate_cmd(
