@@ -22,7 +22,8 @@ from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
 from planner.output.emit import emit_plan
-from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
+from planner.output.explain import (compact_table, first_that_fits, idle_note, longest_token, render_plan,
+                                     uncertainty_lines)
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
@@ -382,27 +383,12 @@ def idle_reason(result, offered: int, replan) -> str:
 
 
 def _render_uncertainty(doc, console) -> None:
-    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout."""
-    for i, entry in enumerate(doc["plans"]):
-        p = entry["prediction"]
-        line = (f"#{i + 1} {entry['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})")
-        if "lead_over_next" in entry:
-            line += f"; lead over #{i + 2} {entry['lead_over_next']:+.1%}" + (
-                ": within the model's uncertainty" if entry["within_uncertainty"] else "")
+    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout
+    (planner.output.explain.uncertainty_lines: the HTML report shows the same lines)."""
+    for line, note in uncertainty_lines(doc):
         console.print(line, highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
-    cmp_ = doc.get("compare")
-    if cmp_:
-        p = cmp_["prediction"]
-        verdict = "within the model's uncertainty" if cmp_["within_uncertainty"] else "outside the model's uncertainty"
-        console.print(f"compare {cmp_['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                      f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})"
-                      + ("" if p["fits"] else ", does not fit in memory")
-                      + f"; plan #1 leads by {cmp_['plan_lead']:+.1%}: {verdict}", highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
+        if note:
+            console.print(f"   note: {note}", style="yellow", highlight=False)
 
 
 def _render_scale(rows, console=None) -> None:
