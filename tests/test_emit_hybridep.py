@@ -21,7 +21,7 @@ from planner.config import ParallelConfig, Training
 from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import load_context
-from planner.output.emit.hybridep import hybrid_ep_ranks_per_domain
+from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.output.emit.megatron import megatron_env
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
@@ -78,3 +78,22 @@ def test_uneven_groups_are_refused_in_one_line():
     with pytest.raises(InputError) as err:
         hybrid_ep_ranks_per_domain(ctx.config, ctx.world, ctx.order, ctx.domains)
     assert "flex-hybridep" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_planner_offers_hybridep_only_where_it_runs():
+    # four full GB300 racks (72 GPUs each): an EP32 group at ranks 64..95 straddles two racks (8 + 24), which
+    # HybridEP cannot run; before, such plans came first and their launch files asserted in HybridEP
+    from planner.model.spec import load_model
+    from planner.search.plan import plan
+    from topologies.loader import load_job
+
+    doc = plan(load_model("deepseek-v3"), load_job("gb300-nvl72", gpus=288),
+               Training(seq_len=4096, global_batch=4608, precision="mxfp8"), top=5).to_dict()
+    hybrid = [i for i, p in enumerate(doc["plans"]) if p["config"]["dispatcher"] == "flex-hybridep"]
+    assert hybrid   # the control: HybridEP is still chosen where it runs
+    for i in hybrid:
+        ctx = load_context(doc, i)
+        n = int(megatron_env(ctx)["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"])
+        for group in rank_groups(ctx.config, ctx.world, "etp-ep", ctx.order):
+            hybrid_ep_init(group, ctx.domains, n)

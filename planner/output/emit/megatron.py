@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import shlex
 
+from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
-from planner.output.emit.hybridep import hybrid_ep_ranks_per_domain
 from planner.rules import effective_recipe, reuse_grad_buf_for_mxfp8
 
 # Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).

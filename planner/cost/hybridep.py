@@ -7,12 +7,23 @@ at commit 94a9f8f) reads the environment variable as ``n`` and asserts ``group_s
 ``r`` is then local rank ``r % n`` of "node" (NVLink domain) ``r // n``. So ``n`` is the number of the
 group's ranks that one NVLink domain holds in this plan (64 on NVL72 racks of which the job uses 64),
 not the size of the domain (72), and each block of ``n`` consecutive group ranks must sit in one domain.
+The planner offers HybridEP only on placements where this holds (``planner.search.plan``'s lazy
+constraint), and the Megatron emitter writes the value (``planner.output.emit.megatron.megatron_env``).
 """
 
 from __future__ import annotations
 
 from planner.cost.placement import rank_groups
 from planner.errors import InputError
+
+
+def hybridep_runs(config, world: int, order: str, domains) -> bool:
+    """Whether HybridEP can run the layout on this placement (:func:`hybrid_ep_ranks_per_domain` finds a value)."""
+    try:
+        hybrid_ep_ranks_per_domain(config, world, order, domains)
+    except InputError:
+        return False
+    return True
 
 
 def hybrid_ep_ranks_per_domain(config, world: int, order: str, domains) -> int:
