@@ -239,6 +239,8 @@ CASES: list[Case] = [
       ("head.csv",), {"head.csv": CSV_HEADER}),
     C("emit-plan-latin1", ["emit", "plan.json", "--trainer", "megatron", "--out", "launch"], 2, ("plan.json",),
       {"plan.json": lambda: json.dumps(_plan_doc()).replace('"llama3-8b"', '"ll\u00e4ma"', 1).encode("latin-1")}),
+    C("plan-out-holds-other-files", [*PLAN_8B, "--emit", "megatron", "--out", "."], 2, ("--force",),
+      {"notes.txt": "mine"}),
     C("emit-out-holds-another-plan", ["emit", "new.json", "--trainer", "megatron", "--out", "."], 2,
       ("--force",), {"new.json": lambda: json.dumps(_plan_doc()),
                      "plan.json": lambda: json.dumps({**_plan_doc(), "training": {**_plan_doc()["training"],

@@ -21,7 +21,7 @@ from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
-from planner.output.emit import emit_plan
+from planner.output.emit import check_out, emit_plan
 from planner.output.explain import (compact_table, first_that_fits, idle_note, longest_token, render_plan,
                                      uncertainty_lines)
 from planner.output.report import write_report
@@ -228,6 +228,8 @@ def register(app: typer.Typer) -> None:
         for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
             if path is not None:
                 check_output(path, opt, directory=is_dir)   # refused before the search runs
+        if emit:
+            check_out(out, None, force)   # a directory of other files: refused before the search too
         check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
         m = load_model(model)

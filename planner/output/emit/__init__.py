@@ -199,14 +199,17 @@ def _same_plan(old: dict, new: dict) -> bool:
     return isinstance(old, dict) and all(old.get(k) == new.get(k) for k in PLAN_IDENTITY)
 
 
-def check_out(out: Path, plan_doc: dict, force: bool = False) -> None:
+def check_out(out: Path, plan_doc: dict | None, force: bool = False) -> None:
     """Refuse to mix launch files of two plans: ``out`` must be absent, empty, or hold the files of this
-    same plan (its ``plan.json``), unless ``force`` (then it is replaced whole)."""
+    same plan (its ``plan.json``), unless ``force`` (then it is replaced whole). ``plan_doc`` None (before a
+    search): refuse only what no plan can match, a directory of other files."""
     out = Path(out)
     if force or not out.is_dir() or not any(out.iterdir()):
         return
     old = out / "plan.json"
     what = "files that are not topoplan's launch files (no plan.json)"
+    if old.is_file() and plan_doc is None:
+        return
     if old.is_file():
         try:
             if _same_plan(json.loads(old.read_bytes()), json.loads(json.dumps(plan_doc))):
