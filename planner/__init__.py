@@ -4,10 +4,11 @@ Python API (for launchers)::
 
     import planner, topologies
     model = planner.load_model("deepseek-v3")
-    cluster = topologies.load_cluster("gb300-nvl72", gpus=256)
+    job = topologies.load_job("gb300-nvl72", gpus=256)   # as --cluster gb300-nvl72 --gpus 256
     training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8")
+    best = planner.plan(model, job, training, top=3)
+    cluster = topologies.load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
     pred = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
-    best = planner.plan(model, cluster, training, top=3)
     placed = planner.place("launch/plan.json", "granted.txt")   # at job start: rank -> granted host
     open("hostfile", "w").write(placed.hostfile())
     after = planner.replan(best.to_dict(), "gb300-r02-t07")   # hosts failed: spares or a new plan

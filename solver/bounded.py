@@ -16,6 +16,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.numpy_engine import evaluate_many, feasible_rows, table_mask
+from solver.interrupt import stoppable
 from solver.program import LayoutResult, Program, Solution
 
 
@@ -378,7 +379,8 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
             s.parameters.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
         cb = _Collect(mx, limit or batch) if enumerate_all else None
         t = time.perf_counter()
-        st = s.Solve(model, cb) if cb is not None else s.Solve(model)
+        with stoppable(s):
+            st = s.Solve(model, cb) if cb is not None else s.Solve(model)
         cpsat += time.perf_counter() - t
         if _DEBUG:
             print(f"cp-sat {'enum' if enumerate_all else 'min'} {time.perf_counter() - t:.2f}s "

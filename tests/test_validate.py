@@ -92,7 +92,8 @@ def test_cli_json_schema(capsys, tmp_path):
     assert [r["id"] for r in doc["rows"]] == ["mb276", "mb282"]  # file order
     for r in doc["rows"]:
         assert set(r) == {"id", "predicted_tflops_per_gpu", "predicted_tokens_per_s_per_gpu",
-                          "measured_tflops_per_gpu", "error_pct", "fits"}
+                          "measured_tflops_per_gpu", "error_pct", "fits", "refused"}
+        assert r["refused"] is None   # both rows run (tests/test_refused_rows.py has refused ones)
         assert r["error_pct"] == pytest.approx(
             100 * (r["predicted_tflops_per_gpu"] - r["measured_tflops_per_gpu"]) / r["measured_tflops_per_gpu"], abs=0.1)
 

@@ -1,8 +1,9 @@
 """The ``topoplan`` command line: one typer app; each command group lives in a module of ``planner/cli``.
 
 Failures leave through one exit path: ``TopoplanError`` (and pydantic / click usage errors) become
-one line on stderr with exit code 2 (bad input) or 3 (infeasible); ``--debug`` re-raises with the
-traceback.
+one line on stderr with exit code 2 (bad input) or 3 (infeasible); Ctrl-C is one line and exit code 130
+(``solver.interrupt`` stops a running CP-SAT solve so that no half-searched plan is used); ``--debug``
+re-raises with the traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ except ImportError:  # pragma: no cover - older typer on real click
 
 from planner.cli import compare, emit, experts, models, place, plan, predict, replan, schema, topology
 from planner.errors import TopoplanError, pydantic_message
+from solver import interrupt
 
 app = typer.Typer(
     name="topoplan",
@@ -59,14 +61,27 @@ def _echo_err(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+INTERRUPTED = 130   # the shell's exit status for SIGINT (128 + 2)
+
+
+def _interrupted() -> int:
+    _echo_err("error: interrupted (Ctrl-C); nothing more was written")
+    return INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Returns the process exit code (``run`` exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _STATE["debug"] = "--debug" in argv
     _register()
+    interrupt.install()   # Ctrl-C stops a CP-SAT solve and raises KeyboardInterrupt (no half-searched plan)
     try:
-        app(args=argv, prog_name="topoplan", standalone_mode=False)
-        return 0
+        rc = app(args=argv, prog_name="topoplan", standalone_mode=False)
+        if rc == INTERRUPTED:   # typer returns Exit's code: 130 is its KeyboardInterrupt (no command exits so)
+            return _interrupted()
+        return rc if isinstance(rc, int) else 0
+    except KeyboardInterrupt:   # typer's main turns it into Exit(130); kept for a Ctrl-C outside it
+        return _interrupted()
     except TopoplanError as exc:
         if _STATE["debug"]:
             raise
@@ -77,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         _echo_err("error: aborted")
         return 1
-    except _cx.NoArgsIsHelpError as exc:  # help was printed
-        return 0 if not argv else 2
+    except _cx.NoArgsIsHelpError as exc:  # a group without its subcommand (topoplan, topoplan models): its help
+        print(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        return 0
     except _cx.UsageError as exc:
         if _STATE["debug"]:
             raise
@@ -90,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _echo_err(f"error: {exc.format_message()}")
         return exc.exit_code or 2
+    except UnicodeDecodeError as exc:   # a reader without its own check: still one line, exit 2
+        if _STATE["debug"]:
+            raise
+        _echo_err(f"error: an input file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 "
+                  "(rerun with --debug to see which reader)")
+        return 2
     except Exception as exc:  # noqa: BLE001 - last resort: one line, never a traceback without --debug
         if _STATE["debug"]:
             raise

@@ -22,9 +22,10 @@ from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
-from planner.output.emit import emit_plan
+from planner.output.emit import check_out, emit_plan
 from planner.output.goodput import goodput_line, goodput_notes, options_lines
-from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
+from planner.output.explain import (compact_table, first_that_fits, idle_note, longest_token, render_plan,
+                                     uncertainty_lines)
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
@@ -192,7 +193,7 @@ def register(app: typer.Typer) -> None:
         stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
         precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
         seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
-        gbs: int = typer.Option(..., "--gbs", min=1, help="global batch in sequences"),
+        gbs: int = typer.Option(None, "--gbs", min=1, help="global batch in sequences (required unless --gbs-range)"),
         gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
         trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
         top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
@@ -211,6 +212,7 @@ def register(app: typer.Typer) -> None:
         save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
         emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm,k8s,k8s-cluster"),
         out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
+        force: bool = typer.Option(False, "--force", help="replace --out whole when it holds another plan's files"),
         report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
         cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
                                          help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
@@ -224,11 +226,18 @@ def register(app: typer.Typer) -> None:
         """
         obj = _objective(objective)
         rng = _gbs_range(gbs_range)
+        if gbs is None:   # --gbs-range alone: the solver chooses in A:B (the request starts from A)
+            if rng is None:
+                raise InputError("--gbs: give the global batch in sequences, or --gbs-range A:B to let the planner "
+                                 "choose it")
+            gbs = rng[0]
         if emit and out is None:
             raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
         for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
             if path is not None:
                 check_output(path, opt, directory=is_dir)   # refused before the search runs
+        if emit:
+            check_out(out, None, force)   # a directory of other files: refused before the search too
         check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
         training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
         res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
@@ -260,7 +269,7 @@ def register(app: typer.Typer) -> None:
         # the outputs most likely to refuse go first; each is written atomically
         if emit:
             trainers = [t.strip() for t in emit.split(",") if t.strip()]
-            emit_plan(doc, trainers, out)
+            emit_plan(doc, trainers, out, force=force)
         if report is not None:
             write_report("plan", doc, report)
         if save_plan is not None:
@@ -421,27 +430,12 @@ def _render_goodput(doc, console) -> None:
 
 
 def _render_uncertainty(doc, console) -> None:
-    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout."""
-    for i, entry in enumerate(doc["plans"]):
-        p = entry["prediction"]
-        line = (f"#{i + 1} {entry['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})")
-        if "lead_over_next" in entry:
-            line += f"; lead over #{i + 2} {entry['lead_over_next']:+.1%}" + (
-                ": within the model's uncertainty" if entry["within_uncertainty"] else "")
+    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout
+    (planner.output.explain.uncertainty_lines: the HTML report shows the same lines)."""
+    for line, note in uncertainty_lines(doc):
         console.print(line, highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
-    cmp_ = doc.get("compare")
-    if cmp_:
-        p = cmp_["prediction"]
-        verdict = "within the model's uncertainty" if cmp_["within_uncertainty"] else "outside the model's uncertainty"
-        console.print(f"compare {cmp_['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                      f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})"
-                      + ("" if p["fits"] else ", does not fit in memory")
-                      + f"; plan #1 leads by {cmp_['plan_lead']:+.1%}: {verdict}", highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
+        if note:
+            console.print(f"   note: {note}", style="yellow", highlight=False)
 
 
 def _render_scale(rows, console=None) -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
 DEFAULT_STACK = "megatron-26.08"
@@ -193,7 +193,11 @@ def parse_profile(text: str, source: str) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime: float) -> Profile:
-    return parse_profile(Path(path).read_text(), path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, "profile YAML") from None
+    return parse_profile(text, path)
 
 
 def load_profile(name_or_path: str | Path | None = None) -> Profile:

@@ -56,7 +56,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
@@ -524,6 +524,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         cfg = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(p, exc, "config.json") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror})") from None
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem

@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.config import DEFAULT_STACKS, ParallelConfig, Training
 from planner.cost.goodput import Resilience, plan_goodput
+from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
@@ -434,8 +435,23 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
         shortfalls.append((hit[1] - usable, hit[2]))
         return mem_vars
 
+    hybridep_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "etp", "dispatcher", "gpd")]
+    hybridep_ok: dict = {}
+
+    def hybridep_accept(choice):  # issue 23 item 3: HybridEP needs the same ranks of each EP group per domain
+        cfg, world, _, gpd, _ = b.config_of(choice)
+        if cfg.dispatcher != "flex-hybridep" or not model.num_experts:
+            return None
+        key = tuple(choice[i] for i in hybridep_vars)
+        if key not in hybridep_ok:
+            placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
+            gpus = cluster.gpus()
+            hybridep_ok[key] = hybridep_runs(cfg, world, placement.order,
+                                             [gpus[g].domain for g in placement.rank_to_gpu])
+        return None if hybridep_ok[key] else hybridep_vars
+
     def accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
-        cut = memory_accept(choice)
+        cut = memory_accept(choice) or hybridep_accept(choice)
         if cut is not None or not equal_slices:
             return cut
         cfg, world, _, gpd, _ = b.config_of(choice)

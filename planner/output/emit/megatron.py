@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
@@ -329,7 +330,8 @@ def megatron_env(ctx: EmitContext) -> dict[str, str]:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if ctx.config.dispatcher == "flex-hybridep" and ctx.model.num_experts:
         env["NVLINK_DOMAIN_SIZE"] = str(ctx.domain_size)
-        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(ctx.config.ep, ctx.domain_size))
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(
+            hybrid_ep_ranks_per_domain(ctx.config, ctx.world, ctx.order, ctx.domains))
         if ctx.domain_size > 8:
             env["USE_MNNVL"] = "1"
     return env
