@@ -7,11 +7,11 @@ import pytest
 
 from planner.cost.calibrate import base_profile, calibrate_rows, fit_profile
 from planner.cli import main
-from planner.cost.profiles import PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
+from planner.cost.profiles import CALIBRATION_CSV, PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
 from planner.cost.validate import read_rows, resolve_case, row_case, validate_rows
 
-# The shared reference folder sits next to the repository root: <repo>/../shared/reference.
-CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
+# the published Megatron-Bridge runs the megatron-* profiles are fitted to (planner/data/profiles/README.md)
+CSV = CALIBRATION_CSV
 
 
 # the TorchTitan team's published H100 runs, shipped next to the profile fitted to them

@@ -15,8 +15,8 @@ slurm/hostfile and slurm/task.sh (rank -> host, GPU) and compared with the plann
 every EP group must sit inside one NVLink domain where the plan says so. A line per check goes to
 the terminal (``trainer check ...``) so CI logs show what ran. megatron-core needs Python 3.12 per
 its metadata, so its wheel is downloaded once into .cache/ and unpacked onto PYTHONPATH
-(../shared/reference/trainers.md section 1.4 verified that it runs on 3.11 with the shims in
-tests/trainers/megatron_check.py).
+(it runs on 3.11 with the shims in tests/trainers/megatron_check.py: ``typing.override``, a stub for
+the one triton module, a fake sm_90 device).
 """
 
 from __future__ import annotations

@@ -450,8 +450,8 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
 # Catalog
 
 
-# planner/data/models.json is a copy of the reference catalog (../shared/reference/models.json, a
-# test holds them equal); models_extra.json adds families beyond it in the same format.
+# planner/data/models.json: the reference catalog (Hugging Face config.json fields; each model's 'source' is
+# the primary file its numbers were checked against); models_extra.json adds families beyond it in the same format.
 CATALOG_FILES = ("data/models.json", "data/models_extra.json")
 
 
