@@ -28,7 +28,6 @@ OVER = {
     ("planner/cost/memory.py", "memory_per_gpu"): 149,
     ("planner/cost/steptime.py", "step_time"): 128,
     ("planner/search/bounds.py", "bound_factors"): 126,
-    ("planner/model/pipeline.py", "_split_cached"): 105,
     ("planner/cli/plan.py", "register"): 140,
     ("planner/cli/experts.py", "register"): 127,
     ("planner/cli/experts.py", "register.place_experts"): 123,
