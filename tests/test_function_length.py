@@ -25,7 +25,6 @@ OVER = {
     ("solver/cpsat.py", "_build"): 150,
     ("solver/experts.py", "solve_layer"): 142,
     ("solver/bounded.py", "solve_bounded"): 117,
-    ("planner/cost/steptime.py", "step_time"): 128,
     ("planner/search/bounds.py", "bound_factors"): 126,
     ("planner/cli/plan.py", "register"): 140,
     ("planner/cli/experts.py", "register"): 127,
