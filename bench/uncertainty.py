@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))   # after the packages: bench/solver.py must not shadow solver/
-CALIBRATION = ROOT.parent / "shared" / "reference" / "calibration.csv"
+CALIBRATION = ROOT / "planner" / "data" / "profiles" / "calibration.csv"
 FITTED = [CALIBRATION, ROOT / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv",
           ROOT / "planner" / "data" / "profiles" / "maxtext-h100-2025.csv"]
 # never-fitted measured runs: every CSV in bench/data in the schema of calibration.csv

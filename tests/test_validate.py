@@ -1,4 +1,5 @@
-"""validate: predicted against the published measurements in ../shared/reference/calibration.csv."""
+"""validate: predicted against the published measurements in planner/data/profiles/calibration.csv
+(NVIDIA's Megatron-Bridge performance summary tables, see planner/data/profiles/README.md)."""
 
 import json
 from pathlib import Path
@@ -8,9 +9,7 @@ import pytest
 from planner.cli import main
 from planner.cost.validate import read_rows, validate_rows
 
-# The shared reference folder sits next to the repository root: <repo>/../shared/reference.
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
-CSV = REF / "calibration.csv"
+CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "calibration.csv"
 
 
 @pytest.fixture(scope="module")

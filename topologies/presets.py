@@ -47,7 +47,7 @@ class Preset:
     source: str
 
 
-_SP = "../shared/reference/hardware.md s5"
+_SP = "hardware.md s5"   # tests/data/reference/hardware.md: DGX SuperPOD reference architectures, DeepSeek-V3 paper
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (

@@ -224,7 +224,7 @@ def validate_cmd(
 ) -> None:
     """Predict every row of a CSV and compare with the measured model TFLOP/s per GPU.
 
-    Example: topoplan validate ../shared/reference/calibration.csv
+    Example: topoplan validate planner/data/profiles/calibration.csv
     """
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress("validating rows", total=len(rows), json_output=json_out) as bar:
@@ -335,7 +335,7 @@ def calibrate_cmd(
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
 
-    Example: topoplan calibrate ../shared/reference/calibration.csv --stack megatron-26.08 -o my.yaml
+    Example: topoplan calibrate planner/data/profiles/calibration.csv --stack megatron-26.08 -o my.yaml
     """
     check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)

@@ -46,6 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from planner.errors import InputError, not_utf8, pydantic_message
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
+# The measured Megatron-Bridge runs the megatron-* profiles are fitted to (provenance per row in its
+# `source` column and in planner/data/profiles/README.md).
+CALIBRATION_CSV = PROFILE_DIR / "calibration.csv"
 DEFAULT_STACK = "megatron-26.08"
 
 PARAM_NAMES = (

@@ -4,7 +4,8 @@
 parallel layout, the batch, recompute, optimizer sharding, overlap flags, MoE dispatcher and the
 precision recipe. ``megatron_env(ctx)`` returns the environment the launcher must export
 (``CUDA_DEVICE_MAX_CONNECTIONS=1`` where ``validate_args`` asserts it: TP>1 or CP>1 on sm<100 without
-FSDP). Flag names and rules: ../shared/reference/trainers.md section 1; the tests run megatron-core's
+FSDP). Flag names and rules: megatron-core 0.19.2 ``megatron/training/arguments.py`` (``add_megatron_arguments``,
+``validate_args``); the tests run megatron-core's
 own ``parse_args`` / ``validate_args`` / ``TransformerConfig`` / ``initialize_model_parallel`` on them.
 """
 
