@@ -25,6 +25,9 @@ OUTSIDE = re.compile(
     r"|(?<![\w.~-])/(?:work|home|Users|root|mnt|scratch)/"   # one machine's absolute paths
 )
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
+# Third-party files kept byte for byte (their sha256 pinned in the folder's README): the paths they name
+# are paths inside the containers they describe (the Kubeflow Trainer CRD's default ``/root/.ssh``).
+VERBATIM = ("tests/data/k8s/",)
 
 
 def tracked_files() -> list[str]:
@@ -45,7 +48,7 @@ def offending_lines(files: list[str], root: Path = ROOT) -> list[str]:
     bad = []
     for name in files:
         path = root / name
-        if name == THIS or not path.is_file():
+        if name == THIS or name.startswith(VERBATIM) or not path.is_file():
             continue
         try:
             text = path.read_text(encoding="utf-8")
