@@ -48,7 +48,8 @@ from planner.search.bounds import bound_factors, exhaustive
 from planner.search.document import PlanDocument
 from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
-from solver.layout import enumerate_bounded, evaluate_many, feasible_rows, solve, solve_bounded
+from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
+from solver.layout import enumerate_bounded, evaluate_many, feasible_rows
 from topologies.loader import Job
 
 OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
@@ -226,9 +227,9 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
     if method == "cp-sat-full":
-        res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
+        res = engines.solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
     elif factors is not None and method == "cp-sat":
-        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
+        res = engines.solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
                             master=b.master_vars)
     elif factors is not None:
         res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
