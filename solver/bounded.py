@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import os as _os
 import time
 from dataclasses import dataclass
@@ -77,7 +78,9 @@ def _project(vars_, tuples, keep):
         return None, None
     if len(idx) == len(vars_):
         return tuple(vars_), tuples
-    return tuple(vars_[j] for j in idx), frozenset(tuple(t[j] for j in idx) for t in tuples)
+    get = operator.itemgetter(*idx)
+    proj = map(get, tuples) if len(idx) > 1 else ((get(t),) for t in tuples)
+    return tuple(vars_[j] for j in idx), frozenset(proj)
 
 
 def _projected_tables(prog: Program, keep: set) -> tuple[dict, list]:
