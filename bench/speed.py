@@ -26,12 +26,11 @@ The baseline checkout is run with its own code (``PYTHONPATH`` set to it); make 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,21 +68,34 @@ print(time.perf_counter() - w, time.process_time() - c, res.solver["status"], re
 """
 
 
+# Runs one command and reports its own child's CPU seconds and peak memory (RUSAGE_CHILDREN of a
+# fresh process holds that child alone), killing it after the timeout.
+_WRAP = """
+import json, resource, subprocess, sys, time
+timeout = float(sys.argv[1]) or None
+t = time.perf_counter()
+try:
+    p = subprocess.run(sys.argv[2:], capture_output=True, text=True, timeout=timeout)
+    rc, out, err = p.returncode, p.stdout, p.stderr
+except subprocess.TimeoutExpired as exc:
+    rc, out, err = None, exc.stdout or "", exc.stderr or ""
+    out, err = (x.decode() if isinstance(x, bytes) else x for x in (out, err))
+wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stdout.write(out)
+sys.stderr.write(err + "\\n@@" + json.dumps({"rc": rc, "wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kib": ru.ru_maxrss}))
+"""
+
+
 def _child(cmd: list[str], tree: Path, timeout: float | None = None) -> dict:
-    """Run ``cmd`` with ``tree``'s code; wall seconds, the child's CPU seconds, peak RSS, output."""
+    """Run ``cmd`` with ``tree``'s code: wall seconds, its CPU seconds (user + sys), peak RSS, output."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, out, err = None, exc.stdout or "", exc.stderr or ""
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"rc": rc, "wall": wall, "cpu": cpu, "maxrss_mib": after.ru_maxrss / 1024,
-            "out": out if isinstance(out, str) else out.decode(), "err": err if isinstance(err, str) else err.decode()}
+    proc = subprocess.run([sys.executable, "-c", _WRAP, str(timeout or 0), *cmd], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    err, _, tail = proc.stderr.rpartition("\n@@")
+    info = json.loads(tail)
+    return {"rc": info["rc"], "wall": info["wall"], "cpu": info["cpu"], "maxrss_mib": info["maxrss_kib"] / 1024,
+            "out": proc.stdout, "err": err}
 
 
 def _best(runs: list[dict]) -> dict:
@@ -137,8 +149,6 @@ def _experts(tree: Path, args) -> dict:
             r = _child(cmd, tree)
             note = f"rc {r['rc']}"
             if r["rc"] == 0:
-                import json
-
                 s = json.loads(r["out"])["summary"]
                 note += (f", balance {s['balance']:.3f} (worst {s['worst_balance']:.3f}), "
                          f"remote domains/token {s['remote_domains_per_token']:.2f}")

@@ -204,7 +204,10 @@ def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = Non
         if time_limit is not None and time.perf_counter() - t0 > time_limit and fitting:
             status, bound = "FEASIBLE", float(min(nxt, fitting[0][0]))
             break
-        part = blocks[pos: pos + chunk]
+        end = pos + chunk
+        if len(fitting) >= top:   # a block whose bound reaches the top-th objective cannot enter the top
+            end = min(end, int(np.searchsorted(bnd, fitting[top - 1][0], side="left")))
+        part = blocks[pos: max(end, pos + 1)]
         pos += len(part)
         chunk = min(chunk * 2, 1 << 14)
         rows = np.repeat(part, len(fgrid), axis=0)
