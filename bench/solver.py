@@ -4,6 +4,9 @@
     python bench/solver.py dsv3-256     # one case (names below)
     python bench/solver.py --method cp-sat dsv3-256   # the CP-SAT bounded engine (default: enumerate)
 
+Side by side with an earlier checkout (wall and CPU seconds of ``plan()`` in fresh processes, with
+start-up and the other figures of issue 22): ``python bench/speed.py --baseline DIR`` (docs/speed.md).
+
 For each case it prints: GPUs, layouts in the declared space, assignments evaluated, build and
 search seconds, total wall seconds, status, the best layout and its predicted TFLOP/s per GPU.
 The quality case also prices NVIDIA's published layout (TP1 PP2 VPP8 EP32, MBS1, no recompute)
