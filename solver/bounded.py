@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from solver.numpy_engine import evaluate_many, feasible_rows, table_mask
+from solver.numpy_engine import evaluate_many, feasible_rows, limit_mask, table_mask
 from solver.program import LayoutResult, Program, Solution
 
 
@@ -214,6 +214,9 @@ def enumerate_bounded(prog: Program, factors, master: Sequence[int] | None = Non
         if free:
             rows[:, free] = np.tile(fgrid, (len(part), 1))
         rows = rows[table_mask(prog, rows)]
+        rows = rows[limit_mask(prog, rows)]     # the memory bound first: it reads a few tables only
+        if not len(rows):
+            continue
         obj, ok, vals_ = evaluate_many(prog, rows)
         evaluated += int(ok.sum())
         best.add(obj[ok], vals_[prog.objective][ok], rows[ok])

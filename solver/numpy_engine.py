@@ -104,19 +104,53 @@ def _compiled_table(prog: Program, ni: int, nd) -> tuple:
     return dims, uniqs, flat, have
 
 
-def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
+def ancestors(prog: Program, targets) -> set[int]:
+    """The nodes ``targets`` are computed from, themselves included (kept on the program)."""
+    key = (tuple(targets), len(prog.nodes))
+    cache = prog.__dict__.setdefault("_ancestors", {})
+    if key not in cache:
+        seen: set[int] = set()
+        stack = list(targets)
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(prog.nodes[n].keys)
+                stack.extend(prog.nodes[n].args)
+        cache[key] = seen
+    return cache[key]
+
+
+def limit_mask(prog: Program, rows) -> "np.ndarray":
+    """Rows whose limits hold (and whose tables among the limits' inputs have an entry), computing
+    only the nodes the limits read: a row it drops is one :func:`evaluate_many` marks infeasible."""
+    if not prog.limits or not len(rows):
+        return np.ones(len(rows), dtype=bool)
+    nodes = ancestors(prog, [n for n, _ in prog.limits])
+    _, ok, out = evaluate_many(prog, rows, upto=max(nodes), only=nodes)
+    for n, b in prog.limits:
+        ok &= out[n] <= b
+    return ok
+
+
+def evaluate_many(prog: Program, rows, upto: int | None = None,
+                  only: set | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
     """(objective, feasible mask, node values) for every row of ``rows`` (R, n): the vectorised
     twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False.
 
     ``upto``: evaluate only nodes ``0..upto`` (nodes are in creation order, so a node's inputs come
     before it) and return that node's values as the objective, unweighted and without limits; the
-    mask then covers only the tables met so far (a partial check, for lower bounds)."""
+    mask then covers only the tables met so far (a partial check, for lower bounds). ``only``: compute
+    just these nodes (with ``upto``; the others are None), e.g. the :func:`ancestors` of a node."""
     R = len(rows)
     ok = np.ones(R, dtype=bool)
     out: list = []
     for ni, nd in enumerate(prog.nodes):
         if upto is not None and ni > upto:
             break
+        if only is not None and ni not in only:
+            out.append(None)
+            continue
         if nd.kind == "table":
             dims, uniqs, flat, have = _compiled_table(prog, ni, nd)
             cols = [rows[:, v] for v in nd.vars]
