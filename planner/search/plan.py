@@ -50,6 +50,7 @@ from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
 from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
 from solver.layout import enumerate_bounded, evaluate_many, feasible_rows
+from solver.numpy_engine import ancestors
 from topologies.loader import Job
 
 OBJECTIVES = ("throughput", "tflops-per-gpu", "robust")
@@ -376,13 +377,26 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
         # the memory bound dropped every layout: price exactly the few it rates closest
         rows = feasible_rows(prog)
         if len(rows):
-            lim = prog.limits[0][0]
-            lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
-            lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
-            for i in np.argsort(lbv, kind="stable")[:8]:
-                if okv[i]:
-                    accept(tuple(int(a) for a in rows[i]))
+            for i in _closest_by_bound(prog, rows, prog.limits[0][0], 8):
+                accept(tuple(int(a) for a in rows[i]))
     raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+
+
+def _closest_by_bound(prog, rows, lim: int, k: int) -> list[int]:
+    """The first ``k`` rows in order of the limit node ``lim`` (then row order) among those that every
+    table up to ``lim`` admits. The bound is computed on the few nodes it reads for every row; rows
+    are then checked in full, in that order, only until ``k`` pass."""
+    lbv, okv, _ = evaluate_many(prog, rows, upto=lim, only=ancestors(prog, [lim]))
+    order = np.argsort(np.where(okv, lbv, np.iinfo(np.int64).max), kind="stable")
+    order = order[okv[order]]
+    picked: list[int] = []
+    for start in range(0, len(order), 256):
+        idx = order[start:start + 256]
+        _, ok_full, _ = evaluate_many(prog, rows[idx], upto=lim)
+        picked += [int(i) for i in idx[ok_full]]
+        if len(picked) >= k:
+            break
+    return picked[:k]
 
 
 def _entries(res, b, model, cluster, training, trainer, prof):
