@@ -339,3 +339,25 @@ def test_bounded_search_evaluates_only_layouts_below_the_incumbent():
     assert [s.choice for s in res.solutions] == [(0, 0), (0, 1)]
     assert res.evaluated == 5          # only x0 = 0 has a bound below the 2nd best exact value
     assert res.min_bound == pytest.approx(100.0, rel=2e-3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(programs())
+def test_the_limit_prefilter_drops_only_rows_the_evaluation_rejects(prog):
+    """solver.numpy_engine.limit_mask (the bounded search checks the limits on their few input nodes
+    before evaluating a chunk): it keeps every row the full evaluation accepts, and drops only rows
+    that break a limit, which the plain-Python oracle refuses."""
+    from solver.numpy_engine import limit_mask
+
+    rows = feasible_rows(prog)
+    if not len(rows):
+        return
+    _, ok, _ = evaluate_many(prog, rows)
+    keep = limit_mask(prog, rows)
+    assert not (ok & ~keep).any()
+    for r in rows[~keep]:
+        assert evaluate(prog, tuple(int(a) for a in r)) is None
+    if prog.limits:
+        (node, bound), = prog.limits
+        _, _, vals = evaluate_many(prog, rows)
+        assert np.array_equal(keep[ok], (vals[node] <= bound)[ok])

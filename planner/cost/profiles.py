@@ -44,6 +44,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import InputError, not_utf8, pydantic_message
+from planner.io import read_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
 # The measured Megatron-Bridge runs the megatron-* profiles are fitted to (provenance per row in its
@@ -183,7 +184,7 @@ def resolve_name(name: str) -> str:
 
 def parse_profile(text: str, source: str) -> Profile:
     try:
-        doc = yaml.safe_load(text)
+        doc = read_yaml(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):

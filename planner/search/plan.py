@@ -51,7 +51,9 @@ from planner.search.bounds import bound_factors, exhaustive
 from planner.search.document import PlanDocument
 from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
-from solver.layout import enumerate_bounded, evaluate_many, feasible_rows, solve, solve_bounded
+from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
+from solver.layout import enumerate_bounded, evaluate_many, feasible_rows
+from solver.numpy_engine import ancestors
 from topologies.loader import Job
 
 OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
@@ -245,9 +247,9 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
     if method == "cp-sat-full":
-        res = solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
+        res = engines.solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
     elif factors is not None and method == "cp-sat":
-        res = solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
+        res = engines.solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
                             master=b.master_vars)
     elif factors is not None:
         res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
@@ -468,13 +470,26 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
         # the memory bound dropped every layout: price exactly the few it rates closest
         rows = feasible_rows(prog)
         if len(rows):
-            lim = prog.limits[0][0]
-            lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
-            lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
-            for i in np.argsort(lbv, kind="stable")[:8]:
-                if okv[i]:
-                    accept(tuple(int(a) for a in rows[i]))
+            for i in _closest_by_bound(prog, rows, prog.limits[0][0], 8):
+                accept(tuple(int(a) for a in rows[i]))
     raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+
+
+def _closest_by_bound(prog, rows, lim: int, k: int) -> list[int]:
+    """The first ``k`` rows in order of the limit node ``lim`` (then row order) among those that every
+    table up to ``lim`` admits. The bound is computed on the few nodes it reads for every row; rows
+    are then checked in full, in that order, only until ``k`` pass."""
+    lbv, okv, _ = evaluate_many(prog, rows, upto=lim, only=ancestors(prog, [lim]))
+    order = np.argsort(np.where(okv, lbv, np.iinfo(np.int64).max), kind="stable")
+    order = order[okv[order]]
+    picked: list[int] = []
+    for start in range(0, len(order), 256):
+        idx = order[start:start + 256]
+        _, ok_full, _ = evaluate_many(prog, rows[idx], upto=lim)
+        picked += [int(i) for i in idx[ok_full]]
+        if len(picked) >= k:
+            break
+    return picked[:k]
 
 
 def _entries(res, b, model, cluster, training, trainer, prof):
