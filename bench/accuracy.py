@@ -18,8 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# the shared reference folder sits next to the repository (../shared/reference)
-DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "calibration.csv"
+DEFAULT_CSV = ROOT / "planner" / "data" / "profiles" / "calibration.csv"
 
 
 def main(argv: list[str]) -> int:
