@@ -246,3 +246,23 @@ def lead(leader: float, leader_half_width: float, other: float) -> tuple[float, 
     if other <= 0:
         return math.inf, False
     return leader / other - 1.0, other >= leader * math.exp(-leader_half_width)
+
+
+def safe_order(values, half_widths, extrapolated) -> tuple[list[int], list[tuple[int, int]]]:
+    """The ranking with the safe default (issue 21 item 5), for plans given best first by their central
+    ``values``: an extrapolated plan never ranks above a covered one (``extrapolated[i]`` falsy) whose
+    value lies inside its band (``value >= its value exp(-h)``: its lead is within the uncertainty).
+    Otherwise the order is kept. Returns (indices in the new order, [(covered, extrapolated)] for each
+    covered plan ranked above an extrapolated one that led it)."""
+    remaining = list(range(len(values)))
+    order, promoted = [], []
+    while remaining:
+        first = remaining[0]
+        pick = first
+        if extrapolated[first]:   # the best covered plan inside its band, if any, goes first
+            floor = values[first] * math.exp(-half_widths[first])
+            pick = next((c for c in remaining if not extrapolated[c] and values[c] >= floor), first)
+        promoted += [(pick, r) for r in remaining[:remaining.index(pick)]]
+        order.append(pick)
+        remaining.remove(pick)
+    return order, promoted
