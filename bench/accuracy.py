@@ -1,6 +1,6 @@
 """Accuracy of the step-time model on calibration.csv: per-row table, MAPE per stack, leave-one-model-out.
 
-Run: ``/work/venv/bin/python bench/accuracy.py [CSV] [--no-lomo]``
+Run: ``python bench/accuracy.py [CSV] [--no-lomo]``
 
 1. Every row predicted with the shipped profile of its stack (planner/data/profiles/<stack>.yaml).
 2. MAPE per stack and overall, worst row.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# NVIDIA's published Megatron-Bridge runs the megatron-* profiles are fitted to (planner/data/profiles/README.md)
 DEFAULT_CSV = ROOT / "planner" / "data" / "profiles" / "calibration.csv"
 
 
@@ -148,7 +149,8 @@ def leave_one_table_out(rows: list[dict], stacks: list[str], source: str) -> Non
 
 
 # Measured runs that are not in calibration.csv (never fitted): Kimi-K2 on 256 GB300 from the Megatron-Bridge
-# 26.06 performance table (1,099 TFLOP/s and 5,372 tokens/s per GPU, ../shared/reference/flops_per_token.md);
+# 26.06 performance table (1,099 TFLOP/s and 5,372 tokens/s per GPU: Megatron-Bridge docs/performance-summary-archive.md, 26.06 GB300 Kimi-K2 MXFP8
+# row; tests/data/reference/flops_per_token.md);
 # layout from Megatron-Bridge scripts/performance/configs/kimi/kimi_workload_base_configs.py
 # (KIMI_K2_PRETRAIN_CONFIG_GB300: GBS 4096, MBS 2, PP4 VPP4 EP64, recompute mla_up_proj, HybridEP,
 # moe_a2a_overlap=False, cuda_graph_scope=[]: an eager recipe).

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))   # after the packages: bench/solver.py must not shadow solver/
-DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "calibration.csv"
+DEFAULT_CSV = ROOT / "planner" / "data" / "profiles" / "calibration.csv"
 EXPLAIN_ABOVE = 0.10    # --explain: claims above this gain are broken down term by term
 
 

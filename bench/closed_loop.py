@@ -12,7 +12,7 @@ stack of the CSV, fitted on none of this stack's rows (a user's Megatron startin
 Megatron topoplan knows). Prints the MAPE of every fold, per stack and pooled, and the shipped
 profile's MAPE on the same rows for scale (that profile was fitted on all of them).
 
-    python bench/closed_loop.py [--csv ../shared/reference/calibration.csv] [--folds 0,1,2]
+    python bench/closed_loop.py [--csv planner/data/profiles/calibration.csv] [--folds 0,1,2]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from planner.cost.validate import read_rows, validate_rows  # noqa: E402
 from planner.model.flops import flops_per_token  # noqa: E402
 from planner.model.spec import load_model  # noqa: E402
 
-CSV = Path(__file__).resolve().parents[2] / "shared" / "reference" / "calibration.csv"
+CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "calibration.csv"
 
 
 def unseen_rows(rows: list[dict], stack: str) -> list[dict]:

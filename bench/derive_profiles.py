@@ -1,6 +1,6 @@
 """Derive the torchtitan and maxtext profiles' priors from megatron-26.08 plus published stack facts.
 
-Run from the repository root: `/work/venv/bin/python bench/derive_profiles.py`, then refit each with
+Run from the repository root: `python bench/derive_profiles.py`, then refit each with
 `topoplan calibrate planner/data/profiles/<rows>.csv --stack <name> -o planner/data/profiles/<name>.yaml`.
 """
 import sys

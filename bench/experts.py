@@ -1,7 +1,7 @@
 """Side by side: EPLB hierarchical, EPLB global and topoplan's placement on seeded synthetic loads.
 
-    /work/venv/bin/python bench/experts.py                 # all cases, 58 layers (minutes on 2 cores)
-    /work/venv/bin/python bench/experts.py --layers 8      # quicker look
+    python bench/experts.py                 # all cases, 58 layers (minutes on 2 cores)
+    python bench/experts.py --layers 8      # quicker look
 
 Cases: EP64 over 8 HGX H100 nodes (dgx-h100, 64 GPUs), EP64 inside one NVL72 rack (gb300-nvl72, 64
 GPUs), EP256 over four NVL72 racks (64 GPUs used per rack); one spare slot per GPU; DeepSeek-V3

@@ -1,7 +1,7 @@
 """Goodput figures and the cost of ``--objective goodput``: DeepSeek-V3 on 288 GB300 (4 NVL72 racks)
 planned for throughput and for goodput at several repair times, and Llama 3's own job.
 
-Run: ``/work/venv/bin/python bench/goodput.py``
+Run: ``python bench/goodput.py``
 
 Prints, per repair time, the GPUs-per-rack option each objective picks, tokens/s, goodput and the
 effective share, and the wall time of each search (the goodput objective runs one throughput

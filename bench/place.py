@@ -1,6 +1,6 @@
 """How fast ``place`` runs in a job prologue: 1,024 hosts (64 NVL72 racks x 16 of 18 trays, 4,096 ranks).
 
-Run: ``/work/venv/bin/python bench/place.py``
+Run: ``python bench/place.py``
 
 Prints the wall time of
 1. ``planner.place(plan, allocation)`` in-process (the plan document already read),

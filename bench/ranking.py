@@ -5,7 +5,7 @@ Run: ``python bench/ranking.py [--gap PCT]`` (a few seconds).
 A pair is two measured runs of the same model on the same GPUs (type and count) with the same
 software (the stack and, where the source names it, the container release), differing in layout
 or recipe settings (TP/PP/VPP/CP/EP, micro-batch, recompute, FSDP, precision, global batch).
-Sources: ../shared/reference/calibration.csv, every table in bench/data/ and the TorchTitan and
+Sources: planner/data/profiles/calibration.csv, every table in bench/data/ and the TorchTitan and
 MaxText rows in planner/data/profiles/. Each run is predicted with the shipped profile of its stack
 (the runs a profile was fitted to are in-sample), in its recipe's regime (bench/accuracy.py
 EAGER_RECIPES).
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))   # after the packages: bench/solver.py must not shadow solver/
-SOURCES = [ROOT.parent / "shared" / "reference" / "calibration.csv", *sorted((ROOT / "bench" / "data").glob("*.csv")),
+SOURCES = [ROOT / "planner" / "data" / "profiles" / "calibration.csv", *sorted((ROOT / "bench" / "data").glob("*.csv")),
            ROOT / "planner" / "data" / "profiles" / "torchtitan-h100-2024-12.csv",
            ROOT / "planner" / "data" / "profiles" / "maxtext-h100-2025.csv"]
 INPUTS = ("precision", "seq_len", "gbs", "mbs", "tp", "pp", "vpp", "cp", "ep", "etp", "fsdp", "recompute", "dispatcher",

@@ -4,6 +4,9 @@
     python bench/solver.py dsv3-256     # one case (names below)
     python bench/solver.py --method cp-sat dsv3-256   # the CP-SAT bounded engine (default: enumerate)
 
+Side by side with an earlier checkout (wall and CPU seconds of ``plan()`` in fresh processes, with
+start-up and the other figures of issue 22): ``python bench/speed.py --baseline DIR`` (docs/speed.md).
+
 For each case it prints: GPUs, layouts in the declared space, assignments evaluated, build and
 search seconds, total wall seconds, status, the best layout and its predicted TFLOP/s per GPU.
 The quality case also prices NVIDIA's published layout (TP1 PP2 VPP8 EP32, MBS1, no recompute)
@@ -32,7 +35,7 @@ CASES = {
     "dsv3-256": ("deepseek-v3", "gb300-nvl72", 256, 4096, 4096, "mxfp8", 2),
     "dsv3-1024": ("deepseek-v3", "gb300-nvl72", 1024, 4096, 16384, "mxfp8", 5),
     "dsv3-16384": ("deepseek-v3", "gb300-nvl72", 16384, 4096, 65536, "mxfp8", 20),
-    "dsv3-131072-h100": ("deepseek-v3", "dgx-h100", 131072, 4096, 131072, "fp8", 60),
+    "dsv3-65536-h100": ("deepseek-v3", "dgx-h100", 65536, 4096, 131072, "fp8", 60),   # the preset's largest fabric
     "llama405b-16384-h100": ("llama3.1-405b", "dgx-h100", 16384, 8192, 2048, "bf16", 20),
 }
 

@@ -30,7 +30,7 @@ from _common import out_dir, summary
 import planner
 import topologies
 from planner.cost.calibrate import calibrate_rows
-from planner.cost.profiles import dump_profile, load_profile
+from planner.cost.profiles import CALIBRATION_CSV, dump_profile, load_profile
 from planner.cost.validate import read_rows, validate_rows
 from planner.io import atomic_write_text
 from planner.output.trial import report, write_trials
@@ -38,7 +38,7 @@ from planner.output.trial import report, write_trials
 out = out_dir("closed_loop", __doc__)
 HERE = Path(__file__).resolve().parent
 LOGS = HERE / "logs"
-CALIBRATION = HERE.parents[1] / "shared" / "reference" / "calibration.csv"
+CALIBRATION = CALIBRATION_CSV   # NVIDIA's published runs, shipped with the profiles
 STACK = "my-megatron"
 COMPARE = planner.ParallelConfig(tp=1, pp=1, ep=8, mbs=8)   # the layout of run mb199 (published)
 

@@ -9,6 +9,7 @@ folding), ``edp = world / (etp * ep * pp)``. The trainers' divisibility rules li
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -55,6 +56,7 @@ def parse_headroom(text: str) -> tuple[float, float]:
     return share, gib
 
 
+@lru_cache(maxsize=1024)   # pure; the search builds thousands of ParallelConfigs from a few strings
 def normalize_recompute(value: str) -> str:
     """Canonical recompute string: ``none``, ``full`` or a sorted ``+``-joined module list.
 

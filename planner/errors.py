@@ -4,6 +4,6 @@ The classes live in :mod:`topologies.errors`, the lowest layer, so that the hard
 them without importing the planner; every planner module imports them from here.
 """
 
-from topologies.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
+from topologies.errors import InfeasibleError, InputError, TopoplanError, not_utf8, pydantic_message
 
-__all__ = ["InfeasibleError", "InputError", "TopoplanError", "pydantic_message"]
+__all__ = ["InfeasibleError", "InputError", "TopoplanError", "not_utf8", "pydantic_message"]

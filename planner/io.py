@@ -17,7 +17,17 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from planner.errors import InputError
+
+# libyaml's safe loader where PyYAML was built with it (several times faster on the shipped tables)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_yaml(text: str):
+    """``yaml.safe_load(text)``, with libyaml's parser when PyYAML has it (the same documents)."""
+    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
 
 
 def current_umask() -> int:
@@ -96,12 +106,13 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, option: str | None 
 
 
 @contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike, *, option: str | None = None):
+def atomic_dir(out: str | os.PathLike, *, option: str | None = None, replace: bool = False):
     """Yield a staging directory; on success its entries are moved into ``out``, on any error
     nothing in ``out`` changes.
 
-    Entries already in ``out`` with the same names are replaced; other entries are kept. ``out``
-    (when it is created) and the entries get the usual umask permissions, not the staging
+    Entries already in ``out`` with the same names are replaced; other entries are kept, unless
+    ``replace``: then ``out`` becomes the staging directory whole (two renames), its old entries gone.
+    ``out`` (when it is created) and the entries get the usual umask permissions, not the staging
     directory's 0700.
     """
     out = Path(out)
@@ -115,6 +126,9 @@ def atomic_dir(out: str | os.PathLike, *, option: str | None = None):
         raise _cannot(out, exc, option) from None
     try:
         yield stage
+        if replace and out.is_dir():
+            _replace_dir(out, stage, option)
+            return
         created = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -132,3 +146,20 @@ def atomic_dir(out: str | os.PathLike, *, option: str | None = None):
             raise _cannot(out, exc, option) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _replace_dir(out: Path, stage: Path, option: str | None) -> None:
+    """``out`` becomes ``stage``: the old directory is renamed aside, the stage renamed in, the old removed."""
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=stage.parent))
+    try:
+        os.chmod(stage, 0o777 & ~current_umask())
+        os.replace(out, old / "dir")
+        try:
+            os.replace(stage, out)
+        except OSError:
+            os.replace(old / "dir", out)   # put the old directory back
+            raise
+    except OSError as exc:
+        raise _cannot(out, exc, option) from None
+    finally:
+        shutil.rmtree(old, ignore_errors=True)

@@ -3,7 +3,9 @@
 Each rule is a named predicate over (model, layout, training, world size). Messages follow the
 trainer's wording where it has one (megatron-core 0.19.2 ``validate_args`` / ``TransformerConfig`` /
 ``initialize_model_parallel``; torchtitan 0.3.0 ``ParallelDims``), with the numbers involved, so a
-refusal reads like the trainer's own. Sources: ../shared/reference/trainers.md sections 1.2 and 2.3.
+refusal reads like the trainer's own. Sources: megatron-core 0.19.2 ``megatron/training/arguments.py::validate_args``,
+``megatron/core/transformer/transformer_config.py`` and ``megatron/core/parallel_state.py::initialize_model_parallel``;
+torchtitan 0.3.0 ``torchtitan/distributed/parallel_dims.py`` (``ParallelDims._validate``, ``build_mesh``).
 
 The model only needs these attributes: ``num_layers``, ``num_attention_heads``, ``num_kv_heads``,
 ``num_experts`` (0 for dense) and ``mtp_layers``.

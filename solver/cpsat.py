@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ortools.sat.python import cp_model
 
+from solver.interrupt import stoppable
 from solver.program import LayoutResult, Program, Solution
 
 
@@ -240,7 +241,8 @@ def solve(prog: Program, top: int = 1, time_limit: float | None = None, workers:
             if left <= 0 and (k > 0 or rejected > 0):
                 break
             solver.parameters.max_time_in_seconds = max(0.01, left)
-        st = solver.Solve(m)
+        with stoppable(solver):
+            st = solver.Solve(m)
         status = _STATUS.get(st, "UNKNOWN")
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if k == 0:

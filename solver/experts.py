@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from solver.expert_metrics import domain_share, gpu_loads, locality, moves_between
+from solver.interrupt import stoppable
 
 SCALE = 1_000_000  # CP-SAT works on integers: loads are scaled so the busiest GPU is ~1e6
 
@@ -654,7 +655,8 @@ def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, ma
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
-    status = solver.Solve(model)
+    with stoppable(solver):
+        status = solver.Solve(model)
     name = solver.StatusName(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, name, 0.0

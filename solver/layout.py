@@ -41,12 +41,26 @@ from __future__ import annotations
 
 # One module each (docs/solver.md): the program and its plain-Python semantics (solver.program), the
 # CP-SAT engine (solver.cpsat), the numpy engine (solver.numpy_engine) and the bounded search
-# (solver.bounded). This module keeps the public names that callers and tests import from here.
+# (solver.bounded, its CP-SAT twin solver.bounded_cpsat). This module keeps the public names that
+# callers and tests import from here. The CP-SAT ones load on first use (module ``__getattr__``):
+# OR-Tools takes about 0.4 s to import (it loads pandas), and the default search never runs it.
 from solver.program import LayoutResult, Program, Solution, brute_force, evaluate
-from solver.cpsat import scale_to_int, solve
 from solver.numpy_engine import evaluate_many, feasible_rows, table_mask, weights_of
-from solver.bounded import (LOG_SCALE, BoundedResult, bound_many, enumerate_bounded, feasible_blocks,
-                            solve_bounded)
+from solver.bounded import LOG_SCALE, BoundedResult, bound_many, enumerate_bounded, feasible_blocks
+
+_CPSAT_NAMES = ("solve", "scale_to_int", "solve_bounded")
+
+
+def __getattr__(name: str):
+    """``solve``, ``scale_to_int`` and ``solve_bounded``, imported when first asked for."""
+    if name in ("solve", "scale_to_int"):
+        from solver import cpsat
+        return getattr(cpsat, name)
+    if name == "solve_bounded":
+        from solver import bounded_cpsat
+        return bounded_cpsat.solve_bounded
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Program", "Solution", "LayoutResult", "brute_force", "evaluate", "solve", "scale_to_int",
            "evaluate_many", "feasible_rows", "table_mask", "weights_of", "LOG_SCALE", "BoundedResult",

@@ -13,6 +13,22 @@ from solver.program import Program
 
 # -- exhaustive evaluation (vectorised) ------------------------------------------------------------
 
+def _tuple_table(prog: Program, vars_, tuples) -> "np.ndarray":
+    """Dense boolean table over ``vars_``'s domains, True at each of ``tuples`` (built once per
+    tuple set and kept on the program)."""
+    cache = prog.__dict__.setdefault("_tuple_tables", {})
+    hit = cache.get(id(tuples))
+    if hit is not None and hit[0] is tuples:
+        return hit[1]
+    dims = [prog.domains[u] for u in vars_]
+    tab = np.zeros(int(np.prod(dims)), dtype=bool)
+    if tuples:
+        tarr = np.array(list(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
+        tab[np.ravel_multi_index(tarr.T, dims)] = True
+    cache[id(tuples)] = (tuples, tab)
+    return tab
+
+
 def table_mask(prog: Program, rows) -> "np.ndarray":
     """Rows (R, n) that satisfy every allow/forbid table of ``prog`` (table nodes are checked by
     :func:`evaluate_many`)."""
@@ -21,12 +37,8 @@ def table_mask(prog: Program, rows) -> "np.ndarray":
         for vars_, tuples in checks:
             if not vars_:
                 continue
-            dims = [prog.domains[u] for u in vars_]
-            tab = np.zeros(int(np.prod(dims)), dtype=bool)
-            if tuples:
-                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
-                tab[np.ravel_multi_index(tarr.T, dims)] = True
-            hit = tab[np.ravel_multi_index(rows[:, list(vars_)].T, dims)]
+            tab = _tuple_table(prog, vars_, tuples)
+            hit = tab[np.ravel_multi_index(rows[:, list(vars_)].T, [prog.domains[u] for u in vars_])]
             ok &= hit if allowed else ~hit
     return ok
 
@@ -38,7 +50,7 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
     n = len(prog.domains)
     order = list(range(n)) if order is None else list(order)
     checks = [(v, t, True) for v, t in prog.allowed] + [(v, t, False) for v, t in prog.forbidden]
-    checks += [(nd.vars, frozenset(nd.values), True) for nd in prog.nodes if nd.kind == "table" and not nd.keys]
+    checks += [(nd.vars, nd.values, True) for nd in prog.nodes if nd.kind == "table" and not nd.keys]  # keys: the tuples
     pos = {v: i for i, v in enumerate(order)}
     # each check runs when its last variable (in order) is added
     by_step: dict[int, list] = {}
@@ -55,10 +67,7 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
         rows[:, v] = np.tile(np.arange(d, dtype=dt), len(rows) // d)
         for vars_, tuples, allowed in by_step.get(step, []):
             dims = [prog.domains[u] for u in vars_]
-            mask_tab = np.zeros(int(np.prod(dims)), dtype=bool)
-            if tuples:
-                tarr = np.array(sorted(tuples), dtype=np.int64).reshape(len(tuples), len(vars_))
-                mask_tab[np.ravel_multi_index(tarr.T, dims)] = True
+            mask_tab = _tuple_table(prog, vars_, tuples)
             idx = np.ravel_multi_index(rows[:, list(vars_)].T, dims)
             keep = mask_tab[idx] if allowed else ~mask_tab[idx]
             rows = rows[keep]
@@ -67,41 +76,89 @@ def feasible_rows(prog: Program, order: Sequence[int] | None = None, chunk_limit
     return rows
 
 
-def evaluate_many(prog: Program, rows, upto: int | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
+def _compiled_table(prog: Program, ni: int, nd) -> tuple:
+    """(dims, sorted values of each key node, dense values, defined mask) of table node ``ni``: the
+    lookup arrays :func:`evaluate_many` indexes, built once per node and kept on the program (a
+    search evaluates the same program chunk by chunk)."""
+    cache = prog.__dict__.setdefault("_compiled_tables", {})
+    hit = cache.get(ni)
+    if hit is not None and hit[0] is nd and hit[1] == len(nd.values):
+        return hit[2]
+    keys = list(nd.values.keys())
+    karr = np.array(keys, dtype=np.int64).reshape(len(keys), len(nd.vars) + len(nd.keys))
+    dims = [prog.domains[v] for v in nd.vars]
+    kidx = [karr[:, j] for j in range(len(nd.vars))]
+    uniqs = []
+    for j in range(len(nd.keys)):
+        col = karr[:, len(nd.vars) + j]
+        uniq = np.unique(col)
+        uniqs.append(uniq)
+        dims.append(len(uniq))
+        kidx.append(np.searchsorted(uniq, col))
+    flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+    have = np.zeros(int(np.prod(dims)), dtype=bool)
+    fi = np.ravel_multi_index(kidx, dims)
+    flat[fi] = np.fromiter(nd.values.values(), dtype=np.int64, count=len(keys))
+    have[fi] = True
+    cache[ni] = (nd, len(nd.values), (dims, uniqs, flat, have))
+    return dims, uniqs, flat, have
+
+
+def ancestors(prog: Program, targets) -> set[int]:
+    """The nodes ``targets`` are computed from, themselves included (kept on the program)."""
+    key = (tuple(targets), len(prog.nodes))
+    cache = prog.__dict__.setdefault("_ancestors", {})
+    if key not in cache:
+        seen: set[int] = set()
+        stack = list(targets)
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(prog.nodes[n].keys)
+                stack.extend(prog.nodes[n].args)
+        cache[key] = seen
+    return cache[key]
+
+
+def limit_mask(prog: Program, rows) -> "np.ndarray":
+    """Rows whose limits hold (and whose tables among the limits' inputs have an entry), computing
+    only the nodes the limits read: a row it drops is one :func:`evaluate_many` marks infeasible."""
+    if not prog.limits or not len(rows):
+        return np.ones(len(rows), dtype=bool)
+    nodes = ancestors(prog, [n for n, _ in prog.limits])
+    _, ok, out = evaluate_many(prog, rows, upto=max(nodes), only=nodes)
+    for n, b in prog.limits:
+        ok &= out[n] <= b
+    return ok
+
+
+def evaluate_many(prog: Program, rows, upto: int | None = None,
+                  only: set | None = None) -> tuple["np.ndarray", "np.ndarray", list]:
     """(objective, feasible mask, node values) for every row of ``rows`` (R, n): the vectorised
     twin of :func:`evaluate`. Infeasible rows get objective 0 and mask False.
 
     ``upto``: evaluate only nodes ``0..upto`` (nodes are in creation order, so a node's inputs come
     before it) and return that node's values as the objective, unweighted and without limits; the
-    mask then covers only the tables met so far (a partial check, for lower bounds)."""
+    mask then covers only the tables met so far (a partial check, for lower bounds). ``only``: compute
+    just these nodes (with ``upto``; the others are None), e.g. the :func:`ancestors` of a node."""
     R = len(rows)
     ok = np.ones(R, dtype=bool)
     out: list = []
     for ni, nd in enumerate(prog.nodes):
         if upto is not None and ni > upto:
             break
+        if only is not None and ni not in only:
+            out.append(None)
+            continue
         if nd.kind == "table":
-            dims, cols = [], []
-            for v in nd.vars:
-                dims.append(prog.domains[v])
-                cols.append(rows[:, v])
-            keys = list(nd.values.keys())
-            karr = np.array(keys, dtype=np.int64).reshape(len(keys), len(nd.vars) + len(nd.keys))
-            kidx = [karr[:, j] for j in range(len(nd.vars))]
-            for j, src in enumerate(nd.keys):
-                col = karr[:, len(nd.vars) + j]
-                uniq = np.unique(col)
-                dims.append(len(uniq))
-                kidx.append(np.searchsorted(uniq, col))
+            dims, uniqs, flat, have = _compiled_table(prog, ni, nd)
+            cols = [rows[:, v] for v in nd.vars]
+            for uniq, src in zip(uniqs, nd.keys):
                 val = out[src]
                 pos = np.clip(np.searchsorted(uniq, val), 0, len(uniq) - 1)
                 ok &= uniq[pos] == val
                 cols.append(pos)
-            flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
-            have = np.zeros(int(np.prod(dims)), dtype=bool)
-            fi = np.ravel_multi_index(kidx, dims)
-            flat[fi] = np.fromiter(nd.values.values(), dtype=np.int64, count=len(keys))
-            have[fi] = True
             ri = np.ravel_multi_index(cols, dims)
             ok &= have[ri]
             out.append(flat[ri])

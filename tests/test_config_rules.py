@@ -1,6 +1,6 @@
 """ParallelConfig / Training validation and the trainer rules, against the rejections that
-megatron-core 0.19.2 and torchtitan 0.3.0 produced on the cases recorded in
-../shared/reference/trainers.md (sections 1.4 and 2.5)."""
+megatron-core 0.19.2 (``validate_args``, ``TransformerConfig``, ``initialize_model_parallel``) and torchtitan
+0.3.0 (``ParallelDims``) produced on these cases when run on CPU (tests/test_emit_trainers.py runs them again)."""
 
 from types import SimpleNamespace
 

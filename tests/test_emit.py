@@ -134,11 +134,11 @@ def test_failed_emit_leaves_directory_untouched(tmp_path):
     doc = plan_doc("mixtral-8x7b", hgx_cluster("h100", 2), ParallelConfig(tp=2, ep=8),
                    Training(seq_len=4096, global_batch=64))
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("old")
+    emit_plan(doc, ["slurm"], out)   # the same plan's files already there (another plan's are refused first)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(InputError, match="torchtitan"):
         emit_plan(doc, ["megatron", "torchtitan"], out)
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert not [p for p in tmp_path.iterdir() if p.name != "out"]
 
 

@@ -15,8 +15,8 @@ slurm/hostfile and slurm/task.sh (rank -> host, GPU) and compared with the plann
 every EP group must sit inside one NVLink domain where the plan says so. A line per check goes to
 the terminal (``trainer check ...``) so CI logs show what ran. megatron-core needs Python 3.12 per
 its metadata, so its wheel is downloaded once into .cache/ and unpacked onto PYTHONPATH
-(../shared/reference/trainers.md section 1.4 verified that it runs on 3.11 with the shims in
-tests/trainers/megatron_check.py).
+(it runs on 3.11 with the shims in tests/trainers/megatron_check.py: ``typing.override``, a stub for
+the one triton module, a fake sm_90 device).
 """
 
 from __future__ import annotations
@@ -586,9 +586,36 @@ def test_maxtext_example_obeys_mesh_rules(name, request):
                   + " ".join(f"{k[4:-12]}={v}" for k, v in o.items() if k.startswith("dcn_") and v > 1) + ")")
 
 
-def test_maxtext_real_loader_when_available():
-    pytest.importorskip("maxtext.configs.pyconfig",
-                        reason="MaxText 0.2.5 needs Python 3.12 + jax; its mesh rules are checked in test_emit.py")
+def _mesh(slices: int, ici: dict, dcn: dict) -> dict:
+    axes = ("data", "fsdp", "tensor", "expert", "pipeline")
+    return {"num_slices": slices, **{f"ici_{a}_parallelism": ici.get(a, 1) for a in axes},
+            **{f"dcn_{a}_parallelism": dcn.get(a, 1) for a in axes}}
+
+
+# What MaxText 0.2.5's own loader did with these meshes (pyconfig.initialize and
+# max_utils.fill_unspecified_mesh_axes / maxtext_utils.create_device_mesh, run on CPU and recorded in
+# tests/data/reference/trainers.md 3.2-3.3). MaxText needs Python 3.12 and jax, so it is not
+# installed here; the re-stated rules the emitter tests rely on must agree with those outcomes.
+MAXTEXT_RECORDED = [
+    # 256 fake CPU devices, one slice: create_device_mesh gives fsdp=8, expert=32
+    (_mesh(1, {"fsdp": 8, "expert": 32}, {}), 256, None),
+    # the same with ici_fsdp_parallelism=3: "Number of devices per slice 256 does not match the product
+    # of the ICI parallelism 96"
+    (_mesh(1, {"fsdp": 3, "expert": 32}, {}), 256, "ICI product 96 != 256"),
+    # AOT, 32 A3 slices of 8 H100: ICI expert=8, DCN data=8 (the -1 resolved) x expert=4
+    (_mesh(32, {"expert": 8}, {"data": 8, "expert": 4}), 256, None),
+    # MaxTextConfig: "DCN parallelism requested but only one slice available"
+    (_mesh(1, {"fsdp": 4}, {"data": 2}), 8, "DCN parallelism requested but only one slice available"),
+]
+
+
+@pytest.mark.parametrize("mesh,devices,error", MAXTEXT_RECORDED)
+def test_maxtext_rules_agree_with_the_real_loader(mesh, devices, error):
+    errs = maxtext_mesh_errors(mesh, devices)
+    if error is None:
+        assert errs == []
+    else:
+        assert error in errs, errs
 
 
 # --- read back (issue 11 item 3): megatron-core's parse_args and torchtitan's ConfigManager read

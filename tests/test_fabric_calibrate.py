@@ -1,7 +1,8 @@
 """topoplan topology calibrate: nccl-tests and DeepEP output read as the programs print it, the fabric fit,
 and the cluster file that carries the fitted figures into Fabric and plans.
 
-Fixtures (tests/data/nccl/README.md): measured figures of ../shared/reference/hardware.md s2.2/s2.3
+Fixtures (tests/data/nccl/README.md): measured figures of tests/data/reference/hardware.md s2.2/s2.3
+(stas00/ml-engineering nccl-tests runs; deepseek-ai/DeepEP docs/legacy.md)
 written in nccl-tests' and DeepEP's exact print formats. Oracles: hardware.md's figures (what the parser
 must read back), the printf formats quoted below from nccl-tests' source, hand calculations of the
 calibrated Fabric, and a known ("truth") calibration that synthetic runs are generated from and the fit

@@ -18,6 +18,7 @@ from planner.cli import main
 from planner.config import ParallelConfig, Recipe, Training
 from planner.cost.memory import GIB, WEIGHT_COPY_BYTES, memory_per_gpu
 from planner.cost.predict import predict
+from planner.cost.profiles import CALIBRATION_CSV
 from planner.cost.terms import data_parallel as DP
 from planner.cost.validate import predict_case, row_case
 from planner.errors import InputError
@@ -29,7 +30,7 @@ from planner.search.plan import plan
 from roundtrip_check import assert_round_trip
 from topologies.loader import load_cluster
 
-CALIBRATION = "/work/shared/reference/calibration.csv"
+CALIBRATION = str(CALIBRATION_CSV)
 GATHER = "--fp4-param-gather"
 # megatron-core 0.19.2 words (file:line): megatron/training/arguments.py:1069-1070
 MCORE_WORDS = "--fp4-param-gather must be used together with --fp4-format"

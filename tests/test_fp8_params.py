@@ -17,6 +17,7 @@ from planner.cli import main
 from planner.config import ParallelConfig, Recipe, Training
 from planner.cost.memory import GIB, WEIGHT_COPY_BYTES, memory_per_gpu
 from planner.cost.predict import predict
+from planner.cost.profiles import CALIBRATION_CSV
 from planner.cost.terms import data_parallel as DP
 from planner.cost.validate import predict_case, row_case
 from planner.errors import InputError
@@ -28,7 +29,7 @@ from planner.search.plan import plan
 from roundtrip_check import assert_round_trip
 from topologies.loader import load_cluster
 
-CALIBRATION = "/work/shared/reference/calibration.csv"
+CALIBRATION = str(CALIBRATION_CSV)
 GATHER = "--fp8-param-gather"
 REUSE = "--reuse-grad-buf-for-mxfp8-param-ag"
 # megatron-core 0.19.2 words (file:line)

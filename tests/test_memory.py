@@ -2,8 +2,7 @@
 published reality (NVIDIA's DeepSeek-V3 runs fit; DeepSeek-V3 on 64 H100 does not; every run in
 calibration.csv fits with its recompute setting or the cheapest one that fits).
 
-calibration.csv is read from ../shared/reference next to the repository:
-``Path(__file__).resolve().parents[1].parent / "shared" / "reference"``.
+calibration.csv: planner/data/profiles/calibration.csv (NVIDIA's published Megatron-Bridge runs).
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ from planner.cost.memory import (
     inflight_per_chunk,
     memory_per_gpu,
 )
+from planner.cost.profiles import CALIBRATION_CSV
 from planner.model.spec import ModelSpec, load_model
 from topologies.gpus import get_gpu
 
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 DS = load_model("deepseek-v3")
 
 TINY = ModelSpec(
@@ -276,9 +275,8 @@ LADDER = ("none", "moe_act", "layernorm+moe_act", "mla_up_proj+moe_act", "core_a
           "moe", "full")
 
 
-@pytest.mark.skipif(not (REF / "calibration.csv").exists(), reason="reference folder not present")
 def test_every_published_run_fits():
-    rows = list(csv.DictReader((REF / "calibration.csv").open()))
+    rows = list(csv.DictReader(CALIBRATION_CSV.open()))
     assert len(rows) >= 30
     for row in rows:
         m = load_model(row["model"])

@@ -18,6 +18,7 @@ from planner.cli import main
 from planner.config import ParallelConfig, Recipe, Training
 from planner.cost.memory import GIB, memory_per_gpu, offloaded_layer_bytes
 from planner.cost.predict import predict
+from planner.cost.profiles import CALIBRATION_CSV
 from planner.cost.terms import offload as OFF
 from planner.cost.validate import predict_case, row_case
 from planner.errors import InputError
@@ -30,7 +31,7 @@ from roundtrip_check import assert_round_trip
 from topologies.gpus import GPUS
 from topologies.loader import load_cluster
 
-CALIBRATION = "/work/shared/reference/calibration.csv"
+CALIBRATION = str(CALIBRATION_CSV)
 
 
 # ----------------------------------------------------------------------------------------- the term

@@ -27,7 +27,7 @@ def stages_of(layout) -> list[str]:
     return [s.symbols() for s in layout.stages]
 
 
-# ----- NVIDIA's recipes (../shared/reference/trainers.md §1.3 and Megatron-Bridge's
+# ----- NVIDIA's recipes (Megatron-Bridge 0.6.2 recipes/deepseek/h100/deepseek_v3.py and
 # set_deepseek_v3_pipeline_model_parallel_layout layout_map) -----------------------------------
 
 def test_deepseek_pp8_matches_the_h100_recipe_string():

@@ -1,4 +1,5 @@
-"""Rank groups against Megatron Core's verified RankGenerator outputs (trainers.md 1.4(a), 1.4(b)),
+"""Rank groups against Megatron Core's verified RankGenerator outputs (megatron-core 0.19.2
+megatron/core/parallel_state.py, run on CPU: world 16 with tp 2, ep 4, pp 2, and DeepSeek-V3 on 256 GPUs),
 and the rank -> GPU map against hand-built expectations."""
 
 from types import SimpleNamespace

@@ -148,6 +148,12 @@ def test_cli_plan_json(capsys):
                top=1).to_dict()["plans"][0]
     assert cfg == api["config"] and best["placement"]["rank_to_gpu"] == api["placement"]["rank_to_gpu"]
     assert best["prediction"]["tokens_per_s"] == pytest.approx(api["prediction"]["tokens_per_s"], rel=1e-12)
+
+
+@pytest.mark.slow   # the refusal searches the smallest GPU count that fits: DeepSeek-V3 planned at 9 counts
+def test_cli_plan_json_infeasible_exits_3():
+    from planner.cli import main
+
     rc = main(["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16", "--json"])
     assert rc == 3
 

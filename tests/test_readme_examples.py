@@ -1,5 +1,5 @@
 """The README's `validate` and `calibrate` commands run as written on the shipped examples/runs.csv
-(rows copied from ../shared/reference/calibration.csv). Oracles: the CSV's own measured column, the
+(rows copied from planner/data/profiles/calibration.csv). Oracles: the CSV's own measured column, the
 row count, and the fitted profile loading back and scoring its rows."""
 
 import json
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "reference" / "calibration.csv"   # ../shared: the project's reference data
+CALIBRATION = ROOT / "planner" / "data" / "profiles" / "calibration.csv"   # NVIDIA's published runs
 
 
 def _readme_commands(verb: str) -> list[list[str]]:
@@ -37,10 +37,9 @@ def test_example_csv_rows_come_from_the_reference():
 
     mine = list(csv.DictReader((ROOT / "examples" / "runs.csv").open()))
     assert len(mine) >= 5
-    if SHARED.exists():
-        ref = {r["id"]: r for r in csv.DictReader(SHARED.open())}
-        for r in mine:
-            assert r == ref[r["id"]], r["id"]
+    ref = {r["id"]: r for r in csv.DictReader(CALIBRATION.open())}
+    for r in mine:
+        assert r == ref[r["id"]], r["id"]
 
 
 @pytest.mark.slow

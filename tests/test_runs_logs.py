@@ -399,3 +399,53 @@ def test_megatron_bridge_memory_report(tmp_path):
     run = read_log(f)
     assert run.peak_reserved_gib == pytest.approx(61.5e9 / 2**30)
     assert run.peak_allocated_gib == pytest.approx(57.5e9 / 2**30)
+
+
+# --- a log of another model than --model / the CSV's model column (issue 23 item 4) ---------------------
+def test_a_log_of_another_model_is_refused(tmp_path):
+    # ARGS_BLOCK is Llama-3-8B's shape (32 layers, 4096 wide, 32 heads, dense): DeepSeek-V3 is not that model
+    f = tmp_path / "run.log"
+    f.write_text(_megatron_text([1000.0] * 10, args=ARGS_BLOCK))
+    assert rows_from_logs([f], model="llama3-8b", cluster="dgx-h100")[0]["model"] == "llama3-8b"   # the control
+    with pytest.raises(InputError) as err:
+        rows_from_logs([f], model="deepseek-v3", cluster="dgx-h100")
+    msg = str(err.value)
+    assert "--model deepseek-v3" in msg and "num_layers 32 in the log, 61 in deepseek-v3" in msg and "\n" not in msg
+    # the CSV's model column is checked the same way
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text("id,stack,model,gpu,num_gpus,log\na,megatron-26.08,qwen3-30b-a3b,H100,32,run.log\n")
+    with pytest.raises(InputError, match=r"runs.csv: row a: model qwen3-30b-a3b \(num_layers 32 in the log, 48"):
+        read_rows(csv_path)
+
+
+def test_calibrate_refuses_a_log_of_another_model(tmp_path):
+    f = tmp_path / "run.log"
+    f.write_text(_megatron_text([1000.0] * 10, args=ARGS_BLOCK))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "calibrate", str(f), "--model", "deepseek-v3",
+                "--cluster", "dgx-h100", "--stack", "megatron-26.08", "--out", str(tmp_path / "p.yaml")],
+               capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("error: ") and "another model" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_maxtext_and_torchtitan_logs_say_their_model(tmp_path):
+    from planner.cost.runs import shape_mismatch
+    from planner.model.flops import param_counts
+    from planner.model.spec import load_model
+
+    steps = "\n".join(f"completed step: {i}, seconds: 1.000, TFLOP/s/device: 400.000, Tokens/s/device: 8000.000"
+                      for i in range(1, 11))
+    params = ("Config param base_num_decoder_layers: 32\nConfig param base_emb_dim: 4096\n"
+              "Config param base_num_query_heads: 32\nConfig param num_experts: 1\n")
+    f = tmp_path / "mt.log"
+    f.write_text(params + steps + "\n")
+    run = read_log(f)
+    # MaxText counts a dense model as num_experts 1, the spec as 0: Llama-3-8B's shape, not DeepSeek-V3's
+    assert run.shape == {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_experts": 0}
+    assert shape_mismatch(load_model("llama3-8b"), run.shape) is None
+    assert shape_mismatch(load_model("deepseek-v3"), run.shape)
+    n = param_counts(load_model("llama3-8b")).total
+    assert shape_mismatch(load_model("llama3-8b"), {"params": n}) is None
+    assert "70" in shape_mismatch(load_model("llama3-70b"), {"params": n})

@@ -19,12 +19,25 @@ from solver.layout import (Program, brute_force, enumerate_bounded, evaluate, ev
                            solve_bounded)
 
 
+def node_at(prog, node: int, x) -> int:
+    """The value of ``node`` at assignment ``x`` (the program's own vectorised evaluator)."""
+    return int(evaluate_many(prog, np.array([x], dtype=np.int64), upto=node)[0][0])
+
+
 @st.composite
-def programs(draw):
+def programs(draw, witness: bool = False):
+    """A small random program. ``witness``: every cost is positive and one drawn assignment ``w``
+    satisfies every constraint, table and limit, so the program is feasible with a positive objective
+    (what the bounded searches need) and no generated case is wasted."""
     n = draw(st.integers(1, 4))
     domains = [draw(st.integers(1, 4)) for _ in range(n)]
     prog = Program(domains)
     rnd = draw(st.randoms(use_true_random=False))
+    w = tuple(rnd.randrange(d) for d in domains)
+    low = 1 if witness else 0
+
+    def at_w(vs):
+        return tuple(w[v] for v in vs)
 
     def some_vars(k_max=3):
         k = rnd.randint(1, min(k_max, n))
@@ -38,14 +51,14 @@ def programs(draw):
         vs = some_vars()
         tuples = [t for t in all_tuples(vs) if rnd.random() < 0.75]
         if draw(st.booleans()):
-            prog.allow(vs, tuples)
+            prog.allow(vs, set(tuples) | ({at_w(vs)} if witness else set()))
         else:
-            prog.forbid(vs, tuples[: len(tuples) // 3])
+            prog.forbid(vs, [t for t in tuples[: len(tuples) // 3] if not (witness and t == at_w(vs))])
     # cost tables (some entries missing = infeasible)
     tables = []
     for _ in range(draw(st.integers(1, 4))):
         vs = some_vars()
-        vals = {t: rnd.randint(0, 50) for t in all_tuples(vs) if rnd.random() < 0.9}
+        vals = {t: rnd.randint(low, 50) for t in all_tuples(vs) if rnd.random() < 0.9 or (witness and t == at_w(vs))}
         if not vals:
             vals = {all_tuples(vs)[0]: 7}
         tables.append(prog.table(vs, vals))
@@ -54,8 +67,9 @@ def programs(draw):
         src = rnd.choice(tables)
         src_vals = sorted(set(prog.nodes[src].values.values()))
         v = rnd.randrange(n)
-        vals = {(a, sv): rnd.randint(0, 40) for a in range(domains[v]) for sv in src_vals
-                if rnd.random() < 0.9}
+        src_w = node_at(prog, src, w)   # the source's value at w
+        vals = {(a, sv): rnd.randint(low, 40) for a in range(domains[v]) for sv in src_vals
+                if rnd.random() < 0.9 or (witness and (a, sv) == (w[v], src_w))}
         if vals:
             tables.append(prog.table([v], vals, nodes=[src]))
     nodes = list(tables)
@@ -73,25 +87,30 @@ def programs(draw):
     # element over a decision variable, and the first argmax of some keys with 0/1 presence flags
     if draw(st.booleans()):
         v = rnd.randrange(n)
-        opts = [rnd.choice(nodes) for _ in range(rnd.randint(1, domains[v]))]
+        opts = [rnd.choice(nodes) for _ in range(rnd.randint(w[v] + 1 if witness else 1, domains[v]))]
         nodes.append(prog.element(v, opts))
     if draw(st.booleans()):
         k = rnd.randint(1, 3)
         keys = [rnd.choice(nodes) for _ in range(k)]
         pres = []
-        for _ in range(k):
+        for i in range(k):
             vs = some_vars(2)
-            pres.append(prog.table(vs, {t: rnd.randint(0, 1) for t in all_tuples(vs)}))
+            # witness: the first key is present at w, so the argmax is defined there
+            pres.append(prog.table(vs, {t: 1 if (witness and i == 0 and t == at_w(vs)) else rnd.randint(0, 1)
+                                        for t in all_tuples(vs)}))
         am = prog.argmax(keys, pres)
         vals = [rnd.choice(nodes) for _ in range(k)]
         nodes.append(prog.element(am, vals, index_is_node=True))
     obj = nodes[-1]
     if draw(st.booleans()):
         lim = rnd.choice(tables)
-        prog.at_most(lim, max(prog.nodes[lim].values.values()) - rnd.randint(0, 10))
+        bound = max(prog.nodes[lim].values.values()) - rnd.randint(0, 10)
+        if witness:
+            bound = max(bound, node_at(prog, lim, w))
+        prog.at_most(lim, bound)
     if draw(st.booleans()):
         vs = some_vars(2)
-        weights = {t: rnd.randint(1, 6) for t in all_tuples(vs)}
+        weights = {t: rnd.randint(1, 6) for t in all_tuples(vs)}   # complete and positive
         prog.minimize(obj, vs, weights)
     else:
         prog.minimize(obj)
@@ -256,7 +275,7 @@ def _projection_factors(prog, every, rnd):
 
 def _bounded_case(prog, data):
     """(every feasible assignment -> objective by brute force, hidden "does not fit" set, separable
-    factors, master variables) for the bounded searches, or None when the bound cannot apply. The
+    factors, master variables) for the bounded searches. The
     master decides the factors' variables and a random subset of the others; the rest are free,
     expanded block by block and checked against every table by numpy."""
     every = {}
@@ -264,8 +283,8 @@ def _bounded_case(prog, data):
         v = evaluate(prog, x)
         if v is not None:
             every[x] = v
-    if not every or min(every.values()) <= 0:
-        return None   # the separable bound needs a positive objective
+    # programs(witness=True) makes w feasible and every cost positive: the separable bound applies
+    assert every and min(every.values()) > 0, "programs(witness=True) drew a program the bound cannot take"
     rnd = data.draw(st.randoms(use_true_random=False))
     hidden = {x for x in every if rnd.random() < 0.3}   # "does not fit": seen only by accept
     factors = _projection_factors(prog, every, rnd)
@@ -287,12 +306,9 @@ def _assert_top_k_of_brute_force(res, every, hidden, top):
 
 
 @settings(max_examples=50, deadline=None)
-@given(programs(), st.integers(1, 3), st.data())
+@given(programs(witness=True), st.integers(1, 3), st.data())
 def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data):
-    case = _bounded_case(prog, data)
-    if case is None:
-        return
-    every, hidden, factors, master = case
+    every, hidden, factors, master = _bounded_case(prog, data)
     res = solve_bounded(prog, factors, top=top, workers=1, master=master,
                         accept=lambda ch: list(range(len(prog.domains))) if ch in hidden else None)
     _assert_top_k_of_brute_force(res, every, hidden, top)
@@ -300,14 +316,11 @@ def test_bounded_cp_sat_with_lazy_evaluation_matches_brute_force(prog, top, data
 
 
 @settings(max_examples=50, deadline=None)
-@given(programs(), st.integers(1, 3), st.data())
+@given(programs(witness=True), st.integers(1, 3), st.data())
 def test_numpy_block_search_matches_brute_force(prog, top, data):
     # enumerate_bounded (the default engine): the same bound and blocks as the CP-SAT search,
     # blocks enumerated by numpy; optimum and top-K equal brute force under a hidden memory rule
-    case = _bounded_case(prog, data)
-    if case is None:
-        return
-    every, hidden, factors, master = case
+    every, hidden, factors, master = _bounded_case(prog, data)
     # chunk=1: blocks one by one at first, so the stopping rule is what ends the search
     res = enumerate_bounded(prog, factors, master, top=top, chunk=1,
                             accept=lambda ch: [0] if ch in hidden else None)
@@ -326,3 +339,25 @@ def test_bounded_search_evaluates_only_layouts_below_the_incumbent():
     assert [s.choice for s in res.solutions] == [(0, 0), (0, 1)]
     assert res.evaluated == 5          # only x0 = 0 has a bound below the 2nd best exact value
     assert res.min_bound == pytest.approx(100.0, rel=2e-3)
+
+
+@settings(max_examples=80, deadline=None)
+@given(programs())
+def test_the_limit_prefilter_drops_only_rows_the_evaluation_rejects(prog):
+    """solver.numpy_engine.limit_mask (the bounded search checks the limits on their few input nodes
+    before evaluating a chunk): it keeps every row the full evaluation accepts, and drops only rows
+    that break a limit, which the plain-Python oracle refuses."""
+    from solver.numpy_engine import limit_mask
+
+    rows = feasible_rows(prog)
+    if not len(rows):
+        return
+    _, ok, _ = evaluate_many(prog, rows)
+    keep = limit_mask(prog, rows)
+    assert not (ok & ~keep).any()
+    for r in rows[~keep]:
+        assert evaluate(prog, tuple(int(a) for a in r)) is None
+    if prog.limits:
+        (node, bound), = prog.limits
+        _, _, vals = evaluate_many(prog, rows)
+        assert np.array_equal(keep[ok], (vals[node] <= bound)[ok])

@@ -20,7 +20,7 @@ from rich.console import Console
 from planner.cli import main
 
 WIDTHS = (80, 160)
-CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "calibration.csv"
+CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "calibration.csv"
 PLAN = ["plan", "--model", "deepseek-v3", "--cluster", "gb300-nvl72", "--gpus", "256", "--precision", "mxfp8",
         "--seq-len", "4096", "--gbs", "4096"]
 
@@ -166,7 +166,6 @@ def validated():
     return json.loads(buf.getvalue())
 
 
-@pytest.mark.skipif(not CSV.is_file(), reason="../shared/reference/calibration.csv is not checked out")
 @pytest.mark.parametrize("width", WIDTHS)
 def test_validate_shows_every_error_and_model_whole_and_names_the_worst_row(capsys, monkeypatch, width,
                                                                            validated):
@@ -253,7 +252,6 @@ def test_trial_table_keeps_names_and_figures(width):
     assert tokens_in("TP1 PP2 VPP8 EP32 MBS1 RC:mla_up_proj (compare)", out)
 
 
-@pytest.mark.skipif(not CSV.is_file(), reason="../shared/reference/calibration.csv is not checked out")
 @pytest.mark.parametrize("width", WIDTHS)
 def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path):
     argv = ["calibrate", CSV, "--stack", "megatron-26.04", "-o", tmp_path / "fit.yaml"]

@@ -1,4 +1,5 @@
-"""validate: predicted against the published measurements in ../shared/reference/calibration.csv."""
+"""validate: predicted against the published measurements in planner/data/profiles/calibration.csv
+(NVIDIA's Megatron-Bridge performance summary tables, see planner/data/profiles/README.md)."""
 
 import json
 from pathlib import Path
@@ -8,9 +9,7 @@ import pytest
 from planner.cli import main
 from planner.cost.validate import read_rows, validate_rows
 
-# The shared reference folder sits next to the repository root: <repo>/../shared/reference.
-REF = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
-CSV = REF / "calibration.csv"
+CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "calibration.csv"
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +91,8 @@ def test_cli_json_schema(capsys, tmp_path):
     assert [r["id"] for r in doc["rows"]] == ["mb276", "mb282"]  # file order
     for r in doc["rows"]:
         assert set(r) == {"id", "predicted_tflops_per_gpu", "predicted_tokens_per_s_per_gpu",
-                          "measured_tflops_per_gpu", "error_pct", "fits"}
+                          "measured_tflops_per_gpu", "error_pct", "fits", "refused"}
+        assert r["refused"] is None   # both rows run (tests/test_refused_rows.py has refused ones)
         assert r["error_pct"] == pytest.approx(
             100 * (r["predicted_tflops_per_gpu"] - r["measured_tflops_per_gpu"]) / r["measured_tflops_per_gpu"], abs=0.1)
 

@@ -264,7 +264,16 @@ class Cluster(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "Cluster":
-        spec = self.gpu_spec
+        """Validate the cluster (nodes, domains, health, tiers, calibration) and build the canonical
+        GPU order with its caches; each step raises ValueError naming the field."""
+        by_name = self._nodes_by_name()
+        dom_nodes, dom_names = self._check_domains(by_name)
+        failed_nodes, failed_gpus = self._check_health(by_name)
+        self._check_tiers(by_name)
+        self._index_gpus(by_name, dom_nodes, dom_names, failed_nodes, failed_gpus)
+        return self
+
+    def _nodes_by_name(self) -> dict[str, Node]:
         if not self.nodes:
             raise ValueError("nodes: the cluster has no nodes; list at least one {name, gpus}")
         by_name: dict[str, Node] = {}
@@ -272,46 +281,11 @@ class Cluster(BaseModel):
             if n.name in by_name:
                 raise ValueError(f"nodes[{k}]: node {n.name!r} is named twice; give each host once")
             by_name[n.name] = n
-        order = {n.name: k for k, n in enumerate(self.nodes)}
-        domains = self.domains
-        if domains is None:
-            dom_nodes = [[n.name] for n in self.nodes]
-            dom_names = [n.name for n in self.nodes]
-        else:
-            if not domains:
-                raise ValueError("domains: empty list; omit 'domains' for one domain per node")
-            seen: dict[str, str] = {}
-            names_seen: set[str] = set()
-            dom_nodes, dom_names = [], []
-            for k, d in enumerate(domains):
-                if d.name in names_seen:
-                    raise ValueError(f"domains[{k}].name: domain {d.name!r} is named twice")
-                names_seen.add(d.name)
-                if not d.nodes:
-                    raise ValueError(f"domains[{k}].nodes: domain {d.name!r} has no nodes")
-                for nm in d.nodes:
-                    if nm not in by_name:
-                        raise ValueError(f"domains[{k}].nodes: {nm!r} is not in 'nodes'; add it there or drop it here")
-                    if nm in seen:
-                        raise ValueError(
-                            f"domains[{k}].nodes: node {nm!r} is in two domains ({seen[nm]!r} and {d.name!r}); "
-                            "a host belongs to one NVLink domain"
-                        )
-                    seen[nm] = d.name
-                phys = sum(by_name[nm].gpus for nm in d.nodes)
-                if phys > spec.nvlink_domain_max:
-                    raise ValueError(
-                        f"domains[{k}]: domain {d.name!r} has {phys} GPUs but a {spec.name} NVLink domain holds at "
-                        f"most {spec.nvlink_domain_max}; split it"
-                    )
-                dom_nodes.append(sorted(d.nodes, key=order.__getitem__))
-                dom_names.append(d.name)
-            missing = [n.name for n in self.nodes if n.name not in seen]
-            if missing:
-                raise ValueError(
-                    f"domains: node {missing[0]!r} is in no domain; add it to one (or omit 'domains' "
-                    "for one domain per node)"
-                )
+        return by_name
+
+    def _check_domains(self, by_name: dict[str, Node]) -> tuple[list[list[str]], list[str]]:
+        """(node names per domain in node order, domain names); one domain per node when none are given."""
+        spec = self.gpu_spec
         if self.domains is None:
             for k, n in enumerate(self.nodes):
                 if n.gpus > spec.nvlink_domain_max:
@@ -321,7 +295,46 @@ class Cluster(BaseModel):
                     )
             # the contract: ``domains`` and ``tiers`` are always lists after validation
             self.domains = [Domain(name=n.name, nodes=[n.name]) for n in self.nodes]
-        # health
+            return [[n.name] for n in self.nodes], [n.name for n in self.nodes]
+        if not self.domains:
+            raise ValueError("domains: empty list; omit 'domains' for one domain per node")
+        order = {n.name: k for k, n in enumerate(self.nodes)}
+        seen: dict[str, str] = {}
+        names_seen: set[str] = set()
+        dom_nodes, dom_names = [], []
+        for k, d in enumerate(self.domains):
+            if d.name in names_seen:
+                raise ValueError(f"domains[{k}].name: domain {d.name!r} is named twice")
+            names_seen.add(d.name)
+            if not d.nodes:
+                raise ValueError(f"domains[{k}].nodes: domain {d.name!r} has no nodes")
+            for nm in d.nodes:
+                if nm not in by_name:
+                    raise ValueError(f"domains[{k}].nodes: {nm!r} is not in 'nodes'; add it there or drop it here")
+                if nm in seen:
+                    raise ValueError(
+                        f"domains[{k}].nodes: node {nm!r} is in two domains ({seen[nm]!r} and {d.name!r}); "
+                        "a host belongs to one NVLink domain"
+                    )
+                seen[nm] = d.name
+            phys = sum(by_name[nm].gpus for nm in d.nodes)
+            if phys > spec.nvlink_domain_max:
+                raise ValueError(
+                    f"domains[{k}]: domain {d.name!r} has {phys} GPUs but a {spec.name} NVLink domain holds at "
+                    f"most {spec.nvlink_domain_max}; split it"
+                )
+            dom_nodes.append(sorted(d.nodes, key=order.__getitem__))
+            dom_names.append(d.name)
+        missing = [n.name for n in self.nodes if n.name not in seen]
+        if missing:
+            raise ValueError(
+                f"domains: node {missing[0]!r} is in no domain; add it to one (or omit 'domains' "
+                "for one domain per node)"
+            )
+        return dom_nodes, dom_names
+
+    def _check_health(self, by_name: dict[str, Node]) -> tuple[set[str], set[tuple[str, int]]]:
+        """(failed nodes, failed (node, local index) GPUs) from ``health``."""
         failed_nodes = set()
         for field, lst in (("failed_nodes", self.health.failed_nodes), ("failed_trays", self.health.failed_trays)):
             for nm in lst:
@@ -340,15 +353,17 @@ class Cluster(BaseModel):
                     f"health.failed_gpus: {item!r}: {host!r} has GPUs 0..{by_name[host].gpus - 1}"
                 )
             failed_gpus.add((host, int(idx)))
-        # tiers
+        return failed_nodes, failed_gpus
+
+    def _check_tiers(self, by_name: dict[str, Node]) -> None:
+        """Tiers (the GPU's default fabric when none are given) and the calibration's tier names."""
         if self.tiers is None:
-            self.tiers = default_tiers(spec)
-        tiers = self.tiers
-        if not tiers:
+            self.tiers = default_tiers(self.gpu_spec)
+        if not self.tiers:
             raise ValueError("tiers: empty list; omit 'tiers' for a flat non-blocking fabric")
         prev = 0
         tier_names: set[str] = set()
-        for k, t in enumerate(tiers):
+        for k, t in enumerate(self.tiers):
             if t.name in tier_names:
                 raise ValueError(f"tiers[{k}].name: tier {t.name!r} is named twice")
             tier_names.add(t.name)
@@ -365,27 +380,26 @@ class Cluster(BaseModel):
                 if fit.tier not in tier_names:
                     raise ValueError(f"calibration.tiers[{k}].tier: {fit.tier!r} is not a tier of this cluster "
                                      f"({', '.join(sorted(tier_names))})")
-        # canonical order and caches
+
+    def _index_gpus(self, by_name, dom_nodes, dom_names, failed_nodes, failed_gpus) -> None:
+        """The canonical order (domain by domain, node by node) of the healthy GPUs and its caches."""
         gpus: list[GPU] = []
         sizes: list[int] = []
         phys_of: list[int] = []
         node_dom: dict[str, int | None] = {}
         node_ok: dict[str, int] = {}
-        node_of: list[str] = []
         every: list[tuple[str, int, int, str]] = []   # (node, local, healthy index or -1, domain name)
         pos = 0
         for members, dname in zip(dom_nodes, dom_names):
             count = 0
             dom_idx = len(sizes)
             for nm in members:
-                node = by_name[nm]
                 ok = 0
-                for local in range(node.gpus):
+                for local in range(by_name[nm].gpus):
                     if nm not in failed_nodes and (nm, local) not in failed_gpus:
                         every.append((nm, local, len(gpus), dname))
                         gpus.append(GPU(len(gpus), nm, local, dom_idx))
                         phys_of.append(pos)
-                        node_of.append(nm)
                         ok += 1
                     else:
                         every.append((nm, local, -1, dname))
@@ -398,15 +412,27 @@ class Cluster(BaseModel):
                 sizes.append(count)
         if not gpus:
             raise ValueError("health: every GPU is marked failed; the cluster has no GPU to plan on")
+        all_units = self._tier_units(every)
+        self._every, self._all_units = every, all_units
+        self._gpus, self._domain_sizes, self._phys = gpus, sizes, phys_of
+        self._node_domain, self._node_healthy = node_dom, node_ok
+        self._units = [[row[p] for p in phys_of] for row in all_units]
+        self._dom_names = [
+            nm for nm, members in zip(dom_names, dom_nodes) if any(node_ok[m] for m in members)
+        ]
+
+    def _tier_units(self, every: list[tuple[str, int, int, str]]) -> list[list[int]]:
+        """Per tier, the unit of every physical GPU: its group (hosts outside every group a unit of
+        their own), or its block of ``unit_gpus``, or one unit."""
         all_units: list[list[int]] = []
-        for t in tiers:
+        for t in self.tiers:
             if t.groups:
                 gid: dict[str, int] = {}
                 for k, g in enumerate(t.groups):
                     for nm in g:
                         gid.setdefault(nm, k)
                 nxt = len(t.groups)
-                for nm, _, _, _ in every:       # hosts outside every group: a unit of their own
+                for nm, _, _, _ in every:
                     if nm not in gid:
                         gid[nm] = nxt
                         nxt += 1
@@ -415,14 +441,7 @@ class Cluster(BaseModel):
                 all_units.append([p // t.unit_gpus for p in range(len(every))])
             else:
                 all_units.append([0] * len(every))
-        units = [[row[p] for p in phys_of] for row in all_units]
-        self._every, self._all_units = every, all_units
-        self._gpus, self._domain_sizes, self._phys = gpus, sizes, phys_of
-        self._node_domain, self._node_healthy, self._units = node_dom, node_ok, units
-        self._dom_names = [
-            nm for nm, members in zip(dom_names, dom_nodes) if any(node_ok[m] for m in members)
-        ]
-        return self
+        return all_units
 
     # ---- derived views -------------------------------------------------------------------
     @property

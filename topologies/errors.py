@@ -20,6 +20,12 @@ class InputError(TopoplanError):
     exit_code = 2
 
 
+def not_utf8(path, exc: UnicodeDecodeError, what: str) -> InputError:
+    """The refusal of a file that is not UTF-8 text: where the first bad byte is, and the fix."""
+    byte = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, (bytes, bytearray)) else "?"
+    return InputError(f"{path}: not UTF-8 text (byte 0x{byte} at offset {exc.start}); save the {what} as UTF-8")
+
+
 class InfeasibleError(TopoplanError):
     """A well-formed request that nothing can satisfy (nothing fits in memory, no layout obeys the
     rules). Exit code 3. The message says the smallest shortfall and what would make it fit."""

@@ -12,7 +12,7 @@ Besides the datasheet figures each spec carries the *achievable* bandwidths the 
 uses (hardware.md section 2 and 6): the NCCL ring bus bandwidth inside an NVLink domain, the NVLink
 SHARP (NVLS) all-reduce bus bandwidth, and the DeepEP expert all-to-all bandwidth over NVLink.
 
-Sources (keys as in ../shared/reference/hardware.md):
+Sources (keys as in tests/data/reference/hardware.md, a copy of the team's notes that cites each figure):
   [stas-acc]  stas00/ml-engineering compute/accelerator/README.md (dense TFLOPS, memory tables)
   [stas-net]  stas00/ml-engineering network/README.md (NVLink table, measured busbw)
   [stas-bench] stas00/ml-engineering network/benchmarks (8x H200 all-reduce)
@@ -100,7 +100,7 @@ class GPUSpec(BaseModel):
         return self.nic_gbps / 8.0
 
 
-_HW = "../shared/reference/hardware.md"
+_HW = "hardware.md"   # tests/data/reference/hardware.md
 _ACC = f"{_HW} s1, [stas-acc] TFLOPS table (w/o sparsity)"
 _MEM = f"{_HW} s1, [stas-acc] memory table"
 _NVL4 = f"{_HW} s1, [stas-net] NVLink table: NVLink4 18 links, 450 GB/s uni, 900 bidir"

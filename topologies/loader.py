@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from topologies.cluster import Cluster, cluster_from_dict
-from topologies.errors import InputError
+from topologies.errors import InputError, not_utf8
 from topologies.gpus import get_gpu
 from topologies.presets import PRESETS, build_preset
 
@@ -23,6 +23,8 @@ def read_cluster_file(path: str | Path) -> Cluster:
         text = path.read_text()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file; give a cluster YAML path or a preset ({', '.join(PRESETS)})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, "cluster file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
     try:

@@ -36,6 +36,20 @@ __all__ = ["PRESETS", "Preset", "build_preset", "preset_names", "is_preset_host"
 HOP_US = 0.6  # IB switch hop (HDR figure, hardware.md s2.4; none published for NDR/XDR)
 
 
+# Ports per scale-out switch (primary sources: NVIDIA's product pages).
+NDR_PORTS = 64    # Quantum-2 QM9700: 64 ports of NDR 400 Gb/s, nvidia.com/en-us/networking/infiniband/qm9700/
+XDR_PORTS = 144   # Quantum-X800 Q3400: 144 ports of XDR 800 Gb/s,
+                  # nvidia.com/en-us/networking/products/infiniband/quantum-x800/
+
+
+def fat_tree_endpoints(ports: int, levels: int, planes: int = 1) -> int:
+    """Endpoints (one per GPU NIC) a non-blocking fat tree of ``levels`` switch layers of ``ports``-port
+    switches connects: 2 (k/2)^levels, k^2/2 for two layers and k^3/4 for three (Al-Fares, Loukissas,
+    Vahdat, "A Scalable, Commodity Data Center Network Architecture", SIGCOMM 2008, s3.1), times the
+    independent planes of a multi-plane fabric."""
+    return planes * 2 * (ports // 2) ** levels
+
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -45,9 +59,17 @@ class Preset:
     spine_unit: int | None       # GPUs under one spine layer; None = no core tier
     description: str
     source: str
+    switch_ports: int = NDR_PORTS   # ports of the fabric's switches
+    planes: int = 1                 # independent fabric planes (h800: one per NIC)
+
+    @property
+    def max_gpus(self) -> int:
+        """The most GPUs the preset's fabric connects: its tiers (leaf + spine, + core when
+        ``spine_unit`` is set) as a fat tree of ``switch_ports``-port switches, one NIC per GPU."""
+        return fat_tree_endpoints(self.switch_ports, 2 if self.spine_unit is None else 3, self.planes)
 
 
-_SP = "../shared/reference/hardware.md s5"
+_SP = "hardware.md s5"   # tests/data/reference/hardware.md: DGX SuperPOD reference architectures, DeepSeek-V3 paper
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -57,15 +79,17 @@ PRESETS: dict[str, Preset] = {
                f"{_SP}: same fabric as the DGX H100 SuperPOD"),
         Preset("h800", "h800", False, 256, None,
                "DeepSeek-style H800: 8 GPUs/node, NVLink ~160 GB/s, 8x 400G CX7, two-layer multi-plane fat tree",
-               f"{_SP}: DeepSeek 2,048 H800 in a multi-plane two-layer fat tree; 8x 400G CX7 per node"),
+               f"{_SP}: DeepSeek 2,048 H800 in a multi-plane two-layer fat tree; 8x 400G CX7 per node; "
+               "8 planes of 64-port switches reach 16,384 GPUs (arXiv 2505.09343)", planes=8),
         Preset("dgx-b200", "b200", False, 256, 2048, "DGX B200 SuperPOD: 8 GPUs/node, 400G, SU 32 nodes, core > 8 SU",
                f"{_SP}: DGX B200 SuperPOD 32 nodes per SU, core layer beyond 8 SU, equal cable counts"),
         Preset("dgx-b300", "b300", False, 576, None, "DGX B300 SuperPOD: 8 GPUs/node, XDR 800G, SU 72 nodes",
-               f"{_SP}: DGX B300 XDR SU = 72 nodes / 576 GPUs, 8 leaf + 4 spine per SU, non-blocking"),
+               f"{_SP}: DGX B300 XDR SU = 72 nodes / 576 GPUs, 8 leaf + 4 spine per SU, non-blocking",
+               switch_ports=XDR_PORTS),
         Preset("gb200-nvl72", "gb200", True, 576, 4608, "DGX GB200 NVL72 racks, NDR 400G per GPU, SU 8 racks",
                f"{_SP}: DGX GB200 SuperPOD SU = 8 NVL72 racks (576 GPUs), NDR 400G IB"),
         Preset("gb300-nvl72", "gb300", True, 576, 4608, "GB300 NVL72 racks, CX8 800G per GPU, SU 8 racks",
-               f"{_SP} and s1: 72 CX8 800 Gb/s per rack; SU of 8 racks as for GB200"),
+               f"{_SP} and s1: 72 CX8 800 Gb/s per rack; SU of 8 racks as for GB200", switch_ports=XDR_PORTS),
     )
 }
 
@@ -109,6 +133,12 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
     per = spec.gpus_per_node
     if n <= 0:
         raise InputError(f"--gpus {n}: must be a positive number of GPUs")
+    if n > p.max_gpus:   # checked before any per-GPU list is built
+        layers = "two" if p.spine_unit is None else "three"
+        planes = f", {p.planes} planes" if p.planes > 1 else ""
+        raise InputError(f"--gpus {n}: the {p.name} preset's fabric ({layers} switch layers of {p.switch_ports} "
+                         f"ports{planes}) connects at most {p.max_gpus:,} GPUs; use --gpus {p.max_gpus} or fewer, "
+                         "or describe a larger cluster in a cluster file")
     if n % per:
         lo, hi = n - n % per, n - n % per + per
         what = "4-GPU trays" if p.nvl72 else f"{per}-GPU nodes"

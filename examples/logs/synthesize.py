@@ -6,7 +6,7 @@ row's tokens/s per GPU) with the format strings of megatron-core 0.19.2, so that
 in its name (``*.synthesized.log``). The strings are the ones ``planner/cost/runs/megatron.py`` quotes:
 ``_print_args`` (arguments.py), ``training_log`` (training.py), ``report_memory`` (utils/common_utils.py).
 
-    python examples/logs/synthesize.py ../shared/reference/calibration.csv ID [ID ...] --out examples/logs
+    python examples/logs/synthesize.py planner/data/profiles/calibration.csv ID [ID ...] --out examples/logs
 """
 
 from __future__ import annotations

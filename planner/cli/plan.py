@@ -22,9 +22,10 @@ from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
-from planner.output.emit import emit_plan
+from planner.output.emit import check_out, emit_plan
 from planner.output.goodput import goodput_line, goodput_notes, options_lines
-from planner.output.explain import compact_table, first_that_fits, idle_note, longest_token, render_plan
+from planner.output.explain import (compact_table, first_that_fits, idle_note, longest_token, render_plan,
+                                     uncertainty_lines)
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
@@ -180,158 +181,167 @@ def _objective(value: str) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add ``plan`` and ``scale`` to the root app."""
+    app.command("plan")(plan_cmd)
+    app.command("scale")(scale_cmd)
 
-    @app.command("plan")
-    def plan_cmd(
-        model: str = typer.Option(..., "--model", help="catalog name (topoplan models list) or config.json path"),
-        cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
-        gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs offered (the plan may use fewer)"),
-        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
-                                            help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
-        memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
-        stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
-        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
-        seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
-        gbs: int = typer.Option(..., "--gbs", min=1, help="global batch in sequences"),
-        gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
-        trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
-        top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
-        time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
-        objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu | "
-                                      "robust (the lower edge of the uncertainty band of tokens/s) | goodput "
-                                      "(tokens/s once failures are counted: chooses GPUs per rack and spares)"),
-        failure_rates: str = gopt.failure_rates_opt(),
-        storage_bw: float = gopt.storage_bw_opt(),
-        restart_min: float = gopt.restart_opt(),
-        repair_hours: float = gopt.repair_opt(),
-        checkpoint_interval: str = gopt.interval_opt(),
-        compare: str = typer.Option(None, "--compare", help="also price this layout, e.g. TP1,PP2,VPP8,EP32, and show "
-                                    "the plan's lead over it and whether it is within the model's uncertainty"),
-        as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
-        save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
-        emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm,k8s,k8s-cluster"),
-        out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
-        report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
-                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
-        method: str = typer.Option("enumerate", "--method",
-                                   help="search engine, all exact: enumerate (default: bounded block search) | "
-                                        "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
-    ):
-        """Choose the parallel layout and its placement that maximise predicted throughput.
 
-        Example: topoplan plan --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8 --gbs 4096
-        """
-        obj = _objective(objective)
-        rng = _gbs_range(gbs_range)
-        if emit and out is None:
-            raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
-        for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
-            if path is not None:
-                check_output(path, opt, directory=is_dir)   # refused before the search runs
-        check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
-        training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
-        res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
-        m = load_model(model)
-        job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
-        c = job.cluster
-        emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
-        # MaxText's equal slices are a constraint of the search when MaxText runs the plan
-        eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
-        try:
-            result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
-                          trainer=trainer, method=method, equal_slices=eq, resilience=res_opts)
-        except InfeasibleError as exc:
-            if "no layout fits" not in str(exc) and "memory lower bound" not in str(exc):
-                raise
-            n = smallest_fitting(lambda k: plan(m, load_job(cluster, gpus=k, usable_per_domain=usable_per_rack),
-                                                training, top=1, time_limit=time_limit, gbs_range=rng,
-                                                trainer=trainer, equal_slices=eq),
-                                 job.gpus, min(node.gpus for node in c.nodes))   # the allocation unit
-            if n is None:
-                raise
-            raise InfeasibleError(f"{exc}: {n[0]} GPUs fit ({n[1]}), {n[0] - n[2]} do not") from None
-        doc = result.to_dict()
-        if compare:
-            doc["compare"] = compare_entry(compare, m, c, result, gpus=job.gpus)
-        doc["header"] = header(result.training, m.name, c.name, job.gpus,
-                               result.plans[0].world if result.plans else None)
-        text = json.dumps(doc, indent=2)
-        # the outputs most likely to refuse go first; each is written atomically
-        if emit:
-            trainers = [t.strip() for t in emit.split(",") if t.strip()]
-            emit_plan(doc, trainers, out)
-        if report is not None:
-            write_report("plan", doc, report)
-        if save_plan is not None:
-            atomic_write_text(save_plan, text + "\n", option="--save-plan")
-        if as_json:
-            sys.stdout.write(text + "\n")
-            return
-        _render(doc, c, result, replan=lambda g: plan(m, job, training.model_copy(update={"global_batch": g}), top=1,
-                                                      time_limit=time_limit, objective=obj, trainer=trainer,
-                                                      method=method, equal_slices=eq, resilience=res_opts))
+def plan_cmd(
+    model: str = typer.Option(..., "--model", help="catalog name (topoplan models list) or config.json path"),
+    cluster: str = typer.Option(..., "--cluster", help="cluster preset (gb300-nvl72, dgx-h100, ...) or YAML path"),
+    gpus: int = typer.Option(None, "--gpus", min=1, help="GPUs offered (the plan may use fewer)"),
+    usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                        help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
+    memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
+    stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
+    seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="global batch in sequences (required unless --gbs-range)"),
+    gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
+    trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext (default: megatron)"),
+    top: int = typer.Option(3, "--top", min=1, max=20, help="how many layouts to show"),
+    time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit in seconds"),
+    objective: str = typer.Option("throughput", "--objective", help="throughput (cluster tokens/s) | tflops-per-gpu | "
+                                  "robust (the lower edge of the uncertainty band of tokens/s) | goodput "
+                                  "(tokens/s once failures are counted: chooses GPUs per rack and spares)"),
+    failure_rates: str = gopt.failure_rates_opt(),
+    storage_bw: float = gopt.storage_bw_opt(),
+    restart_min: float = gopt.restart_opt(),
+    repair_hours: float = gopt.repair_opt(),
+    checkpoint_interval: str = gopt.interval_opt(),
+    compare: str = typer.Option(None, "--compare", help="also price this layout, e.g. TP1,PP2,VPP8,EP32, and show "
+                                "the plan's lead over it and whether it is within the model's uncertainty"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
+    save_plan: Path = typer.Option(None, "--save-plan", help="write the plan document (plan.json) here"),
+    emit: str = typer.Option(None, "--emit", help="launch configs to write: megatron,bridge,torchtitan,maxtext,slurm,k8s,k8s-cluster"),
+    out: Path = typer.Option(None, "--out", help="directory for --emit (and plan.json)"),
+    force: bool = typer.Option(False, "--force", help="replace --out whole when it holds another plan's files"),
+    report: Path = typer.Option(None, "--report", help="directory for an HTML report with figures"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
+    method: str = typer.Option("enumerate", "--method",
+                               help="search engine, all exact: enumerate (default: bounded block search) | "
+                                    "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
+):
+    """Choose the parallel layout and its placement that maximise predicted throughput.
 
-    @app.command("scale")
-    def scale_cmd(
-        model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
-        cluster: str = typer.Option(..., "--cluster", help="cluster preset or YAML path"),
-        gpus: str = typer.Option(..., "--gpus", help="comma-separated GPU counts, e.g. 256,512,1024"),
-        usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
-                                            help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
-        memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
-        stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
-        precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
-        seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
-        gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default: 16 sequences per GPU of the smallest size)"),
-        gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
-        trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext"),
-        time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
-        objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu | goodput"),
-        failure_rates: str = gopt.failure_rates_opt(),
-        storage_bw: float = gopt.storage_bw_opt(),
-        restart_min: float = gopt.restart_opt(),
-        repair_hours: float = gopt.repair_opt(),
-        checkpoint_interval: str = gopt.interval_opt(),
-        as_json: bool = typer.Option(False, "--json", help="print JSON"),
-        report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
-        cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
-                                         help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
-    ):
-        """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention, with goodput.
+    Example: topoplan plan --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8 --gbs 4096
+    """
+    obj = _objective(objective)
+    rng = _gbs_range(gbs_range)
+    if gbs is None:   # --gbs-range alone: the solver chooses in A:B (the request starts from A)
+        if rng is None:
+            raise InputError("--gbs: give the global batch in sequences, or --gbs-range A:B to let the planner "
+                             "choose it")
+        gbs = rng[0]
+    if emit and out is None:
+        raise InputError("--emit needs --out DIR (the directory the launch configs go to)")
+    for path, opt, is_dir in ((save_plan, "--save-plan", False), (out, "--out", True), (report, "--report", True)):
+        if path is not None:
+            check_output(path, opt, directory=is_dir)   # refused before the search runs
+    if emit:
+        check_out(out, None, force)   # a directory of other files: refused before the search too
+    check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
+    training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
+    res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
+    m = load_model(model)
+    job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
+    c = job.cluster
+    emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
+    # MaxText's equal slices are a constraint of the search when MaxText runs the plan
+    eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
+    try:
+        result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
+                      trainer=trainer, method=method, equal_slices=eq, resilience=res_opts)
+    except InfeasibleError as exc:
+        if "no layout fits" not in str(exc) and "memory lower bound" not in str(exc):
+            raise
+        n = smallest_fitting(lambda k: plan(m, load_job(cluster, gpus=k, usable_per_domain=usable_per_rack),
+                                            training, top=1, time_limit=time_limit, gbs_range=rng,
+                                            trainer=trainer, equal_slices=eq),
+                             job.gpus, min(node.gpus for node in c.nodes))   # the allocation unit
+        if n is None:
+            raise
+        raise InfeasibleError(f"{exc}: {n[0]} GPUs fit ({n[1]}), {n[0] - n[2]} do not") from None
+    doc = result.to_dict()
+    if compare:
+        doc["compare"] = compare_entry(compare, m, c, result, gpus=job.gpus)
+    doc["header"] = header(result.training, m.name, c.name, job.gpus,
+                           result.plans[0].world if result.plans else None)
+    text = json.dumps(doc, indent=2)
+    # the outputs most likely to refuse go first; each is written atomically
+    if emit:
+        trainers = [t.strip() for t in emit.split(",") if t.strip()]
+        emit_plan(doc, trainers, out, force=force)
+    if report is not None:
+        write_report("plan", doc, report)
+    if save_plan is not None:
+        atomic_write_text(save_plan, text + "\n", option="--save-plan")
+    if as_json:
+        sys.stdout.write(text + "\n")
+        return
+    _render(doc, c, result, replan=lambda g: plan(m, job, training.model_copy(update={"global_batch": g}), top=1,
+                                                  time_limit=time_limit, objective=obj, trainer=trainer,
+                                                  method=method, equal_slices=eq, resilience=res_opts))
 
-        Example: topoplan scale --model deepseek-v3 --cluster gb300-nvl72 --gpus 256,512,1024 --precision mxfp8
-        """
-        try:
-            sizes = [int(s) for s in gpus.split(",") if s.strip()]
-        except ValueError:
-            raise InputError(f"--gpus {gpus!r}: use comma-separated integers, e.g. 256,512,1024") from None
-        if not sizes or any(s < 1 for s in sizes):
-            raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
-        obj = _objective(objective)
-        rng = _gbs_range(gbs_range)
-        if report is not None:
-            check_output(report, "--report", directory=True)   # refused before the sizes are planned
-        training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
-                             memory_headroom)
-        res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
-        m = load_model(model)
-        with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
-            rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
-                         time_limit=time_limit,
-                         objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance(),
-                         resilience=res_opts)
-        doc = {"model": m.name, "cluster": cluster, "rows": rows,
-               "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
-                                m.name, cluster, sizes, [r["world"] for r in rows])}
-        if report is not None:
-            write_report("scale", doc, report)
-        if as_json:
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-            return
-        con = Console()
-        con.print(header_line(doc["header"]), highlight=False)
-        _render_scale(rows, con)
+def scale_cmd(
+    model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
+    cluster: str = typer.Option(..., "--cluster", help="cluster preset or YAML path"),
+    gpus: str = typer.Option(..., "--gpus", help="comma-separated GPU counts, e.g. 256,512,1024"),
+    usable_per_rack: int = typer.Option(None, "--usable-per-rack", min=1,
+                                        help="NVL72 presets: GPUs used per rack (default: the planner chooses)"),
+    memory_headroom: str = typer.Option(None, "--memory-headroom", help=HEADROOM_HELP),
+    stack: str = typer.Option(None, "--stack", help="software stack profile (default: the trainer's own: megatron-26.08, torchtitan, maxtext)"),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8 | fp8-block | mxfp8 | nvfp4"),
+    seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default: 16 sequences per GPU of the smallest size)"),
+    gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
+    trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext"),
+    time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
+    objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu | goodput"),
+    failure_rates: str = gopt.failure_rates_opt(),
+    storage_bw: float = gopt.storage_bw_opt(),
+    restart_min: float = gopt.restart_opt(),
+    repair_hours: float = gopt.repair_opt(),
+    checkpoint_interval: str = gopt.interval_opt(),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    report: Path = typer.Option(None, "--report", help="directory for an HTML report with the scaling curve"),
+    cuda_graphs: bool = typer.Option(True, "--cuda-graphs/--no-cuda-graphs",
+                                     help="plan for a recipe with CUDA graphs and fused ops (default) or an eager one"),
+):
+    """Plan each GPU count and show throughput, TFLOP/s per GPU and per-GPU retention, with goodput.
+
+    Example: topoplan scale --model deepseek-v3 --cluster gb300-nvl72 --gpus 256,512,1024 --precision mxfp8
+    """
+    try:
+        sizes = [int(s) for s in gpus.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--gpus {gpus!r}: use comma-separated integers, e.g. 256,512,1024") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
+    obj = _objective(objective)
+    rng = _gbs_range(gbs_range)
+    if report is not None:
+        check_output(report, "--report", directory=True)   # refused before the sizes are planned
+    training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
+                         memory_headroom)
+    res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
+    m = load_model(model)
+    with progress("planning sizes", total=len(sizes), json_output=as_json) as bar:
+        rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
+                     time_limit=time_limit,
+                     objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance(),
+                     resilience=res_opts)
+    doc = {"model": m.name, "cluster": cluster, "rows": rows,
+           "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
+                            m.name, cluster, sizes, [r["world"] for r in rows])}
+    if report is not None:
+        write_report("scale", doc, report)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    con = Console()
+    con.print(header_line(doc["header"]), highlight=False)
+    _render_scale(rows, con)
 
 
 def _render(doc, cluster, result, replan=None) -> None:
@@ -421,27 +431,12 @@ def _render_goodput(doc, console) -> None:
 
 
 def _render_uncertainty(doc, console) -> None:
-    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout."""
-    for i, entry in enumerate(doc["plans"]):
-        p = entry["prediction"]
-        line = (f"#{i + 1} {entry['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})")
-        if "lead_over_next" in entry:
-            line += f"; lead over #{i + 2} {entry['lead_over_next']:+.1%}" + (
-                ": within the model's uncertainty" if entry["within_uncertainty"] else "")
+    """Each plan's band, its lead over the next, the extrapolation notes and the --compare layout
+    (planner.output.explain.uncertainty_lines: the HTML report shows the same lines)."""
+    for line, note in uncertainty_lines(doc):
         console.print(line, highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
-    cmp_ = doc.get("compare")
-    if cmp_:
-        p = cmp_["prediction"]
-        verdict = "within the model's uncertainty" if cmp_["within_uncertainty"] else "outside the model's uncertainty"
-        console.print(f"compare {cmp_['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
-                      f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})"
-                      + ("" if p["fits"] else ", does not fit in memory")
-                      + f"; plan #1 leads by {cmp_['plan_lead']:+.1%}: {verdict}", highlight=False)
-        if p.get("extrapolated"):
-            console.print(f"   note: {p['extrapolated']}", style="yellow", highlight=False)
+        if note:
+            console.print(f"   note: {note}", style="yellow", highlight=False)
 
 
 def _render_scale(rows, console=None) -> None:

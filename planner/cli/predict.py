@@ -226,21 +226,28 @@ def validate_cmd(
 ) -> None:
     """Predict every row of a CSV and compare with the measured model TFLOP/s per GPU.
 
-    Example: topoplan validate ../shared/reference/calibration.csv
+    Example: topoplan validate planner/data/profiles/calibration.csv
     """
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
     with progress("validating rows", total=len(rows), json_output=json_out) as bar:
         res = validate_rows(rows, stack=stack, source=str(csv_path), progress=bar, usable_per_rack=usable_per_rack)
     if json_out:
         keep = ("id", "predicted_tflops_per_gpu", "predicted_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
-                "error_pct", "fits")
+                "error_pct", "fits", "refused")
         print(json.dumps({"rows": [{k: r[k] for k in keep} for r in res["rows"]], "mape_pct": res["mape_pct"]},
                          indent=2))
         return
     con = Console()
     con.print(validate_table(res["rows"], str(csv_path), con.width))
+    for line in refused_lines(res["rows"]):
+        con.print(line, highlight=False, markup=False)
     if res["mape_pct"] is not None:
         con.print(mape_line(res), highlight=False)
+
+
+def refused_lines(rows: list[dict]) -> list[str]:
+    """One line per row whose layout its trainer refuses, naming the rule (never predicted, never fitted)."""
+    return [f"refused {r['id']} ({r['config']}): rule {r['refused']}" for r in rows if r.get("refused")]
 
 
 def mape_line(res: dict) -> str:
@@ -260,9 +267,10 @@ def validate_table(rows: list[dict], source: str, width: int | None = None):
         return "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
 
     def figs(r):
-        return [f"{r['predicted_tflops_per_gpu']:,.0f}",
-                "" if r["measured_tflops_per_gpu"] is None else f"{r['measured_tflops_per_gpu']:,.0f}", err(r),
-                "yes" if r["fits"] else "[red]no[/]"]
+        meas = "" if r["measured_tflops_per_gpu"] is None else f"{r['measured_tflops_per_gpu']:,.0f}"
+        if r.get("refused"):   # the trainer refuses the layout: no prediction (the rule is listed below)
+            return ["-", meas, "", "[red]refused[/]"]
+        return [f"{r['predicted_tflops_per_gpu']:,.0f}", meas, err(r), "yes" if r["fits"] else "[red]no[/]"]
 
     stacks = sorted({r["stack"] for r in rows})
     caption = "pred, meas: model TFLOP/s per GPU; error: pred / meas - 1; fits: in HBM"
@@ -294,7 +302,22 @@ def validate_table(rows: list[dict], source: str, width: int | None = None):
             t.add_row(r["id"], cell, f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
         return t
 
-    return first_that_fits([wide(), narrow()], width)
+    def narrowest() -> Table:   # the id joins the model cell (and folds when longer than the column)
+        one = len(stacks) == 1
+        cap = caption + (f"; stack {stacks[0]}" if one and stacks else "")
+        t = compact_table(title=f"predicted vs measured: {source}", caption=cap)
+        cells = [f"{r['model']}\n{r['config']}" + ("" if one else f"\n{r['stack']}") for r in rows]
+        t.add_column("id, model, layout" + ("" if one else ", stack"), overflow="fold",
+                     min_width=max(longest_token(cells), 13))
+        t.add_column("GPUs", justify="right", overflow="fold", min_width=longest_token(
+            f"{r['num_gpus']} {r['gpu']}" for r in rows))
+        for col in ("prec", "pred", "meas", "error", "fits"):
+            t.add_column(col, justify="left" if col in ("prec", "fits") else "right", no_wrap=True)
+        for r, cell in zip(rows, cells):
+            t.add_row(f"{r['id']}\n{cell}", f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
+        return t
+
+    return first_that_fits([wide(), narrow(), narrowest()], width)
 
 
 def calibrate_cmd(
@@ -317,7 +340,7 @@ def calibrate_cmd(
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
 
-    Example: topoplan calibrate ../shared/reference/calibration.csv --stack megatron-26.08 -o my.yaml
+    Example: topoplan calibrate planner/data/profiles/calibration.csv --stack megatron-26.08 -o my.yaml
     """
     check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
@@ -328,14 +351,15 @@ def calibrate_cmd(
                                     start=start if start in (None, "priors") else load_profile(start),
                                     identify=informed_only, by_generation=by_generation)
     moved = crosscheck(info["base"], prof, set(info["arches"]))
-    mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
+    skipped = {x["id"] for x in info["refused"]}
+    mine = [r for r in rows if (r.get("stack") or stack).strip() == stack and (r.get("id") or "?") not in skipped]
     mem = fit_memory(mine, prof, source=str(csv_path))
     if mem is not None:
         prof = prof.model_copy(update={"memory": mem})
     atomic_write_text(out, dump_profile(prof), option="--out")
     res = validate_rows(mine, stack=stack, profile=prof, source=str(csv_path))
     doc = {"profile": str(out), "rows": info["rows"], "start": info["start"], "informed": info["informed"],
-           "kept": info["kept"], "mape_pct": res["mape_pct"],
+           "kept": info["kept"], "refused": info["refused"], "mape_pct": res["mape_pct"],
            "max_abs_error_pct": res["max_abs_error_pct"],
            "params": {k: p.value for k, p in prof.params.items() if p.fit or k in info["fitted"]},
            "per_generation": info["per_generation"],
@@ -348,6 +372,8 @@ def calibrate_cmd(
               + ("the published priors" if info["start"] == "priors" else f"{info['start']}'s values") + "; " + mape_line(res))
         print(f"  the rows inform {len(info['informed'])} of {len(info['reduction'])} free parameters: " + (", ".join(info["informed"]) or "none")
               + (f"; kept at the start: {', '.join(info['kept'])}" if info["kept"] else ""))
+        for x in info["refused"]:
+            print(f"  not fitted: row {x['id']} breaks rule {x['refused']}")
         for k, v in doc["params"].items():
             print(f"  {k:28s} {v:.4g}")
         if mem is not None:

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from planner.cli.plan import parse_layout
 from planner.cost.profiles import load_profile
-from planner.errors import InputError
+from planner.errors import InputError, not_utf8
 from planner.io import check_output
 from planner.output.explain import figure_table, first_that_fits
 from planner.output.trial import MANIFEST, report, write_trials
@@ -34,7 +34,9 @@ def trial_cmd(
     if not plan_json.is_file():
         raise InputError(f"{plan_json}: no such file; write one with topoplan plan ... --save-plan plan.json")
     try:
-        doc = json.loads(plan_json.read_text())
+        doc = json.loads(plan_json.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise not_utf8(plan_json, exc, "plan document") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{plan_json}: not JSON ({exc.msg}, line {exc.lineno})") from None
     check_output(out, "--out")

@@ -20,7 +20,7 @@ from scipy.optimize import least_squares
 
 from planner.cost.predict import predict
 from planner.cost.profiles import ARCHS, PROFILE_DIR, Param, Profile, _version, available, load_profile
-from planner.cost.validate import resolve_case, row_case
+from planner.cost.validate import refusal, resolve_case, row_case
 from planner.errors import InputError
 
 # name: (prior, min, max, fit, spread, source)
@@ -303,7 +303,17 @@ def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude
         near = nearest_profile(base_profile(stack).trainer)
         start = load_profile(near) if near else "priors"
     base = start_profile(stack, start) if isinstance(start, Profile) else base_profile(stack)
-    cases = [resolve_case(row_case(r, stack, source, profile=base), base) for r in mine]
+    cases, refused = [], []
+    for r in mine:
+        case = row_case(r, stack, source, profile=base)
+        why = refusal(case)
+        if why:   # the trainer would not run this layout: a measurement of it cannot be what the row says
+            refused.append({"id": case.id, "refused": why})
+        else:
+            cases.append(resolve_case(case, base))
+    if not cases:
+        raise InputError(f"{source}: every row of stack {stack!r} breaks a trainer rule (row {refused[0]['id']}: "
+                         f"{refused[0]['refused']}); nothing to fit")
     fit_base, localized = per_generation(base, cases) if by_generation else (base, [])
     prof, info = fit_profile(cases, fit_base, progress=progress, identify=identify)
     # the written profile keeps the start's fit flags (a later calibration fits the same parameters)
@@ -316,5 +326,6 @@ def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude
     prof = prof.model_copy(update={"fit_rows": f"{name}: {len(cases)} rows of stack {stack}"
                                    + (f" without {exclude_model}" if exclude_model else "")})
     info["rows"] = len(cases)
+    info["refused"] = refused
     info["start"] = start.name if isinstance(start, Profile) else "priors"
     return prof, info

@@ -554,6 +554,74 @@ def _chunk_kinds(chunk: StageSpec, dec, mtp) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
+def _logits_bytes_per_microbatch(model: ModelSpec, config: ParallelConfig, training: Training) -> float:
+    """Bytes of the output head's activations per micro-batch on a rank holding the loss."""
+    tp, cp = config.tp, config.cp
+    v_local = model.padded_vocab(tp) / tp
+    tokens = config.mbs * training.seq_len
+    # per head: bf16 logits + fp32 softmax over the local vocabulary for the gathered sequence;
+    # plus the final-norm input (sequence-parallel) and the gathered head input
+    return (tokens / cp * v_local * 6.0 * (1 + model.mtp_layers)
+            + tokens / (tp * cp) * model.hidden_size * 2 + tokens / cp * model.hidden_size * 2)
+
+
+def _layer_activations(model, config, training, imbalanced: bool, graphs: bool):
+    """``act(layer_cost)``: (saved, full, routed saved, CUDA-graph buffers) bytes per micro-batch of
+    one layer, computed once per kind of layer (layers of one kind have identical activations)."""
+    cache: dict[tuple, tuple[float, float, float, float]] = {}
+
+    def act(c: LayerCost) -> tuple[float, float, float, float]:
+        key = (c.kind, c.is_moe, c.swa)
+        if key not in cache:
+            saved, full = layer_activation_bytes(model, c, config, training)
+            routed = routed_activation_bytes(model, c, config, training) if imbalanced else 0.0
+            cache[key] = (saved, full, routed, cuda_graph_bytes(model, c, config, training) if graphs else 0.0)
+        return cache[key]
+    return act
+
+
+def _chunk_activations(model, seq_len, chunk, dec, mtp, act, off_bytes) -> tuple[float, float, float, float]:
+    """(saved, routed-imbalance, CUDA-graph, largest full-layer) activation bytes per micro-batch of
+    one pipeline chunk; ``act(layer_cost)`` gives one layer's."""
+    a = routed = graph = work = 0.0
+    ck = (model, seq_len, chunk)
+    kinds = _CK_CACHE.get(ck)
+    if kinds is None:
+        if len(_CK_CACHE) > 200_000:
+            _CK_CACHE.clear()
+        kinds = _CK_CACHE[ck] = tuple(_chunk_kinds(chunk, dec, mtp).values())
+    for n_k, c in kinds:
+        saved, full, rt, gb = act(c)
+        a += n_k * saved
+        routed += n_k * rt
+        graph += n_k * gb
+        work = max(work, full)
+    if off_bytes:   # TE's CPU offload: the first k layers' activations wait in host memory
+        a -= sum(off_bytes[i] for i in chunk.layers if i < len(off_bytes))
+    return a, routed, graph, work
+
+
+def _model_state(opt, megatron, fsdp, qparams, q, dense, expert, linear, biggest, d_dense, edp):
+    """(weights, low-precision weight copies, grads, optimizer, FSDP buffers) in bytes of one rank
+    holding ``dense`` and ``expert`` parameters (``linear`` of them in GEMMs, ``biggest`` the largest
+    layer), for the trainer's sharding."""
+    wb, gb, ob = state_bytes(opt, megatron)
+    lin_drop = (wb - linear_weight_bytes(wb, qparams)) * linear   # FP8 / NVFP4 parameters: no BF16 linear weights
+    if megatron and not fsdp:
+        return (wb * (dense + expert) - lin_drop, q * linear, gb * (dense + expert),
+                ob * (dense / d_dense + expert / edp), 0.0)
+    if megatron:
+        return (wb * (dense / d_dense + expert / edp) - lin_drop / d_dense, q * linear / d_dense,
+                gb * (dense / d_dense + expert / edp), ob * (dense / d_dense + expert / edp),
+                2 * biggest * fsdp_buffer_bytes(opt, megatron, q, qparams))
+    # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
+    shard_d = d_dense if fsdp else 1
+    shard_e = edp if fsdp else 1
+    return (wb * (dense / shard_d + expert / shard_e), q * linear / shard_d, gb * (dense / shard_d + expert / shard_e),
+            ob * (dense / shard_d + expert / shard_e),
+            2 * biggest * fsdp_buffer_bytes(opt, megatron, q) if fsdp else 0.0)
+
+
 def memory_per_gpu(
     model: ModelSpec,
     config: ParallelConfig,
@@ -593,59 +661,26 @@ def memory_per_gpu(
     bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
     bal = max(1.0, bal)
 
-    # per-layer activation bytes per micro-batch
-    act_cache: dict[tuple, tuple[float, float, float, float]] = {}
-
-    def act(c: LayerCost) -> tuple[float, float, float, float]:
-        """(saved, full, routed saved, CUDA-graph buffers) bytes per micro-batch of one layer."""
-        key = (c.kind, c.is_moe, c.swa)  # layers of one kind have identical activations
-        if key not in act_cache:
-            saved, full = layer_activation_bytes(model, c, config, training)
-            routed = routed_activation_bytes(model, c, config, training) if bal > 1.0 else 0.0
-            act_cache[key] = (saved, full, routed, cuda_graph_bytes(model, c, config, training) if graphs else 0.0)
-        return act_cache[key]
-
+    act = _layer_activations(model, config, training, bal > 1.0, graphs)
     off_bytes = offloaded_layer_bytes(model, config, training)
-    v_local = model.padded_vocab(tp) / tp
-    tokens = config.mbs * training.seq_len
-    # per head: bf16 logits + fp32 softmax over the local vocabulary for the gathered sequence;
-    # plus the final-norm input (sequence-parallel) and the gathered head input
-    logits_per_mb = (tokens / cp * v_local * 6.0 * (1 + model.mtp_layers)
-                     + tokens / (tp * cp) * model.hidden_size * 2 + tokens / cp * model.hidden_size * 2)
+    logits_per_mb = _logits_bytes_per_microbatch(model, config, training)
 
     ranks: list[RankMemory] = []
     for r in range(pp):
-        chunks = layout.for_rank(r)
-        dense = expert = linear = 0.0
-        biggest = 0.0
-        work = 0.0
-        nlayers = 0
+        dense, expert, linear, biggest, nlayers, work = 0.0, 0.0, 0.0, 0.0, 0, 0.0
         chunk_act: list[float] = []
         chunk_logits: list[float] = []
         chunk_routed: list[float] = []
         chunk_graph: list[float] = []
-        for chunk in chunks:
+        for chunk in layout.for_rank(r):
             d, e, lin, big = _stage_params(model, chunk, training.seq_len, tp, config.ep, config.etp_eff)
             dense += d
             expert += e
             linear += lin
             biggest = max(biggest, big)
             nlayers += len(chunk.layers)
-            a = routed = graph = 0.0
-            ck = (model, training.seq_len, chunk)
-            kinds = _CK_CACHE.get(ck)
-            if kinds is None:
-                if len(_CK_CACHE) > 200_000:
-                    _CK_CACHE.clear()
-                kinds = _CK_CACHE[ck] = tuple(_chunk_kinds(chunk, dec, mtp).values())
-            for n_k, c in kinds:
-                saved, full, rt, gb = act(c)
-                a += n_k * saved
-                routed += n_k * rt
-                graph += n_k * gb
-                work = max(work, full)
-            if off_bytes:   # TE's CPU offload: the first k layers' activations wait in host memory
-                a -= sum(off_bytes[i] for i in chunk.layers if i < len(off_bytes))
+            a, routed, graph, full = _chunk_activations(model, training.seq_len, chunk, dec, mtp, act, off_bytes)
+            work = max(work, full)
             chunk_act.append(a)
             chunk_routed.append(routed * (bal - 1.0))
             chunk_graph.append(graph)
@@ -661,28 +696,8 @@ def memory_per_gpu(
         if config.recompute == "full":
             acts += work  # one layer recomputed at a time during backward
 
-        wb, gb, ob = state_bytes(opt, megatron)
-        lin_drop = (wb - linear_weight_bytes(wb, qparams)) * linear   # FP8 / NVFP4 parameters: no BF16 linear weights
-        if megatron and not fsdp:
-            weights = wb * (dense + expert) - lin_drop
-            grads = gb * (dense + expert)
-            optim = ob * (dense / d_dense + expert / edp)
-            copies = q * linear
-            fsdp_buf = 0.0
-        elif megatron:
-            weights = wb * (dense / d_dense + expert / edp) - lin_drop / d_dense
-            grads = gb * (dense / d_dense + expert / edp)
-            optim = ob * (dense / d_dense + expert / edp)
-            copies = q * linear / d_dense
-            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q, qparams)
-        else:  # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
-            shard_d = d_dense if config.fsdp else 1
-            shard_e = edp if config.fsdp else 1
-            weights = wb * (dense / shard_d + expert / shard_e)
-            grads = gb * (dense / shard_d + expert / shard_e)
-            optim = ob * (dense / shard_d + expert / shard_e)
-            copies = q * linear / shard_d
-            fsdp_buf = 2 * biggest * fsdp_buffer_bytes(opt, megatron, q) if config.fsdp else 0.0
+        weights, copies, grads, optim, fsdp_buf = _model_state(opt, megatron, fsdp, qparams, q, dense, expert, linear,
+                                                               biggest, d_dense, edp)
         reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + imbalance + logits)
         ranks.append(
             RankMemory(

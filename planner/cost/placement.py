@@ -8,7 +8,9 @@ share the ranks: the dense (attention) grid ``tp x cp x dp x pp`` and, for MoE l
 ``etp x ep x edp x pp`` (MoE parallel folding; ``edp = world / (etp * ep * pp)``). Axis names
 "tp", "cp", "dp", "pp" refer to the dense grid and "etp", "ep", "edp" to the expert grid; combined
 names such as "tp-pp" or "etp-ep" give the product groups, as ``RankGenerator.get_ranks`` does.
-Verified outputs: ../shared/reference/trainers.md section 1.4(a).
+Verified against megatron-core 0.19.2's own ``megatron/core/parallel_state.py`` ``RankGenerator`` (its
+outputs for world 16 with tp 2, ep 4, pp 2, and for DeepSeek-V3 on 256 GPUs, are the expectations of
+tests/test_placement.py).
 
 ``make_placement`` maps global rank r onto the healthy GPUs of a cluster: it fills
 ``gpus_per_domain`` GPUs of each NVLink domain in the cluster's canonical order (domain by domain,

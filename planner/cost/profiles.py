@@ -43,9 +43,13 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
+from planner.io import read_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
+# The measured Megatron-Bridge runs the megatron-* profiles are fitted to (provenance per row in its
+# `source` column and in planner/data/profiles/README.md).
+CALIBRATION_CSV = PROFILE_DIR / "calibration.csv"
 DEFAULT_STACK = "megatron-26.08"
 
 PARAM_NAMES = (
@@ -180,7 +184,7 @@ def resolve_name(name: str) -> str:
 
 def parse_profile(text: str, source: str) -> Profile:
     try:
-        doc = yaml.safe_load(text)
+        doc = read_yaml(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
@@ -193,7 +197,11 @@ def parse_profile(text: str, source: str) -> Profile:
 
 @lru_cache(maxsize=64)
 def _load_cached(path: str, mtime: float) -> Profile:
-    return parse_profile(Path(path).read_text(), path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, "profile YAML") from None
+    return parse_profile(text, path)
 
 
 def load_profile(name_or_path: str | Path | None = None) -> Profile:

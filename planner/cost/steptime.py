@@ -372,6 +372,50 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
     return tuple(out)
 
 
+_RANK_KEYS = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
+
+
+def _rank_microbatch(inv, per_kind, head, mtp_extra, tp, expert_shards, offload) -> dict:
+    """One pipeline rank's seconds per micro-batch by term (its layers by kind, MTP, the loss head),
+    its parameters per GPU and ``t_mb``, the sum of the terms on its critical path."""
+    vals = [0.0] * len(_RANK_KEYS)
+    for kind, n in inv.kinds:
+        pk = per_kind[kind]
+        for i in range(len(_RANK_KEYS)):
+            vals[i] += n * pk[i]
+    acc = dict(zip(_RANK_KEYS, vals))
+    if inv.mtp:
+        acc["compute"] += inv.mtp * mtp_extra.total
+        acc["fwd"] += inv.mtp * mtp_extra.fwd
+        acc["bwd"] += inv.mtp * mtp_extra.bwd
+    if inv.loss:
+        acc["compute"] += head.total
+        acc["fwd"] += head.fwd
+        acc["bwd"] += head.bwd
+    acc["dense_params"] = inv.dense_params / tp
+    acc["expert_params"] = inv.expert_params / expert_shards
+    acc["offload"] = offload
+    acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"] + acc["offload"]
+    return acc
+
+
+def _data_parallel(model, config, training, fabric, shapes, par, crit, m) -> tuple[float, ...]:
+    """(exposed seconds, dense and expert reduce-scatter, dense and expert all-gather) of the gradient
+    reduction and parameter gather of the critical rank ``crit``."""
+    dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
+    edp_shape = shapes.get("edp")
+    grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
+    param_b = DP.param_gather_bytes(training.precision, quantised_params_on(model, config, training))   # FP8 1, NVFP4 0.5
+    rs_d, ag_d = DP.dp_time(fabric, dp_shape, crit["dense_params"], grad_bytes=grad_b, param_bytes=param_b)
+    rs_e, ag_e = DP.dp_time(fabric, edp_shape, crit["expert_params"], grad_bytes=grad_b, param_bytes=param_b)
+    ov = par("dp.overlap")
+    if config.fsdp:
+        dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))
+    else:
+        dp_x = DP.dp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["bwd"], crit["fwd"])
+    return dp_x, rs_d, rs_e, ag_d, ag_e
+
+
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
               shapes: dict, expert_balance=None, layout=None) -> StepTime:
     """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
@@ -432,28 +476,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     t_offload = offload_time(model, config, training, gpu.host_link_gbps_uni, layer_times)
 
     # --- per pipeline rank ----------------------------------------------------------------------
-    keys = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
-    ranks = []
-    for inv in inventory:
-        vals = [0.0] * len(keys)
-        for kind, n in inv.kinds:
-            pk = per_kind[kind]
-            for i in range(len(keys)):
-                vals[i] += n * pk[i]
-        acc = dict(zip(keys, vals))
-        if inv.mtp:
-            acc["compute"] += inv.mtp * mtp_extra.total
-            acc["fwd"] += inv.mtp * mtp_extra.fwd
-            acc["bwd"] += inv.mtp * mtp_extra.bwd
-        if inv.loss:
-            acc["compute"] += head.total
-            acc["fwd"] += head.fwd
-            acc["bwd"] += head.bwd
-        acc["dense_params"] = inv.dense_params / tp
-        acc["expert_params"] = inv.expert_params / (ep * etp)
-        acc["offload"] = t_offload if pp == 1 else 0.0
-        acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"] + acc["offload"]
-        ranks.append(acc)
+    ranks = [_rank_microbatch(inv, per_kind, head, mtp_extra, tp, ep * etp, t_offload if pp == 1 else 0.0)
+             for inv in inventory]
     n = len(ranks)
     mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "offload", "t_mb")}
     crit = max(ranks, key=lambda r: r["t_mb"] + r["expert_excess"])
@@ -466,19 +490,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
                        par("pp.overlap")) if pp > 1 else 0.0
 
     # --- data parallel and optimizer -------------------------------------------------------------
-    dense_p, expert_p = crit["dense_params"], crit["expert_params"]
-    dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
-    edp_shape = shapes.get("edp")
-    grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
-    param_b = DP.param_gather_bytes(prec, quantised_params_on(model, config, training))   # FP8 1, NVFP4 0.5
-    rs_d, ag_d = DP.dp_time(fabric, dp_shape, dense_p, grad_bytes=grad_b, param_bytes=param_b)
-    rs_e, ag_e = DP.dp_time(fabric, edp_shape, expert_p, grad_bytes=grad_b, param_bytes=param_b)
-    ov = par("dp.overlap")
-    if config.fsdp:
-        dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))
-    else:
-        dp_x = DP.dp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["bwd"], crit["fwd"])
-    shard = dense_p / max(dp * cp, 1) + expert_p / max(edp, 1)
+    dp_x, rs_d, rs_e, ag_d, ag_e = _data_parallel(model, config, training, fabric, shapes, par, crit, m)
+    shard = crit["dense_params"] / max(dp * cp, 1) + crit["expert_params"] / max(edp, 1)
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
 
     bd = OrderedDict()

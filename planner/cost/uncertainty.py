@@ -43,6 +43,7 @@ import yaml
 
 from planner.cost.placement import default_gpus_per_domain, group_shapes, make_placement
 from planner.errors import InputError
+from planner.io import read_yaml
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "uncertainty.yaml"
 PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
@@ -141,7 +142,7 @@ class Band:
 @lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> dict:
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = read_yaml(Path(path).read_text())   # 46 kB: libyaml where present
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read the uncertainty table ({str(exc).splitlines()[0]}); "
                          "regenerate it with python bench/uncertainty.py --write") from None

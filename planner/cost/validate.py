@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ from planner.cost.placement import inner_block
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import load_model
 from planner.rules import offload_layers, violations
 from topologies.loader import load_cluster
@@ -73,6 +74,7 @@ class Case:
     measured_tokens: float | None
     auto_recompute: bool
     graphs_stated: bool = True   # the row's cuda_graphs column says whether the run captured graphs
+    num_gpus: int = 0            # the row's GPUs (the world its layout is judged on)
 
 
 def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None = None,
@@ -86,13 +88,19 @@ def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None
                          "directory of logs")
     if path.is_dir() or path.suffix.lower() != ".csv":
         return rows_from_logs([path], model=model, cluster=cluster, stack=stack)
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        cols = reader.fieldnames or []
-        missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
-        if missing:
-            raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
-        rows = [dict(r) for r in reader]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, "CSV") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    cols = reader.fieldnames or []
+    missing = [c for c in (LOG_REQUIRED if "log" in cols else REQUIRED) if c not in cols]
+    if missing:
+        raise InputError(f"{path}: missing column {missing[0]!r} (see the schema of calibration.csv)")
+    rows = [dict(r) for r in reader]
+    if not rows:
+        raise InputError(f"{path}: no rows under the header; add one row per measured run (see the schema of "
+                         "calibration.csv)")
     return rows_from_csv_logs(rows, path) if "log" in cols else rows
 
 
@@ -266,7 +274,14 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
     usable = _int(row, "usable_per_rack", 0, source) or usable_per_rack  # optional column, else the option
     cluster = cluster_for(row["gpu"], n, config, source, usable or None)
     return Case(rid, st, model, cluster, config, training, _float(row, "model_tflops_per_gpu"),
-                _float(row, "tokens_per_s_per_gpu"), not rc, bool((row.get("cuda_graphs") or "").strip()))
+                _float(row, "tokens_per_s_per_gpu"), not rc, bool((row.get("cuda_graphs") or "").strip()), n)
+
+
+def refusal(case: Case) -> str | None:
+    """``"rule: message"`` for the first rule of the row's trainer (planner.rules) that its layout breaks:
+    the trainer would not run it, so it has no prediction and no fit uses it (None: the trainer runs it)."""
+    broken = violations(case.model, case.config, case.training, case.num_gpus)
+    return f"{broken[0].rule}: {broken[0].message}" if broken else None
 
 
 def fits_as_run(p, case: Case) -> bool:
@@ -311,10 +326,22 @@ def error_pct(pred: float, measured: float) -> float:
 
 def validate_rows(rows: list[dict], stack: str | None = None, profile=None, source: str = "CSV",
                   progress=None, usable_per_rack: int | None = None) -> dict:
-    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document)."""
+    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document). A row whose
+    layout breaks a rule of its trainer is not predicted: ``refused`` names the rule (:func:`refusal`)."""
     out = []
     for row in rows:
         case = row_case(row, stack, source, profile=profile, usable_per_rack=usable_per_rack)
+        refused = refusal(case)
+        if refused:
+            out.append({"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
+                        "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
+                        "config": case.config.short(), "predicted_tflops_per_gpu": None,
+                        "predicted_tokens_per_s_per_gpu": None, "measured_tflops_per_gpu": case.measured_tflops,
+                        "measured_tokens_per_s_per_gpu": case.measured_tokens, "error_pct": None, "fits": None,
+                        "refused": refused, "breakdown": {}, "step_time_s": None})
+            if progress is not None:
+                progress.advance()
+            continue
         p = predict_case(case, profile)
         meas = case.measured_tflops
         err = error_pct(p.tflops_per_gpu, meas) if meas else None
@@ -326,6 +353,7 @@ def validate_rows(rows: list[dict], stack: str | None = None, profile=None, sour
                     "measured_tflops_per_gpu": meas,
                     "measured_tokens_per_s_per_gpu": case.measured_tokens,
                     "error_pct": None if err is None else round(err, 2), "fits": fits_as_run(p, case),
+                    "refused": None,
                     "breakdown": {k: round(v, 4) for k, v in p.breakdown.items()},
                     "step_time_s": p.step_time_s})
         if progress is not None:

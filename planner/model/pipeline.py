@@ -285,6 +285,13 @@ def _split_cached(w: tuple, stages: int, last_extra: int, first: int | None, las
         return (n,)
     ub = max(pre[j] - pre[i] + (last_extra if st == stages - 1 else 0) for st, (i, j) in enumerate(even))
     high = n - last if last is not None else n  # the latest start of any stage 1 .. stages-1
+    bound, low = _min_max_stage_cost(pre, stages, last_extra, first, last, ub, high)
+    return _balanced_counts(pre, stages, last_extra, first, last, bound, low, high)
+
+
+def _min_max_stage_cost(pre, stages, last_extra, first, last, ub, high) -> tuple[int, list[int]]:
+    """Phase 1 of the split: the smallest achievable maximum stage cost, and the earliest stage
+    starts from which that bound can still be met."""
 
     def feasible(limit) -> list[int] | None:
         low = _completable_starts(pre, stages, last_extra, first, last, limit)
@@ -298,8 +305,8 @@ def _split_cached(w: tuple, stages: int, last_extra: int, first: int | None, las
             return None
         return low
 
-    # phase 1: the smallest achievable maximum stage cost: the smallest integer limit that is
-    # feasible (feasibility grows with the limit; the even split's maximum ub is feasible)
+    # the smallest integer limit that is feasible (feasibility grows with the limit; the even
+    # split's maximum ub is feasible)
     lo_b, bound = 0, ub
     while lo_b < bound:
         mid = (lo_b + bound) // 2
@@ -310,8 +317,13 @@ def _split_cached(w: tuple, stages: int, last_extra: int, first: int | None, las
     low = feasible(bound)
     if low is None:  # pragma: no cover - the even split is always feasible
         raise InputError("no pipeline split satisfies the given first/last stage layer counts")
+    return bound, low
 
-    # phase 2: minimise (sum of squares, -sum(stage_index * cost)) with every stage <= bound.
+
+def _balanced_counts(pre, stages, last_extra, first, last, bound, low, high) -> tuple:
+    """Phase 2 of the split: layers per stage minimising (sum of squares, -sum(stage_index * cost))
+    with every stage at most ``bound``."""
+    n = len(pre) - 1
     # The pair is one integer, sumsq * W - sum(s * c), with W above any sum(s * c); ties keep the
     # smallest previous boundary (the first i in increasing order).
     W = (stages - 1) * (pre[n] + last_extra) + 1

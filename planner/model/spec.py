@@ -56,7 +56,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
@@ -242,43 +242,40 @@ def _first_key(r: _Reader, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.json") -> ModelSpec:
-    """Build a :class:`ModelSpec` from a Hugging Face style config dict; InputError names the field."""
-    if not isinstance(cfg, dict):
-        raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
+def _unwrap_text_config(cfg: dict) -> dict:
+    """A multimodal config (Llama 4) keeps the decoder's fields under ``text_config``."""
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type")),
                "architectures": cfg.get("architectures") or cfg["text_config"].get("architectures"),
                "source": cfg.get("source")}
-    r = _Reader(cfg, source)
+    return cfg
+
+
+def _family(cfg: dict, r: _Reader) -> str:
+    """The decoder family: ``model_type``, else the family of a known architecture."""
     family = str(cfg.get("model_type") or "").strip().lower()
     archs = cfg.get("architectures") or []
     if family == "llama4_text":
         family = "llama4"
-    if family not in KNOWN_FAMILIES:
-        # a renamed model_type of a known architecture (e.g. a fine-tune) is read as that family
-        by_arch = [_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES]
-        if by_arch:
-            family = by_arch[0]
-        elif not family:
-            raise r.err("model_type", f"is missing (architectures {archs!r}); set it to one of {', '.join(KNOWN_FAMILIES)}")
-        else:
-            raise r.err(
-                "model_type",
-                f"{family!r} (architectures {archs!r}) is not a decoder family topoplan can model; "
-                f"use one of {', '.join(KNOWN_FAMILIES)} if the layers match",
-            )
+    if family in KNOWN_FAMILIES:
+        return family
+    # a renamed model_type of a known architecture (e.g. a fine-tune) is read as that family
+    by_arch = [_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in _ARCHITECTURES]
+    if by_arch:
+        return by_arch[0]
+    if not family:
+        raise r.err("model_type", f"is missing (architectures {archs!r}); set it to one of {', '.join(KNOWN_FAMILIES)}")
+    raise r.err(
+        "model_type",
+        f"{family!r} (architectures {archs!r}) is not a decoder family topoplan can model; "
+        f"use one of {', '.join(KNOWN_FAMILIES)} if the layers match",
+    )
 
-    L = r.int("num_hidden_layers", minimum=1)
-    h = r.int("hidden_size", minimum=1)
-    n_h = r.int("num_attention_heads", minimum=1)
-    n_kv = r.int("num_key_value_heads", n_h, minimum=1)
-    vocab = r.int("vocab_size", minimum=1)
 
-    # --- attention -------------------------------------------------------------------------
-    mla = family in _MLA_FAMILIES or r.has("kv_lora_rank")
+def _attention(r: _Reader, family: str, h: int, n_h: int, n_kv: int) -> tuple[dict, int, int]:
+    """(MLA fields, head_dim, key/value heads)."""
     fields: dict[str, Any] = {}
-    if mla:
+    if family in _MLA_FAMILIES or r.has("kv_lora_rank"):
         fields.update(
             attention="mla",
             q_lora_rank=r.int("q_lora_rank", None, minimum=1),
@@ -287,85 +284,96 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             qk_rope_head_dim=r.int("qk_rope_head_dim", minimum=1),
             v_head_dim=r.int("v_head_dim", minimum=1),
         )
-        head_dim = fields["v_head_dim"]
-        n_kv = n_h  # MLA has no key/value groups: every head gets its own K and V from the latent
+        # MLA has no key/value groups: every head gets its own K and V from the latent
+        return fields, fields["v_head_dim"], n_h
+    if r.has("head_dim"):
+        head_dim = r.int("head_dim", minimum=1)
     else:
-        if r.has("head_dim"):
-            head_dim = r.int("head_dim", minimum=1)
-        else:
-            if h % n_h:
-                raise r.err(
-                    "num_attention_heads",
-                    f"({n_h}) must divide hidden_size ({h}) when head_dim is not given; set head_dim",
-                )
-            head_dim = h // n_h
-        if n_h % n_kv:
-            raise r.err("num_key_value_heads", f"({n_kv}) must divide num_attention_heads ({n_h})")
+        if h % n_h:
+            raise r.err(
+                "num_attention_heads",
+                f"({n_h}) must divide hidden_size ({h}) when head_dim is not given; set head_dim",
+            )
+        head_dim = h // n_h
+    if n_h % n_kv:
+        raise r.err("num_key_value_heads", f"({n_kv}) must divide num_attention_heads ({n_h})")
+    return fields, head_dim, n_kv
 
-    # --- experts -----------------------------------------------------------------------------
+
+def _experts(r: _Reader, family: str) -> dict[str, int]:
+    """Routed experts, top-k, expert and shared-expert widths, and group-limited routing."""
     ek = _first_key(r, ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"))
     n_exp = r.int(ek, 0) if ek else 0
-    top_k = 0
-    moe_ffn = 0
+    out = dict(num_experts=n_exp, top_k=0, moe_ffn_hidden_size=0, shared_ffn_hidden_size=0, n_group=1, topk_group=1)
+    if n_exp <= 0:
+        return out
+    kk = _first_key(r, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")) or "num_experts_per_tok"
+    top_k = r.int(kk, minimum=1)
+    if top_k > n_exp:
+        raise r.err(kk, f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
+    if family in ("mixtral", "gpt_oss", "llama4"):
+        moe_ffn = r.int("intermediate_size", minimum=1)
+    else:
+        moe_ffn = r.int("moe_intermediate_size", minimum=1)
     shared = 0
-    n_group = topk_group = 1
-    if n_exp > 0:
-        kk = _first_key(r, ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")) or "num_experts_per_tok"
-        top_k = r.int(kk, minimum=1)
-        if top_k > n_exp:
-            raise r.err(kk, f"({top_k}) exceeds the number of experts {ek} ({n_exp})")
-        if family in ("mixtral", "gpt_oss", "llama4"):
-            moe_ffn = r.int("intermediate_size", minimum=1)
-        else:
-            moe_ffn = r.int("moe_intermediate_size", minimum=1)
-        if family == "llama4":
-            shared = moe_ffn  # Llama4TextMoe: one shared expert of the routed experts' width
-        elif r.has("n_shared_experts"):
-            shared = r.int("n_shared_experts") * moe_ffn
-        elif r.has("shared_expert_intermediate_size"):
-            shared = r.int("shared_expert_intermediate_size")
-        n_group = r.int("n_group", 1, minimum=1)
-        topk_group = r.int("topk_group", 1, minimum=1)
-        if n_exp % n_group:
-            raise r.err("n_group", f"({n_group}) must divide the number of experts ({n_exp})")
-        if topk_group > n_group:
-            raise r.err("topk_group", f"({topk_group}) must not exceed n_group ({n_group})")
+    if family == "llama4":
+        shared = moe_ffn  # Llama4TextMoe: one shared expert of the routed experts' width
+    elif r.has("n_shared_experts"):
+        shared = r.int("n_shared_experts") * moe_ffn
+    elif r.has("shared_expert_intermediate_size"):
+        shared = r.int("shared_expert_intermediate_size")
+    n_group = r.int("n_group", 1, minimum=1)
+    topk_group = r.int("topk_group", 1, minimum=1)
+    if n_exp % n_group:
+        raise r.err("n_group", f"({n_group}) must divide the number of experts ({n_exp})")
+    if topk_group > n_group:
+        raise r.err("topk_group", f"({topk_group}) must not exceed n_group ({n_group})")
+    out.update(top_k=top_k, moe_ffn_hidden_size=moe_ffn, shared_ffn_hidden_size=shared, n_group=n_group,
+               topk_group=topk_group)
+    return out
 
-    # which layers are MoE
+
+def _layer_list(r: _Reader, cfg: dict, key: str, L: int, default: Any) -> list:
+    listed = cfg.get(key)
+    if listed is None:
+        listed = default
+    if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < L for i in listed):
+        raise r.err(key, f"must be a list of layer indices in [0, {L}), got {listed!r}")
+    return listed
+
+
+def _moe_layers(r: _Reader, cfg: dict, family: str, L: int, n_exp: int) -> list[bool]:
+    """Which layers are MoE, in each family's own convention."""
     if n_exp == 0:
-        moe = [False] * L
-    elif family == "llama4":
+        return [False] * L
+    if family == "llama4":
         # HF Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer
         step = r.int("interleave_moe_layer_step", 1, minimum=1)
-        listed = cfg.get("moe_layers")
-        if listed is None:
-            listed = list(range(step - 1, L, step))
-        if not isinstance(listed, list) or not all(isinstance(i, int) and 0 <= i < L for i in listed):
-            raise r.err("moe_layers", f"must be a list of layer indices in [0, {L}), got {listed!r}")
-        moe = [i in set(listed) for i in range(L)]
-    elif family in _MLA_FAMILIES or r.has("first_k_dense_replace"):
+        listed = set(_layer_list(r, cfg, "moe_layers", L, list(range(step - 1, L, step))))
+        return [i in listed for i in range(L)]
+    if family in _MLA_FAMILIES or r.has("first_k_dense_replace"):
         k = r.int("first_k_dense_replace", 0)
         freq = r.int("moe_layer_freq", 1, minimum=1)
         if k > L:
             raise r.err("first_k_dense_replace", f"({k}) exceeds num_hidden_layers ({L})")
-        moe = [i >= k and i % freq == 0 for i in range(L)]
-    elif family in _QWEN_MOE or r.has("decoder_sparse_step") or r.has("mlp_only_layers"):
+        return [i >= k and i % freq == 0 for i in range(L)]
+    if family in _QWEN_MOE or r.has("decoder_sparse_step") or r.has("mlp_only_layers"):
         step = r.int("decoder_sparse_step", 1, minimum=1)
-        only = cfg.get("mlp_only_layers") or []
-        if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < L for i in only):
-            raise r.err("mlp_only_layers", f"must be a list of layer indices in [0, {L}), got {only!r}")
-        moe = [(i not in only) and (i + 1) % step == 0 for i in range(L)]
-    else:
-        moe = [True] * L
+        only = _layer_list(r, cfg, "mlp_only_layers", L, []) if cfg.get("mlp_only_layers") else []
+        return [(i not in only) and (i + 1) % step == 0 for i in range(L)]
+    return [True] * L
 
-    # dense MLP width: needed only when some layer is dense
+
+def _dense_ffn(r: _Reader, family: str, moe: list[bool]) -> int:
+    """Dense MLP width: needed only when some layer is dense."""
     dense_key = "intermediate_size_mlp" if family == "llama4" else "intermediate_size"
     if all(moe):
-        ffn = r.int(dense_key, 0) if family not in ("mixtral", "gpt_oss") else 0
-    else:
-        ffn = r.int(dense_key, minimum=1)
+        return r.int(dense_key, 0) if family not in ("mixtral", "gpt_oss") else 0
+    return r.int(dense_key, minimum=1)
 
-    # --- sliding window ------------------------------------------------------------------------
+
+def _sliding_window(r: _Reader, cfg: dict, family: str, L: int) -> tuple[int | None, list[bool]]:
+    """(window, which layers slide) in each family's own convention."""
     window = None
     swa = [False] * L
     lt = cfg.get("layer_types")
@@ -392,17 +400,41 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     elif r.has("sliding_window"):  # mistral / mixtral semantics: every layer slides
         window = r.int("sliding_window", minimum=1)
         swa = [True] * L
-    if not any(swa):
-        window = None
+    return (window if any(swa) else None), swa
 
-    # --- MLP / activation ------------------------------------------------------------------------
+
+def _activation(r: _Reader, cfg: dict, family: str) -> tuple[str, bool]:
+    """(activation, gated MLP)."""
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu").lower()
     gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh") or family in KNOWN_FAMILIES)
     if family == "gpt_oss":
         act = "quick_gelu"  # Megatron: quick_gelu GLU with offset 1.0 and clamp 7.0 (models.json)
     if act == "swiglu":
         act = "silu"
+    return act, gated
 
+
+def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.json") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face style config dict; InputError names the field.
+
+    The steps read the fields in this order (the first bad field is the one reported): family,
+    sizes, attention, experts, which layers are MoE, dense width, sliding window, activation, the rest."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
+    cfg = _unwrap_text_config(cfg)
+    r = _Reader(cfg, source)
+    family = _family(cfg, r)
+    L = r.int("num_hidden_layers", minimum=1)
+    h = r.int("hidden_size", minimum=1)
+    n_h = r.int("num_attention_heads", minimum=1)
+    n_kv = r.int("num_key_value_heads", n_h, minimum=1)
+    vocab = r.int("vocab_size", minimum=1)
+    fields, head_dim, n_kv = _attention(r, family, h, n_h, n_kv)
+    experts = _experts(r, family)
+    moe = _moe_layers(r, cfg, family, L, experts["num_experts"])
+    ffn = _dense_ffn(r, family, moe)
+    window, swa = _sliding_window(r, cfg, family, L)
+    act, gated = _activation(r, cfg, family)
     div = r.int("megatron_make_vocab_size_divisible_by", 1280 if family in _VOCAB_DIVISOR_1280 else 128, minimum=1)
     mtp = r.int("num_nextn_predict_layers", None) if r.has("num_nextn_predict_layers") else r.int("mtp_num_layers", 0)
 
@@ -421,13 +453,8 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             ffn_hidden_size=ffn,
             gated_mlp=gated,
             activation=act,
-            num_experts=n_exp,
-            moe_ffn_hidden_size=moe_ffn,
-            top_k=top_k,
-            shared_ffn_hidden_size=shared,
+            **experts,
             moe_layers=tuple(moe),
-            n_group=n_group,
-            topk_group=topk_group,
             mtp_layers=mtp,
             sliding_window=window,
             max_position_embeddings=r.int("max_position_embeddings", None, minimum=1),
@@ -450,8 +477,8 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
 # Catalog
 
 
-# planner/data/models.json is a copy of the reference catalog (../shared/reference/models.json, a
-# test holds them equal); models_extra.json adds families beyond it in the same format.
+# planner/data/models.json: the reference catalog (Hugging Face config.json fields; each model's 'source' is
+# the primary file its numbers were checked against); models_extra.json adds families beyond it in the same format.
 CATALOG_FILES = ("data/models.json", "data/models_extra.json")
 
 
@@ -524,6 +551,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         cfg = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(p, exc, "config.json") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror})") from None
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem

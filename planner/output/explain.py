@@ -554,6 +554,38 @@ def safe_order_line(best: Mapping, alt: Mapping, label: str, note: Mapping) -> s
             "the lead is inside the uncertainty, so the covered plan ranks first")
 
 
+def band_text(pred: Mapping) -> str:
+    """``low-high`` TFLOP/s of a prediction's uncertainty band, ``*`` when extrapolated ("-" without a band)."""
+    if not pred.get("tflops_per_gpu_high"):
+        return "-"
+    return f"{pred['tflops_per_gpu_low']:,.0f}-{pred['tflops_per_gpu_high']:,.0f}" + ("*" if pred.get("extrapolated") else "")
+
+
+def uncertainty_lines(doc: Mapping) -> list[tuple[str, str | None]]:
+    """Each plan's band, its lead over the next and the --compare layout, as (line, extrapolation note or
+    None): what ``topoplan plan`` prints under its table and the HTML report shows (docs/uncertainty.md)."""
+    out: list[tuple[str, str | None]] = []
+    for i, entry in enumerate(doc.get("plans") or []):
+        p = entry.get("prediction") or {}
+        if not p.get("tflops_per_gpu_high"):
+            continue
+        line = (f"#{i + 1} {entry.get('label') or config_label(entry['config'])}: {p['tflops_per_gpu']:,.0f} "
+                f"TFLOP/s/GPU, band {p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})")
+        if "lead_over_next" in entry:
+            line += f"; lead over #{i + 2} {entry['lead_over_next']:+.1%}" + (
+                ": within the model's uncertainty" if entry["within_uncertainty"] else "")
+        out.append((line, p.get("extrapolated") or None))
+    cmp_ = doc.get("compare")
+    if cmp_:
+        p = cmp_["prediction"]
+        verdict = "within the model's uncertainty" if cmp_["within_uncertainty"] else "outside the model's uncertainty"
+        out.append((f"compare {cmp_['label']}: {p['tflops_per_gpu']:,.0f} TFLOP/s/GPU, band "
+                    f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f} ({p['regime']})"
+                    + ("" if p["fits"] else ", does not fit in memory")
+                    + f"; plan #1 leads by {cmp_['plan_lead']:+.1%}: {verdict}", p.get("extrapolated") or None))
+    return out
+
+
 def hbm_of(doc: Mapping) -> float | None:
     """HBM per GPU (GiB) of the document's plans (what each prediction compared its memory with)."""
     plans = doc.get("plans") or []
@@ -581,9 +613,7 @@ def plans_table(doc: Mapping, top: int | None = None, hbm_gib: float | None = No
             f"{p.get('tokens_per_s_per_gpu', 0):,.0f}",
             _fmt_s(float(p.get("step_time_s") or 0.0)),
             "-" if mem is None else f"{mem:.0f}",
-            # the uncertainty band (docs/uncertainty.md); * = extrapolated regime
-            f"{p['tflops_per_gpu_low']:,.0f}-{p['tflops_per_gpu_high']:,.0f}" + ("*" if p.get("extrapolated") else "")
-            if p.get("tflops_per_gpu_high") else "-",
+            band_text(p),   # the uncertainty band (docs/uncertainty.md); * = extrapolated regime
         ])
     mem_note = f"GiB: memory per GPU of {cap:.0f} GiB HBM" if cap else "GiB: memory per GPU"
     caption = f"TFLOP/s (model) and tokens/s per GPU; {mem_note}; band: TFLOP/s uncertainty (* extrapolated)"

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.config import ParallelConfig, Training
 from planner.cost.shape import LaunchShape
-from planner.errors import InputError, pydantic_message
+from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import ModelSpec
 from topologies.cluster import Cluster
 
@@ -226,7 +226,9 @@ def load_document(doc, what: str = "plan.json") -> PlanDocument:
     if isinstance(doc, (str, Path)):
         path = Path(doc)
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise not_utf8(path, exc, "plan document") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"{path}: not a readable JSON plan document ({exc}); write one with "
                              "'topoplan plan --save-plan'") from None

@@ -1,5 +1,6 @@
 """DeepSeek's Expert Parallelism Load Balancer (EPLB), written from its description, for side-by-side
-benchmarks (see ../shared/reference/eplb.md; this is not DeepSeek's code).
+benchmarks (the algorithm of deepseek-ai/EPLB, ``eplb.py`` ``rebalance_experts`` with its hierarchical and global
+policies, MIT; this is not DeepSeek's code).
 
 Two policies, both greedy and load-only:
 

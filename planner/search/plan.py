@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.config import DEFAULT_STACKS, ParallelConfig, Training
 from planner.cost.goodput import Resilience, plan_goodput
+from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
@@ -50,7 +51,9 @@ from planner.search.bounds import bound_factors, exhaustive
 from planner.search.document import PlanDocument
 from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
-from solver.layout import enumerate_bounded, evaluate_many, feasible_rows, solve, solve_bounded
+from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
+from solver.layout import enumerate_bounded, evaluate_many, feasible_rows
+from solver.numpy_engine import ancestors
 from topologies.loader import Job
 
 OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
@@ -245,10 +248,10 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
     pool = max(top, SAFE_POOL) if objective in ("throughput", "tflops-per-gpu") else top   # _safe_rank's pool
     if method == "cp-sat-full":
-        res = solve(prog, top=pool, time_limit=time_limit, workers=workers, accept=accept)
+        res = engines.solve(prog, top=pool, time_limit=time_limit, workers=workers, accept=accept)
     elif factors is not None and method == "cp-sat":
-        res = solve_bounded(prog, factors, top=pool, accept=accept, time_limit=time_limit, workers=workers,
-                            master=b.master_vars)
+        res = engines.solve_bounded(prog, factors, top=pool, accept=accept, time_limit=time_limit, workers=workers,
+                                    master=b.master_vars)
     elif factors is not None:
         res = enumerate_bounded(prog, factors, b.master_vars, top=pool, accept=accept, time_limit=time_limit)
     else:   # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
@@ -459,8 +462,23 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
         shortfalls.append((hit[1] - usable, hit[2]))
         return mem_vars
 
+    hybridep_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "etp", "dispatcher", "gpd")]
+    hybridep_ok: dict = {}
+
+    def hybridep_accept(choice):  # issue 23 item 3: HybridEP needs the same ranks of each EP group per domain
+        cfg, world, _, gpd, _ = b.config_of(choice)
+        if cfg.dispatcher != "flex-hybridep" or not model.num_experts:
+            return None
+        key = tuple(choice[i] for i in hybridep_vars)
+        if key not in hybridep_ok:
+            placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
+            gpus = cluster.gpus()
+            hybridep_ok[key] = hybridep_runs(cfg, world, placement.order,
+                                             [gpus[g].domain for g in placement.rank_to_gpu])
+        return None if hybridep_ok[key] else hybridep_vars
+
     def accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
-        cut = memory_accept(choice)
+        cut = memory_accept(choice) or hybridep_accept(choice)
         if cut is not None or not equal_slices:
             return cut
         cfg, world, _, gpd, _ = b.config_of(choice)
@@ -477,13 +495,26 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
         # the memory bound dropped every layout: price exactly the few it rates closest
         rows = feasible_rows(prog)
         if len(rows):
-            lim = prog.limits[0][0]
-            lbv, okv, _ = evaluate_many(prog, rows, upto=lim)
-            lbv = np.where(okv, lbv, np.iinfo(np.int64).max)
-            for i in np.argsort(lbv, kind="stable")[:8]:
-                if okv[i]:
-                    accept(tuple(int(a) for a in rows[i]))
+            for i in _closest_by_bound(prog, rows, prog.limits[0][0], 8):
+                accept(tuple(int(a) for a in rows[i]))
     raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+
+
+def _closest_by_bound(prog, rows, lim: int, k: int) -> list[int]:
+    """The first ``k`` rows in order of the limit node ``lim`` (then row order) among those that every
+    table up to ``lim`` admits. The bound is computed on the few nodes it reads for every row; rows
+    are then checked in full, in that order, only until ``k`` pass."""
+    lbv, okv, _ = evaluate_many(prog, rows, upto=lim, only=ancestors(prog, [lim]))
+    order = np.argsort(np.where(okv, lbv, np.iinfo(np.int64).max), kind="stable")
+    order = order[okv[order]]
+    picked: list[int] = []
+    for start in range(0, len(order), 256):
+        idx = order[start:start + 256]
+        _, ok_full, _ = evaluate_many(prog, rows[idx], upto=lim)
+        picked += [int(i) for i in idx[ok_full]]
+        if len(picked) >= k:
+            break
+    return picked[:k]
 
 
 def _entries(res, b, model, cluster, training, trainer, prof):

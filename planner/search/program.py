@@ -128,6 +128,7 @@ class ProgramBuilder:
         prog = self.prog
         prog.table_t = lambda vars_, values, nodes=(): prog.table(vars_, values, nodes, trusted=True)
         self._shape_cache: dict = {}
+        self._host: dict = {}
         gpu = cluster.gpu_spec
         self.gpu = gpu
         self.arch = gpu.arch
@@ -155,6 +156,15 @@ class ProgramBuilder:
             a = {n: self.vals[n][i] for n, i in zip(names, ix)}
             if structural_ok(self.space, a):
                 yield ix, a
+
+    def host_regime(self, ep: int, recompute: str) -> tuple:
+        """``steptime.host_regime`` of a layout: it reads only EP and recompute (through the effective
+        recipe), so it is computed once per pair, not once per table entry."""
+        key = (ep, recompute)
+        hit = self._host.get(key)
+        if hit is None:
+            hit = self._host[key] = host_regime(self.model, ParallelConfig(ep=ep, recompute=recompute), self.training)
+        return hit
 
     def q(self, seconds: float) -> int:
         return int(math.floor(seconds / NS + 0.5))
@@ -347,7 +357,7 @@ class ProgramBuilder:
                 lt = kind_time(self.eff_rc[a["recompute"]], model, kind, s, a["mbs"], a["tp"], a["cp"], a["ep"],
                                etp, self.lp, _rc_arg(a["recompute"]))
                 w_tp, w_ep, w_cp = windows(lt, self.ep_sms)
-                launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), self.training)[1]
+                launched = self.host_regime(a["ep"], a["recompute"])[1]
                 sync = kind_sync_time(model, kind, a["ep"], lt, launched, _rc_arg(a["recompute"]), self.call_us)
                 for n, v in (("comp", lt.total), ("fwd", lt.fwd), ("bwd", lt.bwd), ("attn", w_cp), ("g3", w_tp),
                              ("wep", w_ep), ("sync", sync)):
@@ -447,7 +457,7 @@ class ProgramBuilder:
             parts.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
-                graphed, launched = host_regime(model, ParallelConfig(ep=a["ep"], recompute=a["recompute"]), tr)
+                graphed, launched = self.host_regime(a["ep"], a["recompute"])
                 hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
             if any(hk.values()):
                 cand = [P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)]

@@ -279,25 +279,31 @@ def _rule_fn(name: str):
 
 
 def rule_tables(space: Space, model, training: Training) -> list[tuple[tuple[str, ...], list[tuple]]]:
-    """For every rule of the target trainer: (variables, allowed tuples of candidate *indices*)."""
-    out = []
-    for rule in trainer_rules.RULES:
-        if space.trainer not in rule.trainers:
-            continue
+    """For every rule of the target trainer: (variables, allowed tuples of candidate *indices*).
+
+    Rules that read the same variables share one walk over their tuples (one ParallelConfig each)."""
+    rules = [r for r in trainer_rules.RULES if space.trainer in r.trainers]
+    for rule in rules:
         if rule.name not in RULE_VARS:
             raise KeyError(f"planner.search.space.RULE_VARS has no entry for trainer rule {rule.name!r}")
-        vars_ = RULE_VARS[rule.name]
-        allowed = []
+    by_vars: dict[tuple[str, ...], list] = {}
+    for rule in rules:
+        by_vars.setdefault(RULE_VARS[rule.name], []).append(rule)
+    allowed: dict[str, list] = {rule.name: [] for rule in rules}
+    trainings: dict = {None: training}
+    for vars_, group in by_vars.items():
         for idx in itertools.product(*(range(len(space.values[v])) for v in vars_)):
             a = {v: space.values[v][i] for v, i in zip(vars_, idx)}
             if not structural_ok(space, a):
                 continue
             cfg, world, gbs, _ = config_of(space, a)
-            tr = training if gbs is None else training.model_copy(update={"global_batch": gbs})
-            if rule.check(model, cfg, tr, world) is None:
-                allowed.append(idx)
-        out.append((vars_, allowed))
-    return out
+            tr = trainings.get(gbs)
+            if tr is None:
+                tr = trainings[gbs] = training.model_copy(update={"global_batch": gbs})
+            for rule in group:
+                if rule.check(model, cfg, tr, world) is None:
+                    allowed[rule.name].append(idx)
+    return [(RULE_VARS[rule.name], allowed[rule.name]) for rule in rules]
 
 
 def structural_tables(space: Space) -> list[tuple[tuple[str, ...], list[tuple]]]:

@@ -1,4 +1,5 @@
-"""MaxText 0.2.5's mesh rules, re-stated as an independent oracle (../shared/reference/trainers.md 3.2).
+"""MaxText 0.2.5's mesh rules, re-stated as an independent oracle (MaxText 0.2.5
+src/maxtext/utils/max_utils.py fill_unspecified_mesh_axes, configs/types.py MaxTextConfig).
 
 The real loader (maxtext.configs.pyconfig) needs Python 3.12 and jax; these are the rules it applies
 to the mesh: max_utils.fill_unspecified_mesh_axes and MaxTextConfig's DCN check.

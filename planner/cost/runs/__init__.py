@@ -24,7 +24,7 @@ from pathlib import Path
 from planner.cost.profiles import load_profile
 from planner.cost.runs import maxtext, megatron, torchtitan
 from planner.errors import InputError
-from planner.model.flops import flops_per_token
+from planner.model.flops import flops_per_token, param_counts
 from planner.model.spec import catalog, load_model
 
 MIN_ITERS = 3
@@ -104,7 +104,7 @@ def _torchtitan(text: str, source: str) -> Run:
     steps = p["steps"]
     tps, used, skip = _median_after_warmup([(s[0], s[2]) for s in steps], source, "step")
     kept = [s for s in steps if s[0] > skip]
-    return Run(source, "torchtitan", torchtitan.row_fields(p), gpu=_gpu_key(p["device"]),
+    return Run(source, "torchtitan", torchtitan.row_fields(p), torchtitan.model_shape(p), gpu=_gpu_key(p["device"]),
                tokens_per_s_per_gpu=tps, logged_tflops_per_gpu=statistics.median(s[3] for s in kept),
                iters_used=used, iters_skipped=skip, peak_reserved_gib=max(s[1] for s in kept))
 
@@ -115,7 +115,7 @@ def _maxtext(text: str, source: str) -> Run:
     sec, used, skip = _median_after_warmup([(s[0], s[1]) for s in steps], source, "step")
     kept = [s for s in steps if s[0] > skip]
     tok = [s[3] for s in kept if s[3] is not None]
-    return Run(source, "maxtext", maxtext.row_fields(p), step_s=sec,
+    return Run(source, "maxtext", maxtext.row_fields(p), maxtext.model_shape(p), step_s=sec,
                tokens_per_s_per_gpu=statistics.median(tok) if tok else None,
                logged_tflops_per_gpu=statistics.median(s[2] for s in kept), iters_used=used, iters_skipped=skip)
 
@@ -154,9 +154,34 @@ def log_files(path: str | Path) -> list[Path]:
     return found
 
 
+SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_experts")
+PARAMS_TOLERANCE = 0.05   # TorchTitan's size line against planner.model.flops.param_counts (MTP, padding)
+
+
+def shape_mismatch(model, shape: dict) -> str | None:
+    """How the log's model differs from ``model`` (None when the log agrees or prints no shape)."""
+    for key in SHAPE_KEYS:
+        if key in shape and shape[key] != (getattr(model, key) or 0):
+            return f"{key} {shape[key]} in the log, {getattr(model, key) or 0} in {model.name}"
+    if shape.get("params"):
+        counts = param_counts(model)
+        lo, hi = counts.total, counts.total + counts.mtp
+        if not lo * (1 - PARAMS_TOLERANCE) <= shape["params"] <= hi * (1 + PARAMS_TOLERANCE):
+            return f"{shape['params'] / 1e9:.2f}B parameters in the log, {lo / 1e9:.2f}B in {model.name}"
+    return None
+
+
+def check_model(run: "Run", model_name: str, where: str) -> None:
+    """Refuse a log of another model than ``model_name`` (``where``: the option or column that named it)."""
+    why = shape_mismatch(load_model(model_name), run.shape)
+    if why:
+        raise InputError(f"{run.source}: the log is of another model than {where} {model_name} ({why}); "
+                         f"give the log's own model as {where}, or leave it out to match the log against the catalog")
+
+
 def match_model(shape: dict, source: str) -> str | None:
     """The catalog model whose layers, width, heads and experts the log prints (None: no unique match)."""
-    if not shape:
+    if not shape or not all(k in shape for k in SHAPE_KEYS):
         return None
     hits = []
     for name in catalog():
@@ -184,7 +209,7 @@ def gpu_of(cluster: str | None) -> str | None:
     return _gpu_key(cluster.replace("-", " ").replace("_", " "))
 
 
-def run_row(run: Run, base: dict | None = None, *, rid: str | None = None) -> dict:
+def run_row(run: Run, base: dict | None = None, *, rid: str | None = None, model_from: str = "--model") -> dict:
     """A row in calibration.csv's schema: ``base``'s non-empty fields, else what the log says, with the
     measured tokens/s and model TFLOP/s per GPU (the stack profile's FLOP convention)."""
     base = {k: v for k, v in (base or {}).items() if v not in (None, "")}
@@ -192,6 +217,8 @@ def run_row(run: Run, base: dict | None = None, *, rid: str | None = None) -> di
     row.update({k: str(v) for k, v in base.items()})
     row.setdefault("id", rid or Path(run.source).stem)
     row.setdefault("stack", DEFAULT_STACK[run.trainer])
+    if "model" in base:
+        check_model(run, row["model"], model_from)
     if "model" not in row:
         name = match_model(run.shape, run.source)
         if name is None:
@@ -278,7 +305,7 @@ def rows_from_csv_logs(rows: list[dict], csv_path: str | Path) -> list[dict]:
         if not p.is_absolute():
             p = Path(csv_path).parent / p
         base = {k: v for k, v in r.items() if k not in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "log")}
-        out.append(run_row(read_log(p), base))
+        out.append(run_row(read_log(p), base, model_from=f"{csv_path}: row {r.get('id', '?')}: model"))
     return out
 
 
@@ -298,7 +325,7 @@ def rows_from_trials(out: str | Path) -> list[dict]:
             continue   # not run yet
         base = {"id": t["id"], "stack": t["stack"], "model": t["model"], "gpu": t["gpu"],
                 "num_gpus": str(t["num_gpus"])}
-        rows.append(run_row(read_log(files[-1]), base))
+        rows.append(run_row(read_log(files[-1]), base, model_from=f"{TRIALS_MANIFEST} model"))
     if not rows:
         raise InputError(f"{out}: no trial has logs yet (trial-*/logs/ is empty); run submit_all.sh first")
     return rows

@@ -66,3 +66,13 @@ def row_fields(parsed: dict) -> dict:
         out["gbs"] = int(round(pdb * dev * max(1, _p(p, "gradient_accumulation_steps"))))
         out["mbs"] = max(1, int(pdb))
     return out
+
+
+def model_shape(parsed: dict) -> dict:
+    """What identifies the model in the ``Config param`` listing (compared with the model's spec)."""
+    p = parsed["params"]
+    if "base_num_decoder_layers" not in p or "base_emb_dim" not in p:
+        return {}
+    return {"num_layers": _p(p, "base_num_decoder_layers"), "hidden_size": _p(p, "base_emb_dim"),
+            "num_attention_heads": _p(p, "base_num_query_heads", 0),
+            "num_experts": experts if (experts := _p(p, "num_experts", 1)) > 1 else 0}   # MaxText: dense = 1

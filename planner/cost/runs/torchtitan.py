@@ -25,6 +25,10 @@ the installed package):
       f"{device_type.upper()} capacity: {device_memory_monitor.device_name} "
       f"with {device_memory_monitor.device_capacity_gib:.2f}GiB memory"
 
+- ``torchtitan/trainer.py`` (the model's size, ``get_nparams_and_flops``: every parameter)::
+
+      f"{color.red}size: {model_param_count:,} total parameters{color.reset}"
+
 - ``torchtitan/trainer.py`` (``--debug.print_config``)::
 
       f"Running with configs: {json.dumps(self.to_dict(), indent=2, ensure_ascii=False)}"
@@ -44,6 +48,7 @@ _MESH = re.compile(r"Building device mesh with parallelism: pp=(\d+), dp_replica
                    r"cp=(\d+), tp=(\d+), ep=(\d+)")
 _CAPACITY = re.compile(r"[A-Z]+ capacity: (.+?) with ([0-9.]+)GiB memory")
 _CONFIG = "Running with configs: "
+_SIZE = re.compile(r"size: ([0-9,]+) total parameters")
 
 
 def detect(text: str) -> bool:
@@ -51,8 +56,9 @@ def detect(text: str) -> bool:
 
 
 def parse(text: str, source: str) -> dict:
-    """``{"steps": [(step, mem_gib, tps, tflops, mfu, line)], "mesh": {...}, "config": {...}, "device": str}``."""
-    steps, mesh, config, device = [], {}, {}, None
+    """``{"steps": [(step, mem_gib, tps, tflops, mfu, line)], "mesh": {...}, "config": {...}, "device": str,
+    "params": int | None}`` (params: the model's size line)."""
+    steps, mesh, config, device, params = [], {}, {}, None, None
     lines = _ANSI.sub("", text).splitlines()
     i = 0
     while i < len(lines):
@@ -85,7 +91,11 @@ def parse(text: str, source: str) -> dict:
         m = _CAPACITY.search(line)
         if m and device is None:
             device = m.group(1).strip()
-    return {"steps": steps, "mesh": mesh, "config": config, "device": device}
+            continue
+        m = _SIZE.search(line)
+        if m:
+            params = int(m.group(1).replace(",", ""))
+    return {"steps": steps, "mesh": mesh, "config": config, "device": device, "params": params}
 
 
 def row_fields(parsed: dict) -> dict:
@@ -114,3 +124,8 @@ def row_fields(parsed: dict) -> dict:
     if steps and all(s[4] is not None for s in steps):
         out["precision"] = "bf16"   # mfu is printed only without a quantisation converter
     return out
+
+
+def model_shape(parsed: dict) -> dict:
+    """What identifies the model in the log: its parameter count, when printed."""
+    return {"params": parsed["params"]} if parsed.get("params") else {}

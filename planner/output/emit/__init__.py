@@ -23,6 +23,7 @@ from planner.cost.profiles import load_profile
 from planner.cost.shape import LaunchShape, launch_shape, multi_host_cluster
 from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
+from planner.rules import violations
 from planner.search.document import load_launch
 
 EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm", "k8s", "k8s-cluster")
@@ -163,26 +164,89 @@ def parse_trainers(value: str | list[str]) -> list[str]:
     return out
 
 
+# The trainer whose rules an emitter's files must satisfy (the Slurm files launch the others').
+EMITTER_TRAINER = {"megatron": "megatron", "bridge": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext"}
+
+
+def for_trainer(ctx: EmitContext, name: str) -> EmitContext:
+    """``ctx`` as emitter ``name``'s trainer runs it: a plan made for another trainer gets its training
+    setup re-validated for this one (its auto recipe settings resolve by this trainer's rules), and the
+    layout is checked against this trainer's rules (planner.rules): InputError naming the first broken
+    rule, so no file is written that the trainer would refuse."""
+    target = EMITTER_TRAINER.get(name)
+    if target is None:
+        return ctx
+    made, training = ctx.training.trainer, ctx.training
+    where = f"--trainer {name}: plan {ctx.index} was made for {made}"
+    if target != made:
+        try:
+            training = Training.model_validate({**training.model_dump(), "trainer": target})
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InputError(f"{where}; {target} refuses its training setup: {msg}; "
+                             f"plan again with --trainer {target}") from None
+    broken = violations(ctx.model, ctx.config, training, ctx.world, target)
+    if broken:
+        again = f"; plan again with --trainer {target}" if target != made else "; plan again"
+        raise InputError(f"{where}; {target} refuses {ctx.config.short()}: {broken[0].message} "
+                         f"(rule {broken[0].rule}){again}")
+    return dataclasses.replace(ctx, training=training)
+
+
 def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
-    """The files each trainer needs, as ``{relative path: text}``."""
+    """The files each trainer needs, as ``{relative path: text}``, each from the plan as that trainer
+    runs it (:func:`for_trainer`)."""
     ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:
-        files.update(importlib.import_module(f"planner.output.emit.{name.replace('-', '_')}").files(ctx))
+        files.update(importlib.import_module(f"planner.output.emit.{name.replace('-', '_')}").files(for_trainer(ctx, name)))
     return files
 
 
-def emit_plan(plan_doc: dict, trainers: list[str] | str, out: Path, index: int = 0) -> list[Path]:
+# What makes two plan documents the same plan (their solver statistics and timings may differ).
+PLAN_IDENTITY = ("version", "model", "cluster", "training", "plans")
+
+
+def _same_plan(old: dict, new: dict) -> bool:
+    return isinstance(old, dict) and all(old.get(k) == new.get(k) for k in PLAN_IDENTITY)
+
+
+def check_out(out: Path, plan_doc: dict | None, force: bool = False) -> None:
+    """Refuse to mix launch files of two plans: ``out`` must be absent, empty, or hold the files of this
+    same plan (its ``plan.json``), unless ``force`` (then it is replaced whole). ``plan_doc`` None (before a
+    search): refuse only what no plan can match, a directory of other files."""
+    out = Path(out)
+    if force or not out.is_dir() or not any(out.iterdir()):
+        return
+    old = out / "plan.json"
+    what = "files that are not topoplan's launch files (no plan.json)"
+    if old.is_file() and plan_doc is None:
+        return
+    if old.is_file():
+        try:
+            if _same_plan(json.loads(old.read_bytes()), json.loads(json.dumps(plan_doc))):
+                return
+        except (ValueError, UnicodeDecodeError):
+            pass
+        what = "another plan's launch files (its plan.json differs)"
+    raise InputError(f"--out {out}: holds {what}; give an empty or new directory, or --force to replace "
+                     "its contents whole")
+
+
+def emit_plan(plan_doc: dict, trainers: list[str] | str, out: Path, index: int = 0, force: bool = False) -> list[Path]:
     """Write ``plan.json`` and each trainer's launch files for plan ``index`` into ``out`` (atomic).
 
+    ``out`` may hold the files of this same plan (they are replaced, others kept); another plan's files,
+    or anything else, are refused unless ``force``, which replaces the directory whole (:func:`check_out`).
     Returns the written paths (under ``out``), sorted.
     """
     names = parse_trainers(trainers)
+    out = Path(out)
+    check_out(out, plan_doc, force)
     ctx = load_context(plan_doc, index)
     files = {"plan.json": json.dumps(plan_doc, indent=1) + "\n"}
     files.update(render_files(ctx, names))
-    out = Path(out)
-    with atomic_dir(out) as stage:
+    with atomic_dir(out, option="--out", replace=force) as stage:
         for rel, text in files.items():
             path = stage / rel
             path.parent.mkdir(parents=True, exist_ok=True)

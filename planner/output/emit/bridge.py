@@ -5,7 +5,9 @@ TransformerConfig / ModelParallelConfig fields, ``ddp.*`` are DistributedDataPar
 ``train.*`` the batch, ``mixed_precision`` a registered recipe name. Every value equals what the
 Megatron-LM emitter passes on the command line, so both launch the same layout; the tests check
 each ``model.*`` override against the TransformerConfig megatron-core builds from
-megatron/args.txt. Keys: ../shared/reference/trainers.md section 4.
+megatron/args.txt. Keys: Megatron-Bridge 0.6.2's ``ConfigContainer`` (parallelism on the model provider,
+``cfg.model.*``; batch ``cfg.train.*``; overrides parsed by
+``src/megatron/bridge/training/utils/omegaconf_utils.py::process_config_with_overrides``).
 """
 
 from __future__ import annotations

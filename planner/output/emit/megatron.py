@@ -4,7 +4,8 @@
 parallel layout, the batch, recompute, optimizer sharding, overlap flags, MoE dispatcher and the
 precision recipe. ``megatron_env(ctx)`` returns the environment the launcher must export
 (``CUDA_DEVICE_MAX_CONNECTIONS=1`` where ``validate_args`` asserts it: TP>1 or CP>1 on sm<100 without
-FSDP). Flag names and rules: ../shared/reference/trainers.md section 1; the tests run megatron-core's
+FSDP). Flag names and rules: megatron-core 0.19.2 ``megatron/training/arguments.py`` (``add_megatron_arguments``,
+``validate_args``); the tests run megatron-core's
 own ``parse_args`` / ``validate_args`` / ``TransformerConfig`` / ``initialize_model_parallel`` on them.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
@@ -329,7 +331,8 @@ def megatron_env(ctx: EmitContext) -> dict[str, str]:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if ctx.config.dispatcher == "flex-hybridep" and ctx.model.num_experts:
         env["NVLINK_DOMAIN_SIZE"] = str(ctx.domain_size)
-        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(ctx.config.ep, ctx.domain_size))
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(
+            hybrid_ep_ranks_per_domain(ctx.config, ctx.world, ctx.order, ctx.domains))
         if ctx.domain_size > 8:
             env["USE_MNNVL"] = "1"
     return env

@@ -8,7 +8,8 @@ with tyro flags ``--section.key value``; activation checkpointing is the subcomm
 ``[pp, dp_replicate, efsdp, ep]`` for experts, so with dp_replicate = 1 its TP, CP, DP and PP
 groups equal Megatron's (order tp-cp-ep-dp-pp) and its EP groups are Megatron's expert groups with
 ETP = 1: EP borrows ranks from dp_shard * cp * tp. There is no expert tensor parallel degree.
-Keys: ../shared/reference/trainers.md section 2.
+Keys: torchtitan 0.3.0 ``torchtitan/config/configs.py`` (``parallelism``, ``training``, ``compile``), overridden as
+tyro flags ``--<section>.<field>``.
 """
 
 from __future__ import annotations

@@ -95,8 +95,21 @@ def _plan_rows(plans: Sequence[Mapping], cap: float | None) -> list[list]:
             f"{pr.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{pr.get('step_time_s', 0):.3f}",
             "-" if mem is None else (f"{mem:.1f} / {cap:.0f}" if cap else f"{mem:.1f}"),
+            explain.band_text(pr),
         ])
     return rows
+
+
+def _uncertainty_section(doc: Mapping) -> str:
+    """The band of each plan, its lead and the extrapolation notes, as the terminal prints them."""
+    lines = explain.uncertainty_lines(doc)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_e(line)}" + (f"<br><span class=\"bad\">note: {_e(note)}</span>" if note else "") + "</li>"
+                    for line, note in lines)
+    return ("<h2>Uncertainty</h2><p>The band is the model's TFLOP/s uncertainty for the plan's regime "
+            "(docs/uncertainty.md); * in the table marks a regime outside the measured runs.</p>"
+            f"<ul>{items}</ul>")
 
 
 def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
@@ -109,7 +122,8 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
     body = [f"<p>{_e(_training_line(doc))}</p>" if _training_line(doc) else ""]
     body.append("<h2>Top plans</h2>")
     body.append(_table(["layout", "TFLOP/s per GPU", "tokens/s per GPU", "step (s)",
-                        "memory GiB / HBM"], _plan_rows(top, cap)))
+                        "memory GiB / HBM", "band (TFLOP/s)"], _plan_rows(top, cap)))
+    body.append(_uncertainty_section(doc))
     figs.append(fg.breakdown_figure(top, stage / "breakdown.png"))
     body.append(_figure("breakdown.png", "step-time breakdown",
                         "Step time of each plan split into compute, exposed tensor-parallel, context-parallel "

@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 from nccl_format import deepep_internode, deepep_intranode, nccl_tests_output  # noqa: E402
 
 SIZES = [32768, 1048576, 16777216, 134217728, 1073741824, 17179869184]
-# ../shared/reference/hardware.md s2.2, all-reduce busbw (GB/s) at SIZES
+# tests/data/reference/hardware.md s2.2 (stas00/ml-engineering network/benchmarks), all-reduce busbw (GB/s) at SIZES
 H200_NCCL_TESTS = [3.20, 72.45, 242.45, 411.21, 464.00, 480.70]      # 8x H200, nccl-tests, NCCL 2.30.7
 B200_X32_RUN2 = [0.65, 12.47, 71.80, 260.50, 365.99, 376.71]         # 4x 8xB200 nodes, nccl-tests
 
