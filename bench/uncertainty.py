@@ -10,6 +10,11 @@ without the run's model: what a user with a new model gets); a profile fitted to
 predicted with the profile their release resolves to. Rows whose recipe runs eagerly are predicted
 in that regime (bench/accuracy.py EAGER_RECIPES).
 
+Every run is also predicted with every shipped profile of its trainer (``by_profile``): per stack
+profile, the table records the GPU generations of the runs it was fitted on (``fitted_archs``) and, per
+other generation and core regime, the widest residual of its predictions there (``generations``: the
+band of a prediction off the fitted generations, planner/cost/uncertainty.py).
+
 Prints the residuals per pool (stack profile, then trainer family) and core regime, the half-width
 each gets and the runs behind it; ``--write`` writes ``planner/data/uncertainty.yaml``.
 """
