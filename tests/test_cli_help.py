@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _subcommands(argv: list[str]) -> list[str]:
     """The group's subcommands, from typer's own command tree (the oracle for what the help must list)."""
-    cmd = typer.main.get_command(app)
+    cmd = typer.main.get_command(app)   # the root group loads a command's module when it is looked up
     for name in argv:
-        cmd = cmd.commands[name]
-    return sorted(cmd.commands)
+        cmd = cmd.get_command(None, name)
+    return sorted(cmd.list_commands(None))
 
 
 @pytest.mark.parametrize("argv", [[], ["models"], ["topology"]], ids=["topoplan", "models", "topology"])

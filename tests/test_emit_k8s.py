@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import uuid
 import json
 import random
 import re
@@ -383,7 +384,7 @@ def test_kueue_slices_keep_every_domain_local_group_in_one_clique(tmp_path, layo
     doc = plan_doc(model, cluster, config, Training(seq_len=4096, global_batch=world), world=world)
     ctx = load_context(doc)
     shape = launch_shape_of(ctx)
-    out = tmp_path / f"o{seed}"
+    out = tmp_path / f"o{uuid.uuid4().hex}"   # a fresh directory per example (--out refuses another plan's files)
     emit_plan(doc, ["megatron", "k8s"], out)
     pods, job = _workers(_kinds(out)["JobSet"])
     tpl = job["template"]

@@ -144,7 +144,8 @@ def test_csv_column_is_read_and_checked():
 
 def _dense_dp(prec, **recipe):
     tr = Training(seq_len=8192, global_batch=128, precision=prec, recipe=recipe)
-    return load_model("llama3-70b"), load_cluster("dgx-h100", gpus=64), ParallelConfig(tp=8, pp=1, dp=8), tr
+    # B200 (sm100): MXFP8 runs on Blackwell only (topologies.gpus refuses it on Hopper)
+    return load_model("llama3-70b"), load_cluster("dgx-b200", gpus=64), ParallelConfig(tp=8, pp=1, dp=8), tr
 
 
 def test_param_all_gather_moves_one_byte_for_fp8_and_bf16_for_mxfp8():

@@ -23,7 +23,7 @@ LIMIT = 100
 OVER = {
     ("solver/cpsat.py", "_build"): 150,
     ("solver/experts.py", "solve_layer"): 142,
-    ("solver/bounded.py", "solve_bounded"): 118,   # +1: the solve wrapped in solver.interrupt.stoppable (Ctrl-C)
+    ("solver/bounded_cpsat.py", "solve_bounded"): 118,   # +1: the solve wrapped in solver.interrupt.stoppable (Ctrl-C)
     ("planner/search/bounds.py", "bound_factors"): 126,
     ("planner/cli/experts.py", "register"): 127,
     ("planner/cli/experts.py", "register.place_experts"): 123,

@@ -158,7 +158,9 @@ LAZY_IMPORTS = {
     ("planner", "planner.model.spec"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.cost.predict"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.search.plan"): "the public API binds on first use: the CLI starts without it",
-    ("topologies", "topologies.loader.load_cluster"):
+    ("planner", "planner.launch.place"): "the public API binds on first use: the CLI starts without it",
+    ("planner", "planner.launch.replan"): "the public API binds on first use: the CLI starts without it",
+    ("topologies", "topologies.loader"):
         "the cluster schema (pydantic, yaml) loads on first use: importing topologies.errors stays light",
     ("solver.layout", "solver.cpsat"):
         "OR-Tools (~0.4 s, it loads pandas), for plan --method cp-sat-full only",
