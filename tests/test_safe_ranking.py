@@ -31,9 +31,16 @@ def test_no_extrapolated_plan_above_a_covered_one_inside_its_band(raw):
     if order:   # the issue's statement of it, for #1
         top = order[0]
         assert not (ext[top] and any(not ext[c] and vals[c] >= vals[top] * math.exp(-hw[top]) for c in order[1:]))
-    # every promotion names a covered plan now above an extrapolated one that led it
+    # every promotion names a covered plan now above an extrapolated one that led it within its band
     for c, x in promoted:
         assert not ext[c] and ext[x] and order.index(c) < order.index(x) and vals[x] >= vals[c]
+        assert vals[c] >= vals[x] * math.exp(-hw[x])
+    # nothing else moves: a plan ranks above a better one only when that one is extrapolated and
+    # some covered plan lies inside its band
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            if vals[b] > vals[a]:
+                assert ext[b] and any(not ext[c] and vals[c] >= vals[b] * math.exp(-hw[b]) for c in range(len(raw)))
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,6 +50,12 @@ def test_the_order_is_kept_when_nothing_is_extrapolated_or_everything_is(raw):
     vals, hw = [x[0] for x in raw], [x[1] for x in raw]
     for flag in (False, True):
         assert safe_order(vals, hw, [flag] * len(raw)) == (list(range(len(raw))), [])
+
+
+def test_by_hand_a_narrow_extrapolated_plan_keeps_its_lead():
+    # E1 (wide band) holds C, E2 (narrow band) does not: C goes above E1 only, E2 stays above C
+    order, promoted = safe_order([120.0, 110.0, 100.0], [math.log(1.5), 0.05, 0.1], ["x", "x", None])
+    assert order == [1, 2, 0] and promoted == [(2, 0)]
 
 
 def test_by_hand():
@@ -77,7 +90,7 @@ def test_issue_example_ranks_the_covered_layout_first(capsys):
     # the proven bound stays the solver's (the fastest plan's), so the gap shows the price of safety
     assert doc["solver"]["bound"] >= max(e["prediction"]["tokens_per_s"] for e in plans) * (1 - 1e-9)
     line = why_not_lines(doc, n=3)[faster[0] - 1]
-    assert "extrapolated" in line and "covered plan ranks first" in line and "faster" in line
+    assert "extrapolated" in line and "so the covered plan #1 ranks above it" in line and "faster than #1" in line
     # one plan asked for: still the covered one (the ranking looks at a few more)
     assert _plan_json(capsys, "--top", "1")["plans"][0]["prediction"]["extrapolated"] is None
 

@@ -257,13 +257,13 @@ def safe_order(values, half_widths, extrapolated) -> tuple[list[int], list[tuple
     covered plan ranked above an extrapolated one that led it)."""
     remaining = list(range(len(values)))
     order, promoted = [], []
-    while remaining:
-        first = remaining[0]
-        pick = first
-        if extrapolated[first]:   # the best covered plan inside its band, if any, goes first
-            floor = values[first] * math.exp(-half_widths[first])
-            pick = next((c for c in remaining if not extrapolated[c] and values[c] >= floor), first)
-        promoted += [(pick, r) for r in remaining[:remaining.index(pick)]]
+
+    def inside(c, r):   # covered c lies inside extrapolated r's band
+        return bool(extrapolated[r]) and not extrapolated[c] and values[c] >= values[r] * math.exp(-half_widths[r])
+
+    while remaining:   # the best plan no covered plan still to place lies inside the band of
+        pick = next((r for r in remaining if not any(inside(c, r) for c in remaining)), remaining[0])
+        promoted += [(pick, r) for r in remaining[:remaining.index(pick)] if inside(pick, r)]
         order.append(pick)
         remaining.remove(pick)
     return order, promoted
