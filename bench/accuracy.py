@@ -98,7 +98,33 @@ def main(argv: list[str]) -> int:
     print(f"LOMO MAPE {'all':15s} {statistics.mean(e):5.2f}%  worst {max(e):5.1f}%")
     if not args:
         leave_one_table_out(rows, stacks, str(csv_path))
+        hopper_bands()
     return 0
+
+
+def hopper_bands() -> None:
+    """The published H100 Megatron rows (bench/data, calibration.csv) predicted with the default stack,
+    fitted on Blackwell rows only: each against its band (issue 21 item 3; tests/test_generations.py)."""
+    from planner.cost.profiles import DEFAULT_STACK, load_profile
+    from planner.cost.validate import predict_case, read_rows, row_case
+
+    prof = load_profile(DEFAULT_STACK)
+    print()
+    print(f"published H100 runs predicted with the default stack {DEFAULT_STACK} (no Hopper row fitted), "
+          "model TFLOP/s per GPU:")
+    inside = n = 0
+    for path in sorted((ROOT / "bench" / "data").glob("*.csv")) + [DEFAULT_CSV]:
+        for r in read_rows(path):
+            if r["gpu"].strip() != "H100" or not (r.get("stack") or "").startswith("megatron"):
+                continue
+            p = predict_case(row_case(r, DEFAULT_STACK, str(path), profile=prof), prof)
+            meas = float(r["model_tflops_per_gpu"])
+            ok = p.tflops_per_gpu_low <= meas <= p.tflops_per_gpu_high
+            inside, n = inside + ok, n + 1
+            print(f"  {path.stem[:26]:26s} {r['id']:14s} {r['model']:16s} {r['num_gpus']:>5s} pred {p.tflops_per_gpu:5.0f} "
+                  f"meas {meas:5.0f} ({100 * (p.tflops_per_gpu / meas - 1):+6.1f}%) band "
+                  f"{p.tflops_per_gpu_low:5.0f}-{p.tflops_per_gpu_high:5.0f} {'inside' if ok else 'OUTSIDE'}")
+    print(f"  {inside} of {n} inside their band")
 
 
 def leave_one_table_out(rows: list[dict], stacks: list[str], source: str) -> None:

@@ -10,6 +10,11 @@ without the run's model: what a user with a new model gets); a profile fitted to
 predicted with the profile their release resolves to. Rows whose recipe runs eagerly are predicted
 in that regime (bench/accuracy.py EAGER_RECIPES).
 
+Every run is also predicted with every shipped profile of its trainer (``by_profile``): per stack
+profile, the table records the GPU generations of the runs it was fitted on (``fitted_archs``) and, per
+other generation and core regime, the widest residual of its predictions there (``generations``: the
+band of a prediction off the fitted generations, planner/cost/uncertainty.py).
+
 Prints the residuals per pool (stack profile, then trainer family) and core regime, the half-width
 each gets and the runs behind it; ``--write`` writes ``planner/data/uncertainty.yaml``.
 """
@@ -42,11 +47,14 @@ def residuals(progress=print) -> list[dict]:
     """One record per measured run: id, pool (profile), family, regime features, log error, how."""
     from accuracy import EAGER_RECIPES, OUT_OF_SAMPLE
     from planner.cost.calibrate import calibrate_rows
-    from planner.cost.profiles import load_profile, resolve_name
+    from planner.cost.profiles import available, load_profile, resolve_name
     from planner.cost.uncertainty import classify, family_of
     from planner.cost.validate import predict_case, read_rows, row_case
 
     out = []
+
+    def same_family(trainer):
+        return [n for n in available() if load_profile(n).trainer == trainer]
 
     def add(row, source, how, profile=None):
         row = dict(row, cuda_graphs="false") if row["id"] in EAGER_RECIPES else row
@@ -59,7 +67,14 @@ def residuals(progress=print) -> list[dict]:
             err = math.log(p.tokens_per_s_per_gpu / float(row["tokens_per_s_per_gpu"]))
         else:
             err = math.log(p.tflops_per_gpu / float(row["model_tflops_per_gpu"]))
-        out.append({"id": row["id"], "pool": stack, "family": family_of(stack, prof.trainer), "core": reg.core,
+        gens = {}   # the residual of every shipped profile of the family: the generation check
+        for other in same_family(prof.trainer):
+            o = load_profile(other)
+            q = predict_case(row_case(row, other, source, profile=o), o)
+            gens[other] = round(math.log((q.tokens_per_s_per_gpu / float(row["tokens_per_s_per_gpu"]))
+                                         if row.get("_compare") == "tokens" else
+                                         (q.tflops_per_gpu / float(row["model_tflops_per_gpu"]))), 4)
+        out.append({"id": row["id"], "pool": stack, "arch": case.cluster.gpu_spec.arch, "by_profile": gens, "family": family_of(stack, prof.trainer), "core": reg.core,
                     "fsdp": reg.fsdp, "cp": reg.cp, "precision": reg.precision, "log_error": round(err, 4),
                     "how": how, "source": Path(source).name, "model": case.model.name, "gpu": row["gpu"],
                     "config": p.config.short()})
@@ -113,10 +128,28 @@ def summarise(runs: list[dict]) -> dict:
             if len(errs) >= MIN_RUNS:
                 widest = max(widest, h)
         doc_pools[name] = {"regimes": regimes, "runs": [
-            {k: r[k] for k in ("id", "core", "fsdp", "cp", "precision", "log_error", "how", "source")} for r in rs]}
+            {k: r[k] for k in ("id", "core", "fsdp", "cp", "precision", "arch", "log_error", "how", "source")}
+            for r in rs]}
+        if name in {p for r in runs for p in r["by_profile"]}:   # a stack profile: its generations
+            doc_pools[name].update(generations(name, runs))
+
     return {"quantile": QUANTILE, "floor": FLOOR, "min_runs": MIN_RUNS,
             "default_half_width": round(max(DEFAULT_MIN, widest), 3),
             "extrapolation_step": EXTRAPOLATION_STEP, "pools": doc_pools}
+
+
+def generations(stack: str, runs: list[dict]) -> dict:
+    """``fitted_archs``: the GPU generations of the runs ``stack`` was fitted on; ``generations``: per
+    other generation and core regime, the widest |ln(pred/meas)| of ``stack``'s predictions of the
+    family's measured runs there (few runs: the widest, not a quantile) and their count."""
+    fitted = sorted({r["arch"] for r in runs if r["pool"] == stack and r["how"] != "not fitted"})
+    gens: dict = {}
+    for r in runs:
+        if stack in r["by_profile"] and r["arch"] not in fitted:
+            cell = gens.setdefault(r["arch"], {}).setdefault(r["core"], {"half_width": 0.0, "runs": 0})
+            cell["half_width"] = round(max(cell["half_width"], abs(r["by_profile"][stack]), FLOOR), 3)
+            cell["runs"] += 1
+    return {"fitted_archs": fitted, "generations": {a: dict(sorted(c.items())) for a, c in sorted(gens.items())}}
 
 
 def to_yaml(doc: dict) -> str:
@@ -134,6 +167,13 @@ def to_yaml(doc: dict) -> str:
         lines += [f"  {name}:", "    regimes:"]
         for core, cell in pool["regimes"].items():
             lines.append(f"      {core}: {json.dumps(cell)}")
+        if "fitted_archs" in pool:
+            lines.append(f"    fitted_archs: {json.dumps(pool['fitted_archs'])}")
+            lines.append("    generations:")
+            for arch, cells in pool["generations"].items():
+                lines.append(f"      {arch}:")
+                for core, cell in cells.items():
+                    lines.append(f"        {core}: {json.dumps(cell)}")
         lines.append("    runs:")
         for r in pool["runs"]:
             lines.append(f"      - {json.dumps(r)}")
@@ -165,7 +205,8 @@ def main(argv: list[str]) -> int:
     inside = 0
     for r in runs:
         parts = r["core"].split()
-        reg = Regime(parts[0], parts[1], parts[2] if len(parts) > 2 else None, r["fsdp"], r["cp"], r["precision"])
+        reg = Regime(parts[0], parts[1], parts[2] if len(parts) > 2 else None, r["fsdp"], r["cp"], r["precision"],
+                     r["arch"])
         inside += abs(r["log_error"]) <= band_for(reg, r["pool"], None, doc).half_width
     print(f"runs inside the band their regime gets: {inside} of {len(runs)} ({100 * inside / len(runs):.0f}%)")
     if "--write" in argv:

@@ -108,7 +108,11 @@ def test_cli_writes_a_profile_that_predict_can_use(tmp_path, capsys):
         w.writeheader()
         w.writerows(rows)
     out = tmp_path / "mine.yaml"
-    assert main(["calibrate", str(sub), "--stack", "megatron-26.08", "-o", str(out)]) == 0
+    # three rows from the priors inform no parameter on their own (the default keeps them all: see
+    # test_calibrate_safety.py); --fit-all fits every one, the prior term holding what the rows miss
+    assert main(["calibrate", str(sub), "--stack", "megatron-26.08", "-o", str(tmp_path / "kept.yaml")]) == 0
+    assert "the rows inform 0 of" in capsys.readouterr().out
+    assert main(["calibrate", str(sub), "--stack", "megatron-26.08", "-o", str(out), "--fit-all"]) == 0
     prof = load_profile(str(out))
     assert prof.fit_rows.startswith("rows.csv: 3 rows")
     res = validate_rows(read_rows(sub), stack=str(out))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cli.checks import check_inputs
+from planner.cost.crosscheck import crosscheck, warning_lines
 from planner.cli.plan import header, header_line, memory_warnings
 from planner.cli.progress import progress
 from planner.config import ParallelConfig, Training
@@ -329,8 +331,11 @@ def calibrate_cmd(
     start: str = typer.Option(None, "--from", help="start from this known profile's values (name or YAML), or 'priors' "
                               "(the published priors); default: a stack with a shipped profile of its name from the "
                               "priors, any other from the newest shipped profile of its trainer (docs/calibration.md)"),
-    informed_only: bool = typer.Option(False, "--informed-only", help="fit only the parameters the rows inform; the "
-                                       "rest keep their start (docs/calibration.md)"),
+    informed_only: bool = typer.Option(True, "--informed-only/--fit-all", help="fit only the parameters the rows "
+                                       "inform, the rest keep their start (default), or all (docs/calibration.md)"),
+    by_generation: bool = typer.Option(True, "--per-generation/--shared", help="fit a shared parameter the rows "
+                                       "inform per GPU generation of the rows (name@arch), so other generations keep "
+                                       "their predictions (default), or fit it for all (docs/calibration.md)"),
     json_out: bool = typer.Option(False, "--json", help="print the fitted values as JSON"),
 ) -> None:
     """Fit a stack profile to measured rows (least squares on log error, with bounds and priors).
@@ -344,7 +349,8 @@ def calibrate_cmd(
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar,
                                     start=start if start in (None, "priors") else load_profile(start),
-                                    identify=informed_only)
+                                    identify=informed_only, by_generation=by_generation)
+    moved = crosscheck(info["base"], prof, set(info["arches"]))
     skipped = {x["id"] for x in info["refused"]}
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack and (r.get("id") or "?") not in skipped]
     mem = fit_memory(mine, prof, source=str(csv_path))
@@ -355,7 +361,9 @@ def calibrate_cmd(
     doc = {"profile": str(out), "rows": info["rows"], "start": info["start"], "informed": info["informed"],
            "kept": info["kept"], "refused": info["refused"], "mape_pct": res["mape_pct"],
            "max_abs_error_pct": res["max_abs_error_pct"],
-           "params": {k: p.value for k, p in prof.params.items() if p.fit},
+           "params": {k: p.value for k, p in prof.params.items() if p.fit or k in info["fitted"]},
+           "per_generation": info["per_generation"],
+           "references": [m.to_dict() for m in moved], "warnings": warning_lines(moved),
            "memory": None if mem is None else mem.model_dump()}
     if json_out:
         print(json.dumps(doc, indent=2))
@@ -371,6 +379,15 @@ def calibrate_cmd(
         if mem is not None:
             print(f"  memory: reserve {mem.reserve_gib:.2f} GiB, fragmentation {mem.fragmentation:.3f} of the "
                   f"activations ({mem.runs} measured peaks)")
+        if info["per_generation"]:
+            print(f"  fitted per generation ({', '.join(info['arches'])}; other generations keep the start's value): "
+                  + ", ".join(info["per_generation"]))
+        print("  reference predictions, model TFLOP/s per GPU (start -> fitted; * a generation of the rows):")
+        for m in moved:
+            print(f"    {m.what:58s} {m.before:7,.0f} -> {m.after:7,.0f} {100 * m.change:+6.1f}%"
+                  + ("  *" if m.covered else ""))
+    for line in doc["warnings"]:
+        print(line, file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from planner.cost.predict import predict
-from planner.cost.profiles import PROFILE_DIR, Param, Profile, _version, available, load_profile
+from planner.cost.profiles import ARCHS, PROFILE_DIR, Param, Profile, _version, available, load_profile
 from planner.cost.validate import refusal, resolve_case, row_case
 from planner.errors import InputError
 
@@ -110,7 +110,7 @@ def prior_profile(name: str, description: str = "", flops_formula: str = "curren
 
 
 def _spread(key: str) -> float:
-    spec = PRIORS.get(key) or VARIANTS.get(key)
+    spec = PRIORS.get(key) or VARIANTS.get(key) or PRIORS.get(key.partition("@")[0])
     return spec[4] if spec else 1.5
 
 
@@ -118,35 +118,51 @@ def _is_log(p: Param) -> bool:
     return p.min > 0
 
 
+class _Problem:
+    """The fitted parameters of ``base`` in the fitted scale (log for positive bounds) and the rows'
+    log errors as a function of them: what ``fit_profile`` and ``informed_params`` share."""
+
+    def __init__(self, cases: list, base: Profile):
+        self.cases, self.base = cases, base
+        self.keys = [k for k, p in base.params.items() if p.fit]
+        ps = [base.params[k] for k in self.keys]
+        self.logk = [_is_log(p) for p in ps]
+        self.lo = self.to_u([p.min for p in ps])
+        self.hi = self.to_u([p.max for p in ps])
+        self.u_prior = self.to_u([p.prior if p.prior is not None else p.value for p in ps])
+        self.u0 = np.clip(self.u_prior, self.lo + 1e-9, self.hi - 1e-9)
+        self.sigma = np.array([math.log(_spread(k)) if lg else _spread(k) for k, lg in zip(self.keys, self.logk)])
+
+    def to_u(self, vals):
+        return np.array([math.log(v) if lg else v for v, lg in zip(vals, self.logk)])
+
+    def to_v(self, u):
+        return [math.exp(x) if lg else float(x) for x, lg in zip(u, self.logk)]
+
+    def row_errors(self, u):
+        prof = self.base.with_values(dict(zip(self.keys, self.to_v(u))))
+        return np.array([math.log(max(predict(c.model, c.cluster, c.config, c.training, profile=prof).tflops_per_gpu,
+                                      1e-6) / c.measured_tflops) for c in self.cases])
+
+    def reduction(self) -> np.ndarray:
+        return posterior_reduction(self.row_errors, self.u0, self.hi, self.sigma) if self.keys else np.zeros(0)
+
+
+def informed_params(cases: list, base: Profile) -> list[str]:
+    """The fitted parameters of ``base`` whose ``posterior_reduction`` on ``cases`` reaches ``MIN_REDUCTION``."""
+    pb = _Problem(cases, base)
+    return [k for k, r in zip(pb.keys, pb.reduction()) if r >= MIN_REDUCTION]
+
+
 def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60, identify: bool = False):
     """Least-squares fit of ``base``'s fitted parameters to ``cases`` (``planner.cost.validate.Case``,
     recompute resolved, measured TFLOP/s set). Returns (profile, result info); ``identify``: fit only
     the parameters whose ``posterior_reduction`` reaches ``MIN_REDUCTION`` (info: informed, fitted, kept)."""
-    keys = [k for k, p in base.params.items() if p.fit]
-    ps = [base.params[k] for k in keys]
-    logk = [_is_log(p) for p in ps]
-    prior = [p.prior if p.prior is not None else p.value for p in ps]
-
-    def to_u(vals):
-        return np.array([math.log(v) if lg else v for v, lg in zip(vals, logk)])
-
-    def to_v(u):
-        return [math.exp(x) if lg else float(x) for x, lg in zip(u, logk)]
-
-    lo = to_u([p.min for p in ps])
-    hi = to_u([p.max for p in ps])
-    u_prior = to_u(prior)
-    u0 = np.clip(u_prior, lo + 1e-9, hi - 1e-9)
+    pb = _Problem(cases, base)
+    keys = pb.keys
     w_rows = 1.0 / math.sqrt(max(len(cases), 1))
-    sigma = np.array([math.log(_spread(k)) if lg else _spread(k) for k, lg in zip(keys, logk)])
-
-    def row_errors(u):
-        prof = base.with_values(dict(zip(keys, to_v(u))))
-        return np.array([math.log(max(predict(c.model, c.cluster, c.config, c.training, profile=prof).tflops_per_gpu,
-                                      1e-6) / c.measured_tflops) for c in cases])
-
     info: dict = {}
-    reduction = posterior_reduction(row_errors, u0, hi, sigma) if keys else np.zeros(0)
+    reduction = pb.reduction()
     informed = [i for i in range(len(keys)) if reduction[i] >= MIN_REDUCTION]
     free = informed if identify else list(range(len(keys)))
     info["informed"] = [keys[i] for i in informed]
@@ -155,22 +171,46 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
     info["reduction"] = {k: round(float(r), 3) for k, r in zip(keys, reduction)}
     if not free:
         return base, {**info, "cost": 0.0, "nfev": 0, "status": 0}
-    u_all = u0.copy()
+    u_all = pb.u0.copy()
 
     def residuals(uf):
         u = u_all.copy()
         u[free] = uf
-        out = list(w_rows * row_errors(u))
-        out += [PRIOR_WEIGHT * (u[i] - u_prior[i]) / sigma[i] for i in free]
+        out = list(w_rows * pb.row_errors(u))
+        out += [PRIOR_WEIGHT * (u[i] - pb.u_prior[i]) / pb.sigma[i] for i in free]
         if progress is not None:
             progress.advance()
         return np.array(out)
 
-    res = least_squares(residuals, u0[free], bounds=(lo[free], hi[free]), method="trf", x_scale="jac", diff_step=DIFF_STEP,
-                        loss=LOSS, f_scale=F_SCALE, max_nfev=max_nfev, xtol=1e-10, ftol=1e-10, gtol=1e-10)
-    vals = dict(zip([keys[i] for i in free], to_v(res.x)))
+    res = least_squares(residuals, pb.u0[free], bounds=(pb.lo[free], pb.hi[free]), method="trf", x_scale="jac",
+                        diff_step=DIFF_STEP, loss=LOSS, f_scale=F_SCALE, max_nfev=max_nfev, xtol=1e-10, ftol=1e-10,
+                        gtol=1e-10)
+    vals = dict(zip([keys[i] for i in free], pb.to_v(res.x)))
     vals = {k: float(f"{v:.4g}") for k, v in vals.items()}
     return base.with_values(vals), {**info, "cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status)}
+
+
+def per_generation(base: Profile, cases: list) -> tuple[Profile, list[str]]:
+    """``base`` with every shared parameter the rows inform fitted per GPU generation instead
+    (``name@arch`` for each generation of the rows, starting at the shared value; the shared value,
+    which the other generations use, stays), and the variants of generations the rows lack held.
+    Rows of every generation change nothing. Returns (profile, the keys made per generation)."""
+    arches = sorted({c.cluster.gpu_spec.arch for c in cases})
+    if set(arches) >= set(ARCHS):
+        return base, []
+    shared = [k for k in informed_params(cases, base) if "@" not in k]
+    params = dict(base.params)
+    for k in shared:
+        p = params[k]
+        for a in arches:
+            params.setdefault(f"{k}@{a}", p.model_copy(update={"source": f"{p.source} [{a} only: fitted per generation "
+                                                                        "by calibrate; other generations keep the shared value]"}))
+        params[k] = p.model_copy(update={"fit": False})
+    for k, p in params.items():
+        qual = k.partition("@")[2]
+        if qual in ARCHS and qual not in arches and p.fit:
+            params[k] = p.model_copy(update={"fit": False})
+    return base.model_copy(update={"params": params}), shared
 
 
 def posterior_reduction(row_errors, u0, hi, sigma) -> np.ndarray:
@@ -238,14 +278,18 @@ def start_profile(stack: str, start: Profile) -> Profile:
 
 
 def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude_model: str | None = None,
-                   progress=None, start: Profile | str | None = None, identify: bool = False) -> tuple[Profile, dict]:
+                   progress=None, start: Profile | str | None = None, identify: bool = False,
+                   by_generation: bool = False) -> tuple[Profile, dict]:
     """Fit the profile ``stack`` to the rows of that stack (all rows when the CSV has no stack column).
 
     ``start``: a known profile whose values are the priors (``start_profile``); ``"priors"``: the
     published priors; None: a stack with a shipped profile of its name starts from the published priors
     (how the shipped profiles are fitted), any other from ``nearest_profile`` of its trainer.
     ``identify``: fit only the parameters the rows inform (``posterior_reduction``), the rest keep
-    their start. ``info`` says the start, which parameters the rows inform, and which were fitted."""
+    their start. ``by_generation``: the shared parameters the rows inform are fitted per generation of
+    the rows (``per_generation``), so that other generations' predictions keep the start's values.
+    ``info`` says the start, which parameters the rows inform, which were fitted, which were made per
+    generation (``per_generation``)."""
     mine = [r for r in rows if (r.get("stack") or stack).strip() == stack]
     if exclude_model:
         mine = [r for r in mine if r["model"].strip() != exclude_model]
@@ -270,7 +314,14 @@ def calibrate_rows(rows: list[dict], stack: str, *, source: str = "CSV", exclude
     if not cases:
         raise InputError(f"{source}: every row of stack {stack!r} breaks a trainer rule (row {refused[0]['id']}: "
                          f"{refused[0]['refused']}); nothing to fit")
-    prof, info = fit_profile(cases, base, progress=progress, identify=identify)
+    fit_base, localized = per_generation(base, cases) if by_generation else (base, [])
+    prof, info = fit_profile(cases, fit_base, progress=progress, identify=identify)
+    # the written profile keeps the start's fit flags (a later calibration fits the same parameters)
+    prof = prof.model_copy(update={"params": {k: p.model_copy(update={"fit": base.params[k].fit}) if k in base.params
+                                              else p for k, p in prof.params.items()}})
+    info["per_generation"] = localized
+    info["base"] = base                 # the start: the same conventions, the values before the fit
+    info["arches"] = sorted({c.cluster.gpu_spec.arch for c in cases})
     name = source.rsplit("/", 1)[-1]
     prof = prof.model_copy(update={"fit_rows": f"{name}: {len(cases)} rows of stack {stack}"
                                    + (f" without {exclude_model}" if exclude_model else "")})

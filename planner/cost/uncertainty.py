@@ -21,6 +21,13 @@ log residuals, linear interpolation between order statistics, never below ``floo
 needs ``min_runs`` runs, first among the runs of the stack profile, then among those of its trainer
 family (all Megatron releases); else the band is ``default_half_width`` and extrapolated.
 
+A fourth check is the GPU *generation* (``GPUSpec.arch``: hopper, blackwell, blackwell-ultra): a
+stack profile records the generations of the runs it was fitted on (``fitted_archs``); a prediction
+on another generation is extrapolated (``"no measured Hopper run of megatron-26.08"``) and its band is
+at least the widest residual of that stack's predictions of the family's measured runs of that
+generation and core regime (``generations``: few runs, so the widest rather than a quantile; the
+default half-width when there are none), plus ``extrapolation_step``.
+
 The band of a prediction ``T`` is ``[T exp(-h), T exp(+h)]``: symmetric in log space, so a
 half-width of 0.10 is -9.5% / +10.5%.
 """
@@ -52,6 +59,7 @@ class Regime:
     fsdp: bool
     cp: bool
     precision: str           # "bf16" | "fp8" | "fp4"
+    arch: str | None = None  # GPU generation (GPUSpec.arch); None: not checked
 
     @property
     def core(self) -> str:
@@ -90,7 +98,8 @@ def classify(model, cluster, config, training, ep_domains: int | None = None, pl
     prec = PRECISION_CLASS.get(training.precision)
     if prec is None:
         raise InputError(f"precision {training.precision!r}: use one of {', '.join(PRECISION_CLASS)}")
-    return Regime(system, "moe" if model.is_moe else "dense", ep, bool(config.fsdp), config.cp > 1, prec)
+    return Regime(system, "moe" if model.is_moe else "dense", ep, bool(config.fsdp), config.cp > 1, prec,
+                  cluster.gpu_spec.arch)
 
 
 def _ep_domains(cluster, config, placement) -> int:
@@ -187,14 +196,42 @@ def _band_of(regime: Regime, stack: str, trainer: str | None, t: dict) -> Band:
         have = max((pools[n].get("regimes", {}).get(regime.core, {}).get("runs", 0) for n in order), default=0)
         why = f"no measured {regime.describe(())}" if not have else \
             f"only {have} measured {regime.describe(())}{'s' if have > 1 else ''} (fewer than {t['min_runs']})"
-        return Band(float(t["default_half_width"]), 0, regime, "default", f"{why} with {fam}: extrapolated")
+        h, why = float(t["default_half_width"]), f"{why} with {fam}"
+        gen = _generation(regime, stack, t)
+        if gen is not None:
+            h, why = max(h, gen[0]) + t["extrapolation_step"], f"{why}; {gen[1]}"
+        return Band(h, 0, regime, "default", f"{why}: extrapolated")
     # coverage of FSDP, CP and the precision class among the family's runs of this core regime
     measured = [r for n in order for r in pools[n].get("runs", []) if r["core"] == regime.core]
     missing = [f for f in SECONDARY if not any(r[f] == getattr(regime, f) for r in measured)]
-    if not missing:
+    why = [f"no measured {regime.describe(missing)} with {fam}"] if missing else []
+    gen = _generation(regime, stack, t)
+    if gen is not None:
+        h, why = max(h, gen[0]), why + [gen[1]]
+    steps = len(missing) + (gen is not None)
+    if not steps:
         return Band(h, runs, regime, source, None)
-    return Band(h + t["extrapolation_step"] * len(missing), runs, regime, source,
-                f"no measured {regime.describe(missing)} with {fam}: extrapolated")
+    return Band(h + t["extrapolation_step"] * steps, runs, regime, source, "; ".join(why) + ": extrapolated")
+
+
+ARCH_WORDS = {"hopper": "Hopper", "blackwell": "Blackwell", "blackwell-ultra": "Blackwell Ultra"}
+
+
+def _generation(regime: Regime, stack: str, t: dict) -> tuple[float, str] | None:
+    """(half-width, why) when ``stack`` was fitted on other GPU generations than the regime's, else None
+    (also when the table does not record the stack's generations)."""
+    pool = t["pools"].get(stack) or {}
+    fitted = pool.get("fitted_archs")
+    if regime.arch is None or fitted is None or regime.arch in fitted:
+        return None
+    word = ARCH_WORDS.get(regime.arch, regime.arch)
+    cell = (pool.get("generations") or {}).get(regime.arch, {}).get(regime.core)
+    if not cell:
+        return float(t["default_half_width"]), f"no measured {word} run of {stack} (nor of its family in this regime)"
+    return (float(cell["half_width"]),
+            f"no measured {word} run of {stack} (fitted on {', '.join(ARCH_WORDS.get(a, a) for a in fitted)}); "
+            f"its predictions of {cell['runs']} measured {word} run{'s' if cell['runs'] > 1 else ''} of this regime "
+            f"are off by up to {100 * (math.exp(cell['half_width']) - 1):.0f}%")
 
 
 def band(model, cluster, config, training, stack: str, ep_domains: int | None = None, placement=None,
@@ -210,3 +247,23 @@ def lead(leader: float, leader_half_width: float, other: float) -> tuple[float, 
     if other <= 0:
         return math.inf, False
     return leader / other - 1.0, other >= leader * math.exp(-leader_half_width)
+
+
+def safe_order(values, half_widths, extrapolated) -> tuple[list[int], list[tuple[int, int]]]:
+    """The ranking with the safe default (issue 21 item 5), for plans given best first by their central
+    ``values``: an extrapolated plan never ranks above a covered one (``extrapolated[i]`` falsy) whose
+    value lies inside its band (``value >= its value exp(-h)``: its lead is within the uncertainty).
+    Otherwise the order is kept. Returns (indices in the new order, [(covered, extrapolated)] for each
+    covered plan ranked above an extrapolated one that led it)."""
+    remaining = list(range(len(values)))
+    order, promoted = [], []
+
+    def inside(c, r):   # covered c lies inside extrapolated r's band
+        return bool(extrapolated[r]) and not extrapolated[c] and values[c] >= values[r] * math.exp(-half_widths[r])
+
+    while remaining:   # the best plan no covered plan still to place lies inside the band of
+        pick = next((r for r in remaining if not any(inside(c, r) for c in remaining)), remaining[0])
+        promoted += [(pick, r) for r in remaining[:remaining.index(pick)] if inside(pick, r)]
+        order.append(pick)
+        remaining.remove(pick)
+    return order, promoted

@@ -536,7 +536,30 @@ def why_not_lines(doc: Mapping, n: int = 3, rejected: Sequence[Mapping] | None =
     cap = hbm_gib if hbm_gib is not None else hbm_of(doc)
     alts = (plans[1:] + list(rejected or []))[:n]
     labels = plan_labels([plans[0], *alts])[1:]
-    return [why_not(plans[0], a, word, cap, label) for a, label in zip(alts, labels)]
+    ranked_below: dict = {}   # extrapolated rank -> the first (highest) covered plan promoted above it
+    for note in (doc.get("solver") or {}).get("safe_order") or []:
+        ranked_below.setdefault(note["extrapolated"], note)
+
+    def line(k, a, label):
+        note = ranked_below.get(k + 1) if k + 1 < len(plans) else None
+        if note is None:
+            return why_not(plans[0], a, word, cap, label)
+        return safe_order_line(plans[note["covered"]], a, label, note)
+    return [line(k, a, label) for k, (a, label) in enumerate(zip(alts, labels))]
+
+
+def safe_order_line(covered: Mapping, alt: Mapping, label: str, note: Mapping) -> str:
+    """Why a plan predicted faster than a covered plan ranks below it: extrapolated, and the covered
+    plan lies inside its band (``solver.safe_order``; planner.search.plan._safe_rank)."""
+    pa, pc = _pred(alt), _pred(covered)
+    rank = f"#{int(note['covered']) + 1}"
+    why = str(note.get("why") or "").removesuffix(": extrapolated")
+    band = ""
+    if pa.get("tflops_per_gpu_low") and pa.get("tflops_per_gpu_high"):
+        band = (f"; its band {pa['tflops_per_gpu_low']:,.0f}-{pa['tflops_per_gpu_high']:,.0f} TFLOP/s holds "
+                f"{rank}'s {float(pc.get('tflops_per_gpu') or 0):,.0f}")
+    return (f"{label}: predicted {note['lead']:.1%} faster than {rank}, but extrapolated ({why}){band}: "
+            f"the lead is inside the uncertainty, so the covered plan {rank} ranks above it")
 
 
 def band_text(pred: Mapping) -> str:

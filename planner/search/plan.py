@@ -43,7 +43,7 @@ from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.shape import shape_of_placement
-from planner.cost.uncertainty import lead
+from planner.cost.uncertainty import lead, safe_order
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import param_counts
 from planner.rules import violations
@@ -246,19 +246,14 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
 
     accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
-    if method == "cp-sat-full":
-        res = engines.solve(prog, top=top, time_limit=time_limit, workers=workers, accept=accept)
-    elif factors is not None and method == "cp-sat":
-        res = engines.solve_bounded(prog, factors, top=top, accept=accept, time_limit=time_limit, workers=workers,
-                            master=b.master_vars)
-    elif factors is not None:
-        res = enumerate_bounded(prog, factors, b.master_vars, top=top, accept=accept, time_limit=time_limit)
-    else:   # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
-        res = exhaustive(prog, b, top, accept, time_limit)
+    pool = max(top, SAFE_POOL) if objective in ("throughput", "tflops-per-gpu") else top   # _safe_rank's pool
+    res = _search(prog, b, method, factors, pool, accept, time_limit, workers)
     if not res.solutions:
         _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_limit)
 
     entries, max_err = _entries(res, b, model, cluster, training, req.trainer, req.profile)
+    fastest = entries[0]    # the solver's best: the proven bound is relative to it
+    entries, safe = _safe_rank(entries, objective, top)
     _price_goodput(entries, model, cluster, training, resilience, held)
     best = entries[0].prediction
     if objective == "robust":   # the band's lower edge of the cluster's tokens/s
@@ -267,7 +262,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         obj_val = best.tokens_per_s
     else:
         obj_val = best.tflops_per_gpu
-    bound = _bound_value(res, b, training, entries[0], objective)
+    bound = _bound_value(res, b, training, fastest, objective)
     solver_info = {
         "status": res.status,
         "wall_s": time.perf_counter() - t0,
@@ -291,8 +286,46 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "space": {k: list(v) for k, v in req.space.values.items()},
         "layouts": sorted([b.vals["pp"][k[0]], b.vals["vpp"][k[1]], b.vals["split"][k[2]]] for k in b.layouts),
         "notes": b.notes,
+        "safe_order": safe,
     }
     return PlanResult(entries, solver_info, model, cluster, training)
+
+
+def _search(prog, b, method, factors, pool, accept, time_limit, workers):
+    """The ``pool`` best layouts by the engine ``method`` names (``METHODS``)."""
+    if method == "cp-sat-full":
+        return engines.solve(prog, top=pool, time_limit=time_limit, workers=workers, accept=accept)
+    if factors is not None and method == "cp-sat":
+        return engines.solve_bounded(prog, factors, top=pool, accept=accept, time_limit=time_limit, workers=workers,
+                                     master=b.master_vars)
+    if factors is not None:
+        return enumerate_bounded(prog, factors, b.master_vars, top=pool, accept=accept, time_limit=time_limit)
+    # "exhaustive", or no bound could be formed: every assignment, by its exact CORE + P2P bound
+    return exhaustive(prog, b, pool, accept, time_limit)
+
+
+SAFE_POOL = 5   # plans the safe ranking looks at when fewer are asked for (a covered runner-up to promote)
+
+
+def _safe_rank(entries: list[PlanEntry], objective: str, top: int) -> tuple[list[PlanEntry], list[dict]]:
+    """The safe default (``planner.cost.uncertainty.safe_order``; docs/uncertainty.md): an extrapolated
+    plan whose lead over a covered one lies inside its band ranks below it. The robust objective
+    already prices the band. Returns the ``top`` entries (the solver's fastest among them, last if it
+    was pushed further down, when ``top`` >= 2) and, per promotion among them, the ranks (0-based, in
+    the new order) of the covered plan and of the extrapolated plan it now ranks above."""
+    if objective not in ("throughput", "tflops-per-gpu"):
+        return entries[:top], []
+    val = (lambda p: p.tokens_per_s) if objective == "throughput" else (lambda p: p.tflops_per_gpu)  # noqa: E731
+    preds = [e.prediction for e in entries]
+    order, promoted = safe_order([val(p) for p in preds], [p.band_half_width for p in preds],
+                                 [p.extrapolated for p in preds])
+    keep = order[:top]
+    if top >= 2 and 0 not in keep:   # the solver's fastest stays listed (last), so "why not" can say why
+        keep = keep[:-1] + [0]
+    rank = {i: k for k, i in enumerate(keep)}
+    notes = [{"covered": rank[c], "extrapolated": rank[x], "lead": val(preds[x]) / val(preds[c]) - 1.0,
+              "why": preds[x].extrapolated} for c, x in promoted if c in rank and x in rank]
+    return [entries[i] for i in keep], notes
 
 
 def _price_goodput(entries, model, cluster, training, resilience, held) -> None:
