@@ -312,6 +312,11 @@ def test_old_failed_trays_are_broken_by_default(small_moe_plan):
     new = load_document(small_moe_plan)
     moves, short = assign_spares(new.cluster, placed, ["gb200-r02-t03"])
     assert moves == {"gb200-r02-t03": "gb200-r02-t17"} and short == []
+    # a failure that moves nothing (a host with no rank): the note says how to mark the old spares
+    res = replan(_old_style(small_moe_plan), "gb200-r01-t17")
+    assert res.case == "spares" and res.moves == []
+    assert any("--spares" in n and "health.failed_trays" in n for n in res.notes)
+    assert not any("--spares" in n for n in replan(small_moe_plan, "gb200-r01-t17").notes)
 
 
 def test_a_broken_tray_is_never_a_spare(small_moe_plan):
