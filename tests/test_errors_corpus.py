@@ -124,6 +124,8 @@ CASES: list[Case] = [
       {"dup.yaml": GOOD_CLUSTER.replace("name: n2", "name: n1")}),
     C("cluster-domain-too-large", ["topology", "show", "big.yaml"], 2, ("domain", "r1"),
       {"big.yaml": GOOD_CLUSTER + "domains:\n  - {name: r1, nodes: [n1, n2]}\n"}),
+    C("cluster-tray-spare-and-failed", ["topology", "show", "both.yaml"], 2, ("spare_trays",),
+      {"both.yaml": GOOD_CLUSTER + "health: {failed_trays: n2, spare_trays: n2}\n"}),
     C("cluster-no-nodes", ["topology", "show", "nonodes.yaml"], 2, ("nodes",),
       {"nonodes.yaml": "name: x\ngpu: h100\nnodes: []\n"}),
     C("slurm-unknown-key", ["topology", "import", "slurm", "topo.conf", "--gpu", "h100", "--gpus-per-node", "8",

@@ -69,6 +69,14 @@ def test_qwen3_gb200_failed_tray(tmp_path):
     assert failed in before["plans"][0]["placement"]["hosts"]  # the tray was in use before...
     assert failed not in after["plans"][0]["placement"]["hosts"]  # ...and is not after
     assert len(after["plans"][0]["placement"]["rank_to_gpu"]) <= 252
+    # the tray is broken, not a spare: a replan after another failure in its rack never runs on it
+    from planner.launch.replan import replan
+
+    assert after["cluster"]["health"]["failed_trays"] == [failed]
+    victim = next(h for h in after["plans"][0]["placement"]["hosts"] if h.split("-t")[0] == failed.split("-t")[0])
+    res = replan(after, victim)
+    assert not {failed, victim} & set(res.document["plans"][0]["placement"]["hosts"])
+    assert {failed, victim} <= set(res.document["cluster"]["health"]["failed_trays"])
 
 
 @pytest.mark.slow

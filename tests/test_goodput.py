@@ -20,6 +20,7 @@ from planner.cost.goodput import (JobShape, Resilience, checkpoint_bytes, daly_i
                                   p_no_spare, waste, young_interval)
 from planner.errors import InputError
 from planner.model.spec import load_model
+from topologies.cluster import Cluster
 from topologies.loader import load_job
 
 # Llama 3 (Dubey et al. 2024, arXiv:2407.21783), section 3.3.4 and Table 5
@@ -173,8 +174,14 @@ def test_job_shape_of_presets():
     full = job_shape(c, [g.index for g in gpus])
     assert full.spares == (0, 0, 0, 0) and full.hosts == 72
     fixed = load_job("gb200-nvl72", gpus=256, usable_per_domain=64)
-    shape = job_shape(fixed.cluster, [g.index for g in fixed.cluster.gpus()], held_back=2)
-    assert shape.used == (64, 64, 64, 64) and shape.spares == (2, 2, 2, 2)
+    shape = job_shape(fixed.cluster, [g.index for g in fixed.cluster.gpus()])
+    assert shape.used == (64, 64, 64, 64) and shape.spares == (2, 2, 2, 2)   # (72 - 64) / 4 from spare_trays
+    # the same trays marked broken (failed_trays) are no spares; a spare tray with a failed GPU is none either
+    data = fixed.cluster.model_dump(mode="json", exclude_none=True)
+    data["health"] = {"failed_trays": data["health"]["spare_trays"]}
+    assert job_shape(Cluster.model_validate(data), [g.index for g in fixed.cluster.gpus()]).spares == (0, 0, 0, 0)
+    data["health"] = {"spare_trays": fixed.cluster.health.spare_trays, "failed_gpus": ["gb200-r02-t18:1"]}
+    assert job_shape(Cluster.model_validate(data), [g.index for g in fixed.cluster.gpus()]).spares == (2, 1, 2, 2)
     hgx = load_job("dgx-h100", gpus=64).cluster
     shape = job_shape(hgx, [g.index for g in hgx.gpus()][:56])
     assert shape.pooled and shape.spares == (1,)

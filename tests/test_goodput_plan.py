@@ -102,3 +102,11 @@ def test_cli_objective_goodput(capsys, monkeypatch):
     assert doc["solver"]["objective_name"] == "goodput_tokens_per_s"
     assert main(argv[:-2] + ["--repair-hours", "-1"]) == 2
     assert "--repair-hours" in capsys.readouterr().err
+
+
+def test_usable_per_rack_spares_count_as_before():
+    """--usable-per-rack 64 holds (72 - 64) / 4 = 2 trays per rack under health.spare_trays: a plan
+    counts them as its spares (what the fixed held-back count gave before spare_trays existed)."""
+    res = plan(_model(), load_job("gb200-nvl72", gpus=128, usable_per_domain=64), TRAINING, top=1)
+    assert res.cluster.health.spare_trays and not res.cluster.health.failed_trays
+    assert res.plans[0].world == 128 and res.plans[0].goodput.spare_hosts_per_domain == 2

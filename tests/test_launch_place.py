@@ -26,7 +26,7 @@ from planner.cost.placement import AXES, rank_groups
 from planner.errors import InfeasibleError, InputError
 from planner.launch import core
 from planner.launch.allocation import nodelist_pairs, read_allocation, topology_table
-from planner.launch.place import shape_of_document, write_placed
+from planner.launch.place import granted_cluster, shape_of_document, write_placed
 from planner.output.emit import emit_plan
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
@@ -293,6 +293,20 @@ def test_degrade_plans_again_on_what_was_granted(tmp_path):
     check_placed(new, placed, dict(pairs))
     paths = write_placed(placed, tmp_path / "run")
     assert tmp_path / "run" / "plan.json" in paths
+
+
+def test_degrade_plans_on_a_granted_spare_tray_never_on_a_broken_one():
+    """--degrade plans on the granted hosts: a granted spare tray (health.spare_trays) is the job's to use,
+    a granted broken tray (health.failed_trays) stays out."""
+    own = Cluster.model_validate({
+        "name": "rack", "gpu": "gb200", "nodes": [{"name": f"r1-t{i:02d}", "gpus": 4} for i in range(1, 19)],
+        "domains": [{"name": "r1", "nodes": [f"r1-t{i:02d}" for i in range(1, 19)]}],
+        "health": {"failed_trays": ["r1-t05"], "spare_trays": ["r1-t17", "r1-t18"]}})
+    assert own.num_gpus == 60
+    pairs = [(f"r1-t{i:02d}", "r1") for i in (1, 2, 5, 17)]
+    c = granted_cluster(own, pairs)
+    assert c.health.failed_trays == ["r1-t05"] and c.health.spare_trays == []
+    assert sorted({g.node for g in c.gpus()}) == ["r1-t01", "r1-t02", "r1-t17"] and c.num_gpus == 12
 
 
 def test_core_is_standard_library_only_and_old_python_syntax():

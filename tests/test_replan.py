@@ -83,7 +83,7 @@ def test_one_failed_tray_moves_exactly_its_four_ranks_to_a_spare_tray_of_its_rac
     assert changed == mine
     assert all(after[r] == (move.spare, before[r][1]) for r in mine)          # local index kept
     new = load_document(res.document)
-    assert failed in new.cluster.health.failed_nodes and move.spare not in new.cluster.health.failed_trays
+    assert failed in new.cluster.health.failed_trays and move.spare not in new.cluster.health.spare_trays
     assert new.plans[0].config == load_document(gb200_plan).plans[0].config   # the layout is kept
     assert res.after["tokens_per_s"] == pytest.approx(res.before["tokens_per_s"], rel=1e-6)
     # the CLI writes the files an operator launches with
@@ -149,9 +149,11 @@ def _cluster_hgx(nodes: int, spare: int) -> Cluster:
 
 @st.composite
 def scenarios(draw):
-    """(cluster, config, world, placed sites, failed hosts): an NVL72 job on K of 72 per rack or an
-    HGX job leaving some nodes idle, a few single GPUs broken (so hosts differ in the local indices
-    they run and the spares they can take); the layout's inner groups sized to fit a domain."""
+    """(cluster, config, world, placed sites, failed hosts): an NVL72 job on K of 72 per rack (the
+    preset's spare trays under health.spare_trays) or an HGX job leaving some nodes idle, a few hosts
+    truly broken (failed_trays on NVL72, taken from the spares or the trays in use; failed_nodes on
+    HGX) and a few single GPUs broken (so hosts differ in the local indices they run and the spares
+    they can take); the layout's inner groups sized to fit a domain."""
     if draw(st.booleans()):
         racks, per_rack = draw(st.integers(1, 3)), draw(st.sampled_from([56, 60, 64, 68]))
         cluster = _cluster_nvl72(racks, per_rack)
@@ -166,8 +168,12 @@ def scenarios(draw):
     gpus = {n.name: n.gpus for n in cluster.nodes}
     broken = draw(st.lists(st.sampled_from(hosts).flatmap(lambda h: st.integers(0, gpus[h] - 1).map(
         lambda i: f"{h}:{i}")), max_size=3, unique=True))
+    dead = draw(st.lists(st.sampled_from(hosts), max_size=3, unique=True))
+    assume(len(dead) < len(hosts))
     data = cluster.model_dump(mode="json", exclude_none=True)
     data["health"]["failed_gpus"] = broken
+    data["health"]["failed_trays" if cluster.gpu_spec.nvlink_domain_max > 8 else "failed_nodes"] = dead
+    data["health"]["spare_trays"] = [h for h in cluster.health.spare_trays if h not in dead]
     cluster = Cluster.model_validate(data)
     cfg = ParallelConfig(tp=tp, ep=ep)
     block = tp * ep
@@ -195,7 +201,7 @@ def _brute_force_feasible(cluster: Cluster, placed, failed) -> bool:
     for h, d in dom.items():
         members.setdefault(d, []).append(h)
     idle = [h for h in cluster.hosts() if h not in used and h not in failed
-            and h not in cluster.health.failed_nodes]
+            and h not in cluster.health.failed_nodes and h not in cluster.health.failed_trays]
 
     def ok(f, s):
         if size[f] != size[s] or any((s, str(l)) in bad for l in local[f]):
@@ -217,6 +223,10 @@ def test_spares_move_only_the_failed_hosts_ranks_and_keep_groups_domain_local(ca
     new, r2g = relocate(cluster, placed, failed, moves)
     after = rank_hosts(new, r2g)
     assert not {h for h, _ in after} & set(failed)                        # no failed host used
+    assert not {h for h, _ in after} & cluster.health.broken_hosts()      # nor a broken tray or node
+    assert set(moves.values()) <= (set(cluster.health.spare_trays) | set(cluster.hosts())) - cluster.health.broken_hosts()
+    assert set(failed) <= new.health.broken_hosts() and not set(moves.values()) & set(new.health.spare_trays)
+    assert cluster.health.broken_hosts() <= new.health.broken_hosts()     # broken stays broken
     assert len(set(r2g)) == world
     for r, ((h0, l0), (h1, l1)) in enumerate(zip(placed, after)):
         if h0 in failed:
@@ -268,15 +278,63 @@ def test_a_spare_only_one_failed_host_can_use_is_left_to_it():
     assert _brute_force_feasible(c, placed, ["r1-t01", "r1-t02"])
 
 
-def test_spares_option_says_which_listed_trays_are_spare(small_moe_plan):
-    """health.failed_trays holds the preset's spare trays; --spares keeps t18 of rack 2 as the only one,
-    so the failed tray's ranks go there and t17 is recorded as broken."""
-    res = replan(small_moe_plan, "gb200-r02-t03", spares="gb200-r02-t18")
+def _old_style(doc):
+    """``doc`` as written before health.spare_trays: the preset's spare trays under failed_trays."""
+    old = json.loads(json.dumps(doc))
+    h = old["cluster"]["health"]
+    h["failed_trays"], h["spare_trays"] = h.pop("spare_trays"), []
+    return old
+
+
+def test_spares_option_marks_listed_failed_trays_as_spares(small_moe_plan):
+    """An old plan.json lists the spare trays under failed_trays; --spares says t18 of rack 2 is one, so
+    the failed tray's ranks go there; every other listed tray stays broken (failed_trays)."""
+    old = _old_style(small_moe_plan)
+    res = replan(old, "gb200-r02-t03", spares="gb200-r02-t18")
     assert [(m.host, m.spare) for m in res.moves] == [("gb200-r02-t03", "gb200-r02-t18")]
     health = load_document(res.document).cluster.health
-    assert "gb200-r02-t17" in health.failed_nodes and health.failed_trays == []
+    listed = load_document(old).cluster.health.failed_trays
+    assert set(health.failed_trays) == (set(listed) - {"gb200-r02-t18"}) | {"gb200-r02-t03"}
+    assert health.spare_trays == [] and "gb200-r02-t17" in health.failed_trays
     with pytest.raises(planner.InputError, match="--spares: host 'gb200-r09-t01'"):
-        replan(small_moe_plan, "gb200-r02-t03", spares="gb200-r09-t01")
+        replan(old, "gb200-r02-t03", spares="gb200-r09-t01")
+    with pytest.raises(planner.InputError, match="--spares: host 'gb200-r02-t05' is not under health.failed_trays"):
+        replan(old, "gb200-r02-t03", spares="gb200-r02-t05")
+
+
+def test_old_failed_trays_are_broken_by_default(small_moe_plan):
+    """Without --spares an old plan.json's failed_trays are broken: a failed tray finds no spare (the
+    matching's own candidates), and replan says how to mark them."""
+    old = load_document(_old_style(small_moe_plan))
+    placed = rank_hosts(old.cluster, old.plans[0].placement.rank_to_gpu)
+    moves, short = assign_spares(old.cluster, placed, ["gb200-r02-t03"])
+    assert moves == {} and short == ["gb200-r02-t03"]
+    new = load_document(small_moe_plan)
+    moves, short = assign_spares(new.cluster, placed, ["gb200-r02-t03"])
+    assert moves == {"gb200-r02-t03": "gb200-r02-t17"} and short == []
+    # a failure that moves nothing (a host with no rank): the note says how to mark the old spares
+    res = replan(_old_style(small_moe_plan), "gb200-r01-t17")
+    assert res.case == "spares" and res.moves == []
+    assert any("--spares" in n and "health.failed_trays" in n for n in res.notes)
+    assert not any("--spares" in n for n in replan(small_moe_plan, "gb200-r01-t17").notes)
+
+
+def test_a_broken_tray_is_never_a_spare(small_moe_plan):
+    """Rack 2 holds t17 broken (failed_trays) and t18 spare (spare_trays): a failed tray's ranks go to
+    t18; a second failure finds no spare left (t17 is broken) and the rack re-plans."""
+    doc = json.loads(json.dumps(small_moe_plan))
+    h = doc["cluster"]["health"]
+    h["spare_trays"].remove("gb200-r02-t17")
+    h["failed_trays"] = ["gb200-r02-t17"]
+    res = replan(doc, "gb200-r02-t03")
+    assert res.case == "spares" and [(m.host, m.spare) for m in res.moves] == [("gb200-r02-t03", "gb200-r02-t18")]
+    health = load_document(res.document).cluster.health
+    assert health.failed_trays == ["gb200-r02-t03", "gb200-r02-t17"] and "gb200-r02-t18" not in health.spare_trays
+    assert health.failed_nodes == [] and not any("--spares" in n for n in res.notes)
+    c = load_document(doc)
+    _, short = assign_spares(c.cluster, rank_hosts(c.cluster, c.plans[0].placement.rank_to_gpu),
+                             ["gb200-r02-t03", "gb200-r02-t04"])
+    assert short == ["gb200-r02-t04"]
 
 
 def test_hgx_node_lost_without_spare_replans_on_the_other_nodes():
@@ -333,3 +391,25 @@ def test_hgx_replan_fits_uses_no_failed_host_and_keeps_groups_in_nodes(hgx_plan,
     assert "tp" in local_before
     local_after = {ax for ax, ok in _domain_local(res.document).items() if ok}   # a degree of 1 is local
     assert local_before <= local_after or any(n.startswith("warning") for n in res.notes)
+
+
+def test_the_examples_broken_tray_is_no_spare():
+    """examples/qwen3_gb200_failed_tray.py marks tray 5 of rack 1 broken under health.failed_trays. On
+    that cluster with 64 GPUs used in rack 1 (t01-t04, t06-t17; t18 idle), a failed tray's ranks go to
+    the idle t18, and with t18 failed too the second failure finds no spare: t05 is never one."""
+    healthy = build_preset("gb200-nvl72", gpus=144)
+    data = healthy.model_dump(exclude_none=True)
+    data.setdefault("health", {}).setdefault("failed_trays", []).append(healthy.nodes[4].name)   # as the example
+    c = Cluster.model_validate(data)
+    assert c.health.failed_trays == ["gb200-r01-t05"] and c.domain_sizes() == [68, 72]
+    cfg = ParallelConfig(tp=4)
+    placed = rank_hosts(c, make_placement(c, cfg, 128, gpus_per_domain=64).rank_to_gpu)
+    rack1 = sorted({h for h, _ in placed if h.startswith("gb200-r01-")})
+    assert len(rack1) == 16 and "gb200-r01-t05" not in rack1 and "gb200-r01-t18" not in rack1
+    moves, short = assign_spares(c, placed, ["gb200-r01-t02"])
+    assert moves == {"gb200-r01-t02": "gb200-r01-t18"} and short == []
+    new, r2g = relocate(c, placed, ["gb200-r01-t02"], moves)
+    assert "gb200-r01-t05" not in {h for h, _ in rank_hosts(new, r2g)}
+    assert new.health.failed_trays == ["gb200-r01-t02", "gb200-r01-t05"]
+    moves, short = assign_spares(c, placed, ["gb200-r01-t02", "gb200-r01-t18"])
+    assert moves == {} and short == ["gb200-r01-t02"]

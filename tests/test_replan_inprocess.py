@@ -10,6 +10,7 @@ that the library then lets move ranks across racks (so the check can fail).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import socket
@@ -144,3 +145,16 @@ def test_without_the_rack_settings_the_library_moves_ranks_across_racks(lib, job
                         host_key])
         after = _after_failure(lib, tree, procs, rack, three, monkeypatch)
         assert any(rack[after[r]] != rack[hosts[r]] for r in after if r < len(hosts))
+
+
+def test_spare_hosts_are_the_spare_trays_never_the_failed_ones(job):
+    """The file's SPARE_HOSTS are the racks' idle healthy trays (health.spare_trays); a tray under
+    health.failed_trays is broken and never launched as a spare."""
+    doc, ns, hosts, _ = job
+    assert set(ns["SPARE_HOSTS"]) == set(doc["cluster"]["health"]["spare_trays"]) and len(ns["SPARE_HOSTS"]) == 4
+    broken = json.loads(json.dumps(doc))
+    broken["cluster"]["health"]["spare_trays"].remove("gb200-r02-t17")
+    broken["cluster"]["health"]["failed_trays"] = ["gb200-r02-t17"]
+    again: dict = {}
+    exec(compile(rank_assignment_file(broken), "inprocess_rank_assignment.py", "exec"), again)
+    assert set(again["SPARE_HOSTS"]) == set(ns["SPARE_HOSTS"]) - {"gb200-r02-t17"}

@@ -39,6 +39,35 @@ def test_health_excludes_and_domain_sizes():
     assert c.node_healthy_gpus("r1-t17") == 0 and c.node_healthy_gpus("r2-t03") == 3
 
 
+def test_spare_trays_are_left_out_like_failed_trays_and_round_trip():
+    """spare_trays and failed_trays leave the same GPUs out of planning (domain sizes, gpus()); the
+    YAML dump keeps each list under its own name."""
+    spare = cluster_from_dict(_doc(health={"spare_trays": "r1-t[17-18]", "failed_trays": "r2-t01"}), "c.yaml")
+    broken = cluster_from_dict(_doc(health={"failed_trays": ["r1-t[17-18]", "r2-t01"]}), "c.yaml")
+    assert spare.domain_sizes() == broken.domain_sizes() == [64, 68]
+    assert spare.gpus() == broken.gpus()
+    assert spare.health.broken_hosts() == {"r2-t01"} and set(spare.health.out_of_plan()) == {
+        "r1-t17", "r1-t18", "r2-t01"}
+    h = yaml.safe_load(spare.to_yaml())["health"]
+    assert h == {"failed_trays": "r2-t01", "spare_trays": "r1-t[17-18]"}
+    again = cluster_from_dict(yaml.safe_load(spare.to_yaml()), "again.yaml")
+    assert again.health == spare.health and again.gpus() == spare.gpus()
+
+
+@pytest.mark.parametrize("other", ["failed_trays", "failed_nodes"])
+def test_a_tray_both_spare_and_broken_is_refused_naming_both_fields(other):
+    with pytest.raises(InputError) as exc:
+        cluster_from_dict(_doc(health={other: "r1-t[16-17]", "spare_trays": "r1-t[17-18]"}), "c.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("c.yaml: ") and "\n" not in msg
+    assert "health.spare_trays" in msg and f"health.{other}" in msg and "'r1-t17'" in msg
+
+
+def test_unknown_spare_tray_is_named():
+    with pytest.raises(InputError, match=r"health\.spare_trays: 'r9-t01' is not a node of this cluster"):
+        cluster_from_dict(_doc(health={"spare_trays": "r9-t01"}), "c.yaml")
+
+
 def test_domain_with_no_healthy_gpu_is_dropped():
     c = cluster_from_dict(_doc(health={"failed_nodes": "r1-t[01-18]"}), "c.yaml")
     assert c.domain_sizes() == [72]
@@ -90,7 +119,9 @@ def test_gb300_288_is_four_racks():
 def test_usable_per_rack_and_partial_rack():
     c = load_cluster("gb200-nvl72", gpus=256, usable_per_domain=64)
     assert c.domain_sizes() == [64] * 4
-    assert c.health.failed_trays[:2] == ["gb200-r01-t17", "gb200-r01-t18"]
+    # the spares are healthy trays held back (spare_trays), not broken ones (failed_trays)
+    assert c.health.spare_trays == [f"gb200-r{r:02d}-t{t}" for r in range(1, 5) for t in (17, 18)]
+    assert c.health.failed_trays == [] and c.num_gpus == 256
     c = load_cluster("gb200-nvl72", gpus=256)
     assert c.domain_sizes() == [72, 72, 72, 40]
     c = load_cluster("gb200-nvl72", gpus=100, usable_per_domain=64)
@@ -208,6 +239,19 @@ def test_cli_show_json(capsys):
     assert [t["name"] for t in doc["tiers"]] == ["leaf", "spine", "core"]
 
 
+def test_cli_show_counts_spare_and_failed_trays(capsys, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(_doc(health={"spare_trays": "r1-t[17-18]", "failed_trays": "r2-t01"})))
+    assert main(["topology", "show", str(f), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["health_counts"] == {"failed_nodes": 0, "failed_trays": 1, "spare_trays": 2, "failed_gpus": 0}
+    assert doc["health"]["spare_trays"] == ["r1-t17", "r1-t18"] and doc["num_gpus"] == 144 - 12
+    assert main(["topology", "show", str(f)]) == 0
+    assert "0 failed nodes, 1 failed trays, 2 spare trays" in " ".join(capsys.readouterr().out.split())
+    assert main(["topology", "show", "gb200-nvl72", "--gpus", "128", "--usable-per-rack", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["health_counts"]["spare_trays"] == 4
+
+
 def test_cli_show_yaml_and_table(capsys):
     assert main(["topology", "show", "dgx-h100", "--gpus", "16", "--yaml"]) == 0
     doc = yaml.safe_load(capsys.readouterr().out)
@@ -247,7 +291,8 @@ def test_usable_per_rack_fixes_the_gpus_per_rack():
     job = load_job("gb300-nvl72", 256, usable_per_domain=64)
     assert job.per_domain == 64 and job.gpus == 256
     assert job.cluster.domain_sizes() == [64] * 4
-    assert len(job.cluster.health.failed_trays) == 8          # two spare trays per rack keep their ports
+    assert len(job.cluster.health.spare_trays) == 8           # two spare trays per rack keep their ports
+    assert not job.cluster.health.failed_trays
     # the same cluster load_cluster builds for these arguments
     assert job.cluster == load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
 

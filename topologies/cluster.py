@@ -16,6 +16,7 @@ fabric: infiniband              # or roce; omitted = infiniband (the Slurm emitt
 health:                         # excluded from planning
   failed_nodes: ["gb300-r02-t07"]
   failed_gpus: ["gb300-r01-t03:2"]     # host:local-index
+  spare_trays: "gb300-r01-t[17-18]"    # healthy trays held back (spares), not broken
 ```
 
 Rules: ``domains`` omitted means every node is its own domain (HGX); when given, every node is
@@ -126,15 +127,30 @@ class Tier(BaseModel):
 
 
 class Health(BaseModel):
+    """What planning leaves out. ``failed_*`` is broken hardware; ``spare_trays`` are healthy NVL72 trays
+    held back as spares (``--usable-per-rack``): out of the plan's world like a failed tray, but a
+    replan (``planner.launch.spares``) and goodput's spare count may use them."""
     model_config = ConfigDict(extra="forbid")
-    failed_nodes: list[str] = Field(default_factory=list, description="hosts excluded from planning")
-    failed_trays: list[str] = Field(default_factory=list, description="NVL72 compute trays (= hosts) excluded")
+    failed_nodes: list[str] = Field(default_factory=list, description="broken hosts, excluded from planning")
+    failed_trays: list[str] = Field(default_factory=list, description="broken NVL72 compute trays (= hosts), "
+                                    "excluded from planning; a replan never uses them")
+    spare_trays: list[str] = Field(default_factory=list, description="healthy NVL72 compute trays (= hosts) held "
+                                   "back as spares: excluded from planning, still in their rack and fabric ports; "
+                                   "a replan moves a failed tray's ranks onto them")
     failed_gpus: list[str] = Field(default_factory=list, description="'host:local' GPUs excluded")
 
-    @field_validator("failed_nodes", "failed_trays", mode="before")
+    @field_validator("failed_nodes", "failed_trays", "spare_trays", mode="before")
     @classmethod
-    def _expand(cls, v):
-        return _names(v, "failed_nodes")
+    def _expand(cls, v, info):
+        return _names(v, info.field_name)
+
+    def out_of_plan(self) -> list[str]:
+        """Hosts excluded from planning whole: failed nodes and trays, and spare trays."""
+        return [*self.failed_nodes, *self.failed_trays, *self.spare_trays]
+
+    def broken_hosts(self) -> set[str]:
+        """Hosts that are broken (never a spare): failed nodes and failed trays."""
+        return {*self.failed_nodes, *self.failed_trays}
 
 
 class NVLinkFit(BaseModel):
@@ -335,12 +351,15 @@ class Cluster(BaseModel):
 
     def _check_health(self, by_name: dict[str, Node]) -> tuple[set[str], set[tuple[str, int]]]:
         """(failed nodes, failed (node, local index) GPUs) from ``health``."""
-        failed_nodes = set()
-        for field, lst in (("failed_nodes", self.health.failed_nodes), ("failed_trays", self.health.failed_trays)):
-            for nm in lst:
+        failed_nodes: dict[str, str] = {}
+        for field in ("failed_nodes", "failed_trays", "spare_trays"):
+            for nm in getattr(self.health, field):
                 if nm not in by_name:
                     raise ValueError(f"health.{field}: {nm!r} is not a node of this cluster")
-                failed_nodes.add(nm)
+                if field == "spare_trays" and failed_nodes.get(nm, field) != field:
+                    raise ValueError(f"health.spare_trays: {nm!r} is also under health.{failed_nodes[nm]}; a "
+                                     "tray is either broken or a healthy spare: drop it from one of the two")
+                failed_nodes.setdefault(nm, field)
         failed_gpus: set[tuple[str, int]] = set()
         for item in self.health.failed_gpus:
             host, sep, idx = str(item).rpartition(":")
@@ -353,7 +372,7 @@ class Cluster(BaseModel):
                     f"health.failed_gpus: {item!r}: {host!r} has GPUs 0..{by_name[host].gpus - 1}"
                 )
             failed_gpus.add((host, int(idx)))
-        return failed_nodes, failed_gpus
+        return set(failed_nodes), failed_gpus
 
     def _check_tiers(self, by_name: dict[str, Node]) -> None:
         """Tiers (the GPU's default fabric when none are given) and the calibration's tier names."""
@@ -530,6 +549,8 @@ class Cluster(BaseModel):
             h["failed_nodes"] = compress(self.health.failed_nodes)
         if self.health.failed_trays:
             h["failed_trays"] = compress(self.health.failed_trays)
+        if self.health.spare_trays:
+            h["spare_trays"] = compress(self.health.spare_trays)
         if self.health.failed_gpus:
             h["failed_gpus"] = list(self.health.failed_gpus)
         data["health"] = h

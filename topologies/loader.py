@@ -73,7 +73,7 @@ def restrict(cluster: Cluster, gpus: int, source: str) -> Cluster:
             if any(m in keep_set for m in d["nodes"])
         ]
     h = data.get("health", {})
-    for key in ("failed_nodes", "failed_trays"):
+    for key in ("failed_nodes", "failed_trays", "spare_trays"):
         if key in h:
             h[key] = [m for m in h[key] if m in keep_set]
     if "failed_gpus" in h:
@@ -108,7 +108,7 @@ def load_cluster(name_or_path: str, gpus: int | None = None, usable_per_domain: 
         raise InputError(f"unknown cluster {text!r}; use a preset ({', '.join(PRESETS)}) or a cluster YAML path")
     if usable_per_domain is not None:
         raise InputError(
-            f"--usable-per-rack applies to NVL72 presets; for {text} list spare trays under health.failed_trays"
+            f"--usable-per-rack applies to NVL72 presets; for {text} list spare trays under health.spare_trays"
         )
     if oversubscription is not None:
         raise InputError(f"--oversubscription applies to presets; for {text} set tiers[].oversubscription in the file")
@@ -126,7 +126,7 @@ class Job:
     ``cluster``: on an NVL72 preset, ceil(N/72) whole racks (every GPU healthy) -- the job uses N
     of them and the planner chooses how many of each rack (e.g. 4 x 64 or 72+72+72+40 for 256);
     with ``--usable-per-rack K``, ceil(N/K) racks of K usable GPUs (spare trays under
-    ``health.failed_trays``) and K per rack is fixed. HGX presets: N/8 nodes. A cluster file: its
+    ``health.spare_trays``) and K per rack is fixed. HGX presets: N/8 nodes. A cluster file: its
     first N healthy GPUs in whole nodes (``restrict``), as the file lays them out.
     ``gpus``: GPUs the job uses (at most ``cluster.num_gpus``). ``per_domain``: the fixed GPUs per
     NVLink domain (``--usable-per-rack``), or None when the planner chooses.

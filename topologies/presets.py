@@ -12,7 +12,8 @@
 
 Sizing: ``gpus`` whole nodes (HGX: multiples of 8); on NVL72 whole 4-GPU trays, filled rack by
 rack with ``usable_per_domain`` GPUs per rack (default 72; e.g. 64 leaves 2 spare trays per rack,
-listed under ``health.failed_trays`` so they still occupy their rack and fabric ports). The last
+listed under ``health.spare_trays`` so they still occupy their rack and fabric ports and a replan
+can move a failed tray's ranks onto them). The last
 rack may be partial. Default size: one scalable unit.
 
 Fabric: tier 0 = the rail-optimised leaf layer, non-blocking inside a scalable unit (SU); the tier
@@ -179,5 +180,5 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
     return Cluster(
         name=f"{p.name}-{n}" + (f"-u{k}" if k != dmax else ""),
         gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers,
-        health={"failed_trays": spare},
+        health={"spare_trays": spare},
     )

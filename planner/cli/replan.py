@@ -95,8 +95,8 @@ def register(app: typer.Typer) -> None:
         failed: str = typer.Option(..., "--failed", help="failed hosts: a hostlist like 'gb200-r02-t[07-08]' or a "
                                    "file with one host per line"),
         out: Path = typer.Option(..., "--out", help="directory for plan.json, hostfile and the launch files"),
-        spares: str = typer.Option(None, "--spares", help="which hosts under the cluster's health.failed_trays are "
-                                   "spare trays (default: all, as the presets list them); the others are marked broken"),
+        spares: str = typer.Option(None, "--spares", help="old cluster files: which hosts under health.failed_trays are "
+                                   "spare trays (default: none; health.spare_trays are the spares, failed_trays broken)"),
         index: int = typer.Option(0, "--index", min=0, help="which plan of plan.json runs (default the best, 0)"),
         emit: str = typer.Option(None, "--emit", help="launch files to write (default: the plan's trainer and slurm)"),
         time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit when re-planning"),

@@ -49,6 +49,7 @@ def cluster_summary(cluster) -> dict:
         "tiers": [t.model_dump(exclude_none=True, exclude={"groups"}) | ({"units": len(t.groups)} if t.groups else {})
                   for t in cluster.fabric_tiers],
         "health": cluster.health.model_dump(),
+        "health_counts": {k: len(v) for k, v in cluster.health.model_dump().items()},
         "nvlink_gbps_uni": spec.nvlink_gbps_uni,
         "nic_gbps": spec.nic_gbps,
     }
@@ -150,10 +151,10 @@ def show_cmd(
                            wrap=("tier",), right=("Gb/s per GPU", "latency us", "oversubscription")))
     con.print(doc["job_text"])
     h = c.health
-    failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.failed_gpus)
+    failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.spare_trays) + len(h.failed_gpus)
     if failed:
-        con.print(f"health: {len(h.failed_nodes)} failed nodes, {len(h.failed_trays)} failed/spare trays, "
-                  f"{len(h.failed_gpus)} failed GPUs excluded")
+        con.print(f"health: {len(h.failed_nodes)} failed nodes, {len(h.failed_trays)} failed trays, "
+                  f"{len(h.spare_trays)} spare trays, {len(h.failed_gpus)} failed GPUs excluded")
 
 
 @topology_app.command("import")

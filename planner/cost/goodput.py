@@ -89,11 +89,12 @@ class JobShape:
         return sum(self.hosts_in(u) for u in self.used)
 
 
-def job_shape(cluster, rank_to_gpu, held_back: int = 0) -> JobShape:
+def job_shape(cluster, rank_to_gpu) -> JobShape:
     """The shape of a placed job (``Placement.rank_to_gpu`` on ``cluster.gpus()``): GPUs used per
-    domain and the whole hosts each domain leaves idle (its spares), pooled when a domain is a host.
-    ``held_back``: hosts per domain the cluster lists as out of service that are spares kept on purpose
-    (``--usable-per-rack 64`` lists 2 trays per rack under ``health.failed_trays``)."""
+    domain and its spare hosts, pooled when a domain is a host. A domain's spares are the whole hosts
+    the job leaves idle plus the trays it holds back under ``health.spare_trays`` (``--usable-per-rack
+    64`` holds 2 per rack there) that have no failed GPU; ``failed_trays`` and ``failed_nodes`` are
+    broken and never count."""
     gpus = cluster.gpus()
     spec = cluster.gpu_spec
     gph = spec.gpus_per_node
@@ -108,8 +109,16 @@ def job_shape(cluster, rank_to_gpu, held_back: int = 0) -> JobShape:
     healthy = {g.domain: 0 for g in gpus}
     for g in gpus:
         healthy[g.domain] += 1
-    spares = tuple((healthy[d] - used[d]) // gph + held_back for d in order)
+    held = Counter(cluster.node_domain(h) for h in held_spares(cluster))
+    spares = tuple((healthy[d] - used[d]) // gph + held[d] for d in order)
     return JobShape(tuple(used[d] for d in order), size, gph, spares, False)
+
+
+def held_spares(cluster) -> list[str]:
+    """The trays under ``health.spare_trays`` that can replace a failed host: no failed GPU, in a
+    domain that has healthy GPUs."""
+    bad = {str(x).rpartition(":")[0] for x in cluster.health.failed_gpus}
+    return [h for h in cluster.health.spare_trays if h not in bad and cluster.node_domain(h) is not None]
 
 
 def checkpoint_bytes(model, training: Training) -> float:
@@ -238,7 +247,7 @@ def _interval(rule: str | float, delta: float, mtbf: float) -> tuple[float, str]
 
 
 def plan_goodput(model, cluster, training: Training, tokens_per_s: float, rank_to_gpu,
-                 settings: Resilience | None = None, held_back: int = 0) -> Goodput:
+                 settings: Resilience | None = None) -> Goodput:
     """Goodput of a placed plan on ``cluster`` (the entry point ``plan`` and ``compare`` use)."""
-    return goodput(tokens_per_s, job_shape(cluster, rank_to_gpu, held_back), checkpoint_bytes(model, training),
+    return goodput(tokens_per_s, job_shape(cluster, rank_to_gpu), checkpoint_bytes(model, training),
                    settings, cluster.gpu_spec.name)

@@ -79,7 +79,8 @@ def rank_assignment_file(doc: dict, index: int = 0) -> str:
     for h in hosts:
         per_rack[rack_host.get(h, h)] = per_rack.get(rack_host.get(h, h), 0) + 1
     per_host = max(hosts.count(h) for h in used)
-    broken = set((cluster_doc.get("health") or {}).get("failed_nodes") or [])
+    health = cluster_doc.get("health") or {}
+    broken = set(health.get("failed_nodes") or []) | set(health.get("failed_trays") or [])   # spare_trays are spares
     racks_used = set(per_rack)
     spares = [n["name"] for n in cluster_doc["nodes"] if n["name"] not in used and n["name"] not in broken
               and rack_host.get(n["name"], n["name"]) in racks_used and n["gpus"] == per_host]

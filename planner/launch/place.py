@@ -113,8 +113,8 @@ def place(plan, allocation, *, index: int = 0, cluster=None, degrade: bool = Fal
 
 def granted_cluster(own: Cluster, pairs) -> Cluster:
     """A cluster of the granted hosts (their GPUs per host from the plan's cluster), grouped in the
-    granted domains, with the plan's GPU, tiers (explicit units cut to the granted hosts), fabric and
-    calibration."""
+    granted domains, with the plan's GPU, tiers (explicit units cut to the granted hosts), fabric,
+    calibration and broken hardware (a granted spare tray is planned on)."""
     gpus = {n.name: n.gpus for n in own.nodes}
     per = max(gpus.values())
     doms = group_domains(pairs)                      # domain -> its hosts in name order
@@ -127,8 +127,8 @@ def granted_cluster(own: Cluster, pairs) -> Cluster:
     for tier in data.get("tiers") or []:
         if tier.get("groups"):
             tier["groups"] = [g for g in ([h for h in grp if h in keep] for grp in tier["groups"]) if g] or None
-    health = data.get("health") or {}
-    data["health"] = {k: [x for x in v if x.split(":")[0] in keep] for k, v in health.items()}
+    health = data.get("health") or {}    # granted spare trays are the job's to use; broken hardware stays out
+    data["health"] = {k: [x for x in v if x.split(":")[0] in keep] for k, v in health.items() if k != "spare_trays"}
     return Cluster.model_validate(data)
 
 

@@ -30,6 +30,7 @@ from planner.launch.spares import assign_spares, domain_of_hosts, rank_hosts, re
 from planner.search.document import load_document
 import planner.search.plan as search
 from planner.search.plan import PlanEntry, PlanResult
+from topologies.cluster import cluster_from_dict
 from topologies.hostlist import HostlistError, compress, expand
 from topologies.loader import Job
 
@@ -156,23 +157,46 @@ def replan(plan_doc, failed, *, index: int = 0, time_limit: float | None = None,
     """The plan after ``failed`` hosts fail (``plan_doc``: a plan.json dict, path or PlanDocument).
     ``allow_cross_domain``: when re-planning, take the fastest plan even if groups that were
     domain-local in the healthy plan now cross NVLink domains (default: keep them domain-local).
-    ``spares``: which hosts of ``health.failed_trays`` are spare trays (a hostlist, file or list);
-    default all of them, as the presets list them; the others are marked broken (``failed_nodes``)."""
+    ``spares``: for cluster files written before ``health.spare_trays`` existed, which hosts of
+    ``health.failed_trays`` are spare trays (a hostlist, file or list): they move to ``spare_trays``,
+    the others stay broken. Default: ``failed_trays`` are broken, ``spare_trays`` the spares."""
     doc = load_document(plan_doc)
     if not 0 <= index < len(doc.plans):
         raise InputError(f"--index {index}: plan.json holds plans 0..{len(doc.plans) - 1}; pick one of those")
+    notes = []
     if spares is not None:
-        listed = set(doc.cluster.health.failed_trays)
-        ok = set(failed_hosts(spares, doc.cluster, "--spares"))
-        doc = doc.model_copy(update={"cluster": with_health(doc.cluster, listed - ok, listed & ok)})
+        doc = doc.model_copy(update={"cluster": _mark_spares(doc.cluster, failed_hosts(spares, doc.cluster,
+                                                                                        "--spares"))})
+    elif doc.cluster.health.failed_trays and not doc.cluster.health.spare_trays:
+        notes.append(f"health.failed_trays ({compress(doc.cluster.health.failed_trays)}) are taken as broken; if "
+                     "some are spare trays (a plan.json from before health.spare_trays), say which with --spares")
     cluster, entry = doc.cluster, doc.plans[index]
     hosts = failed_hosts(failed, cluster)
     placed = rank_hosts(cluster, entry.placement.rank_to_gpu)
     moves, short = assign_spares(cluster, placed, hosts)
     before = figures(entry.label, entry.config.world, entry.prediction.model_dump(), entry.placement.model_dump())
     if not short:
-        return _with_spares(doc, index, hosts, placed, moves, before)
-    return _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain)
+        res = _with_spares(doc, index, hosts, placed, moves, before)
+    else:
+        res = _replanned(doc, index, hosts, short, before, time_limit, allow_cross_domain)
+    res.notes[:0] = notes
+    return res
+
+
+def _mark_spares(cluster, listed):
+    """``cluster`` with the ``listed`` hosts of ``health.failed_trays`` moved to ``spare_trays``;
+    InputError naming --spares for a listed host that is not under ``failed_trays`` or ``spare_trays``."""
+    h = cluster.health
+    trays, spare = set(h.failed_trays), set(h.spare_trays)
+    for host in listed:
+        if host not in trays | spare:
+            raise InputError(f"--spares: host {host!r} is not under health.failed_trays or health.spare_trays of "
+                             f"the plan's cluster; name trays listed there")
+    order = {n.name: i for i, n in enumerate(cluster.nodes)}
+    data = cluster.model_dump(mode="json", exclude_none=True)
+    data["health"]["failed_trays"] = sorted(trays - set(listed), key=order.__getitem__)
+    data["health"]["spare_trays"] = sorted(spare | set(listed), key=order.__getitem__)
+    return cluster_from_dict(data, f"cluster {cluster.name!r}")
 
 
 def _with_spares(doc, index, hosts, placed, moves, before) -> ReplanResult:
@@ -215,13 +239,13 @@ def _candidates(doc, index, hosts, short, time_limit, cross=False):
     offered = doc.header.gpus_offered if doc.header is not None and isinstance(doc.header.gpus_offered, int) \
         else doc.plans[index].config.world
     dom = domain_of_hosts(cluster)
-    if not set(cluster.hosts()) - set(hosts) - set(cluster.health.failed_nodes):
+    if not set(cluster.hosts()) - set(hosts) - cluster.health.broken_hosts():
         raise InfeasibleError(f"every host of cluster {cluster.name!r} has failed: nothing is left to plan on")
     degraded = {dom[h] for h in short}
     hold = {h for h, d in dom.items() if d in degraded}
-    kept = {h for h in cluster.health.failed_trays if dom[h] not in degraded}   # intact racks keep their shape
+    kept = {h for h in cluster.health.spare_trays if dom[h] not in degraded}   # intact racks keep their shape
     options = [with_health(cluster, hosts, kept)]              # the degraded domains' spares in use
-    if set(cluster.hosts()) - hold - set(cluster.health.failed_nodes) - set(cluster.health.failed_trays):
+    if set(cluster.hosts()) - hold - set(cluster.health.out_of_plan()):
         options.append(with_health(cluster, hosts, kept | hold))   # the job on the domains that lost nothing
     if cross and kept:
         options.append(with_health(cluster, hosts, set()))          # every spare in use

@@ -8,10 +8,12 @@ on its spare, so every group that sat inside one domain still does. On HGX clust
 its own NVLink domain; a failed host there moves whole onto a spare host that is itself a whole
 domain (its NVLink groups stay inside one host), preferring the failed host's leaf (tier-0 unit).
 
-Spares are the hosts of the domain that the placement leaves idle, including those listed under
-``health.failed_trays``: the presets list the spare trays of ``--usable-per-rack`` there
-(docs/cluster.md). Broken hardware is ``health.failed_nodes`` and ``health.failed_gpus``; a replan
-marks the failed hosts under ``failed_nodes`` and takes the spares it uses off ``failed_trays``.
+Spares are the hosts of the domain that the placement leaves idle, including the healthy trays held
+back under ``health.spare_trays`` (the presets list the spare trays of ``--usable-per-rack`` there,
+docs/cluster.md); never a broken host: ``health.failed_nodes``, ``health.failed_trays`` or a host
+with a failed GPU at a local index the ranks use. A replan takes the spares it uses off
+``spare_trays`` and records the failed hosts as broken (``failed_trays`` for the trays of an NVL72
+rack, ``failed_nodes`` for hosts that are their own NVLink domain).
 
 Failed hosts are matched to spares by augmenting paths (bipartite matching), so a spare that only
 some failed hosts can use is never taken by one that had another choice.
@@ -63,7 +65,7 @@ def candidates(cluster: Cluster, placed: list[tuple[str, int]], failed: set[str]
     locals_of: dict[str, set[int]] = {}
     for h, l in placed:
         locals_of.setdefault(h, set()).add(l)
-    broken_hosts = set(cluster.health.failed_nodes) | failed
+    broken_hosts = cluster.health.broken_hosts() | failed
     broken = _broken_gpus(cluster)
     leaf = _leaf_of(cluster)
     order = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -112,15 +114,22 @@ def assign_spares(cluster: Cluster, placed: list[tuple[str, int]], failed) -> tu
 
 
 def with_health(cluster: Cluster, broken, spare) -> Cluster:
-    """``cluster`` with ``broken`` hosts added to ``health.failed_nodes`` and ``health.failed_trays``
-    set to ``spare`` (less the broken ones); names in file order. Raises the cluster's own one-line
-    error when nothing healthy is left."""
+    """``cluster`` with ``broken`` hosts recorded as broken (``health.failed_trays`` for a tray of a
+    multi-host NVLink domain, ``health.failed_nodes`` for a host that is its own domain) and
+    ``health.spare_trays`` set to ``spare`` (less every broken host); names in file order. Raises the
+    cluster's own one-line error when nothing healthy is left."""
     order = {n.name: i for i, n in enumerate(cluster.nodes)}
-    bad = set(cluster.health.failed_nodes) | set(broken)
+    dom = domain_of_hosts(cluster)
+    size = {d.name: len(d.nodes) for d in cluster.domains}
+    new = set(broken) - cluster.health.broken_hosts()
+    trays = {h for h in new if size[dom[h]] > 1}
+    nodes = set(cluster.health.failed_nodes) | (new - trays)
+    trays |= set(cluster.health.failed_trays)
     data = cluster.model_dump(mode="json", exclude_none=True)
     health = dict(data.get("health") or {})
-    health["failed_nodes"] = sorted(bad, key=order.__getitem__)
-    health["failed_trays"] = sorted(set(spare) - bad, key=order.__getitem__)
+    health["failed_nodes"] = sorted(nodes, key=order.__getitem__)
+    health["failed_trays"] = sorted(trays, key=order.__getitem__)
+    health["spare_trays"] = sorted(set(spare) - nodes - trays, key=order.__getitem__)
     data["health"] = health
     return cluster_from_dict(data, f"cluster {cluster.name!r}")
 
@@ -129,7 +138,7 @@ def relocate(cluster: Cluster, placed: list[tuple[str, int]], failed, moves: dic
     """The cluster after the failure (failed hosts broken, the spares taken in use) and the new
     ``rank_to_gpu`` on it: every rank keeps its host and local index unless its host failed, then
     it runs on the same local index of that host's spare."""
-    spare = set(cluster.health.failed_trays) - set(moves.values())
+    spare = set(cluster.health.spare_trays) - set(moves.values())
     new = with_health(cluster, failed, spare)
     index = {(g.node, g.local): g.index for g in new.gpus()}
     return new, [index[(moves.get(h, h), l)] for h, l in placed]

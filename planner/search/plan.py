@@ -234,7 +234,6 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise InputError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
-    held = held_back(cluster)
     req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
                    equal_slices)
     cluster, training = req.cluster, req.training
@@ -254,7 +253,7 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     entries, max_err = _entries(res, b, model, cluster, training, req.trainer, req.profile)
     fastest = entries[0]    # the solver's best: the proven bound is relative to it
     entries, safe = _safe_rank(entries, objective, top)
-    _price_goodput(entries, model, cluster, training, resilience, held)
+    _price_goodput(entries, model, cluster, training, resilience)
     best = entries[0].prediction
     if objective == "robust":   # the band's lower edge of the cluster's tokens/s
         obj_val = best.tokens_per_s * math.exp(-best.band_half_width)
@@ -328,22 +327,12 @@ def _safe_rank(entries: list[PlanEntry], objective: str, top: int) -> tuple[list
     return [entries[i] for i in keep], notes
 
 
-def _price_goodput(entries, model, cluster, training, resilience, held) -> None:
-    """Each entry's goodput (``planner.cost.goodput``) at its own global batch and placement."""
+def _price_goodput(entries, model, cluster, training, resilience) -> None:
+    """Each entry's goodput (``planner.cost.goodput``) at its own global batch and placement; the
+    spares it counts are the cluster's idle hosts and ``health.spare_trays``."""
     for e in entries:
         e.goodput = plan_goodput(model, cluster, training.model_copy(update={"global_batch": e.gbs}),
-                                 e.prediction.tokens_per_s, e.placement.rank_to_gpu, resilience, held)
-
-
-def held_back(cluster) -> int:
-    """Spare hosts per NVLink domain that a job keeps on purpose: ``--usable-per-rack K`` on NVL72 racks
-    lists (72 - K) / 4 trays per rack as out of service; they are spares for goodput."""
-    if not isinstance(cluster, Job) or cluster.per_domain is None:
-        return 0
-    spec = cluster.cluster.gpu_spec
-    if spec.nvlink_domain_max <= spec.gpus_per_node:
-        return 0
-    return max(0, (spec.nvlink_domain_max - cluster.per_domain) // spec.gpus_per_node)
+                                 e.prediction.tokens_per_s, e.placement.rank_to_gpu, resilience)
 
 
 def _plan_by_goodput(model, cluster, training, top, resilience, kw) -> PlanResult:
