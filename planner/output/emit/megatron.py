@@ -248,7 +248,7 @@ def model_args(ctx: EmitContext) -> list[str]:
     if m.qk_norm:
         a.append("--qk-layernorm")
     if m.family == "llama4":
-        a.extend(llama4_args(m, hf))
+        a.extend(llama4_args(m, hf, recipe_of(ctx).overlap_moe_expert_parallel_comm))
     if m.attention == "mla":
         a.append("--multi-latent-attention")
         if m.q_lora_rank:
@@ -279,19 +279,20 @@ def model_args(ctx: EmitContext) -> list[str]:
     return a
 
 
-def llama4_args(m, hf: dict) -> list[str]:
+def llama4_args(m, hf: dict, a2a_overlap: bool = False) -> list[str]:
     """Llama 4 as Megatron-Bridge's Llama4ModelProvider runs it: interleaved RoPE skipped on every 4th
     layer (iRoPE's NoPE layers), L2 q/k norm where the config has use_qk_norm (Scout), sigmoid top-1
-    routing whose probability scales the expert's input, the shared expert overlapped, Llama 3 RoPE
-    scaling on the 16-expert model (Llama4Experts16ModelProvider: factor 8). Chunked attention
+    routing whose probability scales the expert's input, the shared expert overlapped (RoPE scaling, Scout's
+    llama3 factor 8, is the config's: rope_args). Chunked attention
     (attention_chunk_size 8192) is Bridge's layer spec, not a Megatron flag: at sequence lengths up to
-    the chunk it is plain causal attention."""
+    the chunk it is plain causal attention. The shared-expert overlap gives way to the all-to-all overlap
+    (TransformerConfig: "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm")."""
     a = ["--rotary-interleaved", "--no-rope-freq", str(int(hf.get("no_rope_layer_interval") or 4)),
-         "--moe-apply-probs-on-input", "--moe-shared-expert-overlap"]   # the sigmoid router: router_args
+         "--moe-apply-probs-on-input"]   # the sigmoid router: router_args
+    if not a2a_overlap:
+        a.append("--moe-shared-expert-overlap")
     if hf.get("use_qk_norm"):
         a.append("--qk-l2-norm")
-    if m.rope_scaling is None and m.num_experts == 16:
-        a.extend(["--use-rope-scaling", "--rope-scaling-factor", "8"])
     return a
 
 
@@ -437,6 +438,12 @@ def files(ctx: EmitContext) -> dict[str, str]:
         env_lines.append("# CUDA_DEVICE_MAX_CONNECTIONS is left unset: " + (
             "Megatron FSDP asserts it is not 1." if ctx.config.fsdp else
             "no TP/CP, or Blackwell (sm>=100) where Megatron no longer asserts it."))
+    gaps = mla_yarn_unexpressed(ctx.model)
+    if gaps:   # the config's YaRN settings megatron-core 0.19.2's pretrain_gpt.py has no flag for
+        env_lines.append("# The config's MLA YaRN " + ", ".join(f"{k}={float(v)!r}" for k, (v, _) in gaps.items())
+                         + ": pretrain_gpt.py has no flag for them and runs " + ", ".join(
+                             f"{k}={float(d)!r}" for k, (_, d) in gaps.items())
+                         + "; the Megatron-Bridge files (--trainer bridge) set them.")
     env_lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     return {
         "megatron/args.txt": render_args(megatron_args(ctx)),
