@@ -29,8 +29,9 @@ def _cfg(name: str) -> dict:
 
 def _emit(model: str, trainer: str, tmp: Path, ep: int = 8) -> Path:
     m = load_model(model)
+    stack = "megatron" if trainer == "bridge" else trainer   # Bridge launches Megatron's layout
     doc = plan_doc(model, hgx_cluster("h100", 1), ParallelConfig(tp=1, pp=1, ep=ep if m.num_experts else 1, mbs=1),
-                   Training(seq_len=4096, global_batch=64, precision="bf16", trainer=trainer), world=8)
+                   Training(seq_len=4096, global_batch=64, precision="bf16", trainer=stack), world=8)
     out = tmp / "out"
     emit_plan(doc, [trainer], out)
     return out
