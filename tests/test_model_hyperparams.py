@@ -139,3 +139,20 @@ def test_megatron_refuses_what_pretrain_gpt_cannot_run(tmp_path, edit, words):
     with pytest.raises(InputError, match=f"--trainer megatron: .*{words}.*cannot run"):
         _emit(str(d), "megatron", tmp_path)
     assert not (tmp_path / "out").exists()
+
+
+def test_readback_refuses_args_of_another_config(tmp_path):
+    """predict --from args.txt with a model whose config.json says another rope base or eps: refused,
+    naming the flag and the field (Qwen2.5-72B files read as a copy with Megatron's old default 10,000)."""
+    from planner.output.emit.readback import read_megatron
+
+    out = _emit(str(CONFIGS / "qwen2.5-72b-instruct"), "megatron", tmp_path)
+    config, _, _ = read_megatron(out, load_model(str(CONFIGS / "qwen2.5-72b-instruct")))
+    assert config.tp == 1
+    for edit, words in (({"rope_theta": 10000.0}, "--rotary-base is 1e\\+06 .* rope_theta 10000"),
+                        ({"rms_norm_eps": 1e-5}, "--norm-epsilon is 1e-06 .* rms_norm_eps 1e-05")):
+        d = tmp_path / f"other-{len(words)}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({**_cfg("qwen2.5-72b-instruct"), **edit}))
+        with pytest.raises(InputError, match=words):
+            read_megatron(out, load_model(str(d)))
