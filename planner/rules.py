@@ -231,7 +231,6 @@ def _maxtext_ep_in_dp(m, c, t, world):
 
 # Model families whose router is aux-loss-free (DeepSeek-V3's noaux_tc: sigmoid scores plus a
 # per-expert bias updated outside the optimizer); HF DeepseekV3 has no other routing method.
-AUX_LOSS_FREE_FAMILIES = ("deepseek_v3", "kimi_k2")
 # The partial scope NVIDIA's perf recipes capture for dropless MoE models, and for dense models.
 GRAPH_MODULES_MOE = ("attn", "moe_router", "moe_preprocess")
 GRAPH_MODULES_DENSE = ("attn", "mlp")
@@ -249,8 +248,9 @@ TRAINER_KNOBS = {
 
 
 def aux_loss_free(model) -> bool:
-    """The model routes with a learned-free expert bias (DeepSeek-V3 / Kimi-K2 ``noaux_tc``)."""
-    return bool(getattr(model, "num_experts", 0)) and getattr(model, "family", "") in AUX_LOSS_FREE_FAMILIES
+    """The model routes with an aux-loss-free expert bias: its config's ``topk_method: noaux_tc`` with a
+    sigmoid router (ModelSpec.expert_bias; DeepSeek-V3, Kimi-K2, GLM-4.5)."""
+    return bool(getattr(model, "num_experts", 0)) and bool(getattr(model, "expert_bias", False))
 
 
 def _has_dense_layers(m) -> bool:

@@ -38,6 +38,14 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
                               8192 = ``attention_chunk_size``; megatron-core has no chunked attention)
 ============================  =====================================================================
 
+Besides the shape, a ModelSpec carries the hyperparameters the trainers must run as the config says
+(issue 23): RoPE base and scaling (``rope_theta`` + ``rope_scaling``, or transformers v5
+``rope_parameters`` holding both; YaRN, llama3, linear), ``partial_rotary_factor``, the norm epsilon
+(``rms_norm_eps`` / ``layer_norm_epsilon``), the router (``scoring_func``; expert bias for
+``topk_method: noaux_tc`` only with a non-softmax router; ``routed_scaling_factor``; ``norm_topk_prob``),
+Llama 4's L2 q/k norm and GPT-OSS's ``swiglu_limit``. A field the file leaves out takes the default of
+its transformers config class.
+
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
 a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
 hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict
@@ -73,6 +81,34 @@ _ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
 }
+
+
+ROPE_KINDS = ("yarn", "llama3", "linear")
+ROUTER_SCORES = ("softmax", "sigmoid", "sqrtsoftplus")
+
+
+class RopeScaling(BaseModel):
+    """RoPE frequency scaling as the config sets it (HF ``rope_scaling``, or transformers v5
+    ``rope_parameters``); a field the file does not give stays None (the trainer's default applies)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = Field(..., description="'yarn', 'llama3' or 'linear' [rope_type / type]")
+    factor: float = Field(..., gt=0, description="context extension factor [factor]")
+    original_max_position_embeddings: int | None = Field(None, ge=1, description="pre-extension context")
+    beta_fast: float | None = Field(None, description="YaRN high-frequency boundary [beta_fast]")
+    beta_slow: float | None = Field(None, description="YaRN low-frequency boundary [beta_slow]")
+    mscale: float | None = Field(None, description="YaRN attention scale [mscale]")
+    mscale_all_dim: float | None = Field(None, description="YaRN attention scale, all dims [mscale_all_dim]")
+    truncate: bool | None = Field(None, description="YaRN: round the correction range to integers [truncate]")
+    low_freq_factor: float | None = Field(None, gt=0, description="llama3 [low_freq_factor]")
+    high_freq_factor: float | None = Field(None, gt=0, description="llama3 [high_freq_factor]")
+
+    @model_validator(mode="after")
+    def _check_kind(self):
+        if self.kind not in ROPE_KINDS:
+            raise ValueError(f"rope scaling type must be one of {', '.join(ROPE_KINDS)}, got {self.kind!r}")
+        return self
 
 
 class ModelSpec(BaseModel):
@@ -121,6 +157,20 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = Field(False, description="biases on the expert / MLP projections (GPT-OSS)")
     router_bias: bool = Field(False, description="trained per-expert router bias (GPT-OSS)")
     attention_sinks: bool = Field(False, description="one learnable sink logit per head and layer (GPT-OSS)")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base [rope_theta; v5 rope_parameters.rope_theta]")
+    rope_scaling: RopeScaling | None = Field(None, description="RoPE scaling (YaRN, llama3, linear); None = plain RoPE")
+    partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="share of each head that is rotated "
+                                         "[partial_rotary_factor]")
+    norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon [rms_norm_eps / layer_norm_epsilon]")
+    router_score: str = Field("softmax", description="router score function: softmax, sigmoid or sqrtsoftplus "
+                              "[scoring_func]")
+    expert_bias: bool = Field(False, description="aux-loss-free routing with a per-expert score bias "
+                              "[topk_method noaux_tc]; never with a softmax router")
+    router_scale: float = Field(1.0, gt=0, description="routed experts' output scale [routed_scaling_factor]")
+    norm_topk_prob: bool = Field(False, description="top-k router weights renormalised to sum to 1 [norm_topk_prob]")
+    qk_l2_norm: bool = Field(False, description="weightless L2 norm on q and k (Llama 4 [use_qk_norm])")
+    activation_clamp: float | None = Field(None, gt=0, description="GLU inputs clamped to +-limit (GPT-OSS "
+                                           "[swiglu_limit]); None = no clamp")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 
     @model_validator(mode="after")
@@ -159,6 +209,10 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"topk_group ({self.topk_group}) must not exceed n_group ({self.n_group})")
         if not all(self.moe_layers) and self.ffn_hidden_size < 1:
             raise ValueError("dense layers need intermediate_size >= 1")
+        if self.router_score not in ROUTER_SCORES:
+            raise ValueError(f"router score function must be one of {', '.join(ROUTER_SCORES)}, got {self.router_score!r}")
+        if self.expert_bias and self.router_score == "softmax":
+            raise ValueError("expert bias (noaux_tc) needs a sigmoid or sqrtsoftplus router, not softmax")
         if any(self.swa_layers) and self.sliding_window is None:
             raise ValueError("swa_layers marks sliding-window layers but sliding_window is not set")
         return self
@@ -414,6 +468,88 @@ def _activation(r: _Reader, cfg: dict, family: str) -> tuple[str, bool]:
     return act, gated
 
 
+# Transformers' config-class defaults for a field the file leaves out (rope_theta, rms_norm_eps, router).
+_THETA_DEFAULT = {"mixtral": 1e6, "gpt_oss": 150000.0, "llama4": 500000.0}
+_EPS_DEFAULT = {"mixtral": 1e-5, "gpt_oss": 1e-5, "glm4_moe": 1e-5, "llama4": 1e-5}
+_SIGMOID_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe", "llama4")   # DeepseekV3Config scoring_func, Glm4MoeTopkRouter
+_NOAUX_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe")              # DeepseekV3Config topk_method, e_score_correction_bias
+_NORM_TOPK_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe", "mixtral", "gpt_oss")  # renormalised (or top-k softmax)
+_ROPE_TYPES = {"yarn": "yarn", "llama3": "llama3", "linear": "linear", "default": None}
+
+
+def _float(r: _Reader, cfg: dict, key: str, default: Any, where: str = "") -> Any:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise r.err(where + key, f"must be a positive number, got {v!r}")
+    return float(v)
+
+
+def _rope_dict(r: _Reader, cfg: dict) -> tuple[dict, str]:
+    """The RoPE settings and the field they came from: transformers v5 ``rope_parameters`` (one dict,
+    or one per layer type when all agree), else ``rope_scaling`` beside a top-level ``rope_theta``."""
+    rp = cfg.get("rope_parameters")
+    if isinstance(rp, dict) and rp and all(isinstance(v, dict) for v in rp.values()):
+        kinds = list(rp.values())
+        if any(k != kinds[0] for k in kinds):
+            raise r.err("rope_parameters", f"differs between layer types ({', '.join(rp)}); topoplan's trainers "
+                        "take one RoPE setting for every layer: use a config with one")
+        rp = kinds[0]
+    if isinstance(rp, dict):
+        return {**rp, "rope_theta": rp.get("rope_theta", cfg.get("rope_theta"))}, "rope_parameters."
+    if rp is not None:
+        raise r.err("rope_parameters", f"must be an object, got {rp!r}")
+    rs = cfg.get("rope_scaling")
+    if rs is not None and not isinstance(rs, dict):
+        raise r.err("rope_scaling", f"must be an object or null, got {rs!r}")
+    return {**(rs or {}), "rope_theta": cfg.get("rope_theta")}, "rope_scaling."
+
+
+def _rope(r: _Reader, cfg: dict, family: str) -> dict:
+    """rope_theta, rope_scaling (None for plain RoPE) and partial_rotary_factor."""
+    d, where = _rope_dict(r, cfg)
+    theta = _float(r, d, "rope_theta", _THETA_DEFAULT.get(family, 10000.0),
+                   "rope_parameters." if where == "rope_parameters." else "")
+    raw = d.get("rope_type") or d.get("type") or "default"
+    kind = _ROPE_TYPES.get(str(raw), ...)
+    if kind is ...:
+        raise r.err(where + "rope_type", f"{raw!r} is not a RoPE scaling topoplan can emit; use one of "
+                    f"{', '.join(_ROPE_TYPES)}")
+    scaling = None
+    if kind:
+        opt = {k: d[k] for k in ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                                 "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor")
+               if d.get(k) is not None}
+        if "factor" not in d:
+            raise r.err(where + "factor", f"is missing for {raw} RoPE scaling; add the scaling factor")
+        try:
+            scaling = RopeScaling(kind=kind, factor=d["factor"], **opt)
+        except ValidationError as exc:
+            raise InputError(pydantic_message(exc, r.source)) from None
+    partial = _float(r, cfg, "partial_rotary_factor", d.get("partial_rotary_factor") or 1.0)
+    return dict(rope_theta=theta, rope_scaling=scaling, partial_rotary_factor=partial)
+
+
+def _norm_eps(r: _Reader, cfg: dict, family: str) -> float:
+    key = _first_key(r, ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_epsilon", "norm_eps"))
+    return _float(r, cfg, key, 0.0) if key else _EPS_DEFAULT.get(family, 1e-6)
+
+
+def _router(r: _Reader, cfg: dict, family: str, n_exp: int) -> dict:
+    """Router score function, aux-loss-free expert bias (``topk_method: noaux_tc``; megatron-core refuses
+    it with softmax, so a softmax router never gets it), routed scale and top-k renormalisation."""
+    if n_exp <= 0:
+        return {}
+    score = str(cfg.get("scoring_func") or ("sigmoid" if family in _SIGMOID_FAMILIES else "softmax")).lower()
+    if score not in ROUTER_SCORES:
+        raise r.err("scoring_func", f"{score!r} is not a router score function; use one of {', '.join(ROUTER_SCORES)}")
+    method = str(cfg.get("topk_method") or ("noaux_tc" if family in _NOAUX_FAMILIES else "greedy"))
+    return dict(router_score=score, expert_bias=method == "noaux_tc" and score != "softmax",
+                router_scale=_float(r, cfg, "routed_scaling_factor", 1.0),
+                norm_topk_prob=r.bool("norm_topk_prob", family in _NORM_TOPK_FAMILIES))
+
+
 def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.json") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face style config dict; InputError names the field.
 
@@ -460,13 +596,19 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             max_position_embeddings=r.int("max_position_embeddings", None, minimum=1),
             swa_layers=tuple(swa),
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
-            attention_bias=r.bool("attention_bias", family == "gpt_oss"),
+            qk_l2_norm=family == "llama4" and r.bool("use_qk_norm", False),
+            activation_clamp=_float(r, cfg, "swiglu_limit", None),
+            # Qwen2 / Qwen2-MoE: q, k, v biases by construction (HF Qwen2Attention), no config field
+            attention_bias=r.bool("attention_bias", family in ("gpt_oss", "qwen2", "qwen2_moe")),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),
             # GPT-OSS routers have a trained bias; DeepSeek's e_score_correction_bias is a buffer
             # updated outside the optimizer, so it is not a parameter (models.json counts agree).
             router_bias=family == "gpt_oss",
             attention_sinks=family == "gpt_oss",
             source=str(cfg.get("source") or source),
+            norm_eps=_norm_eps(r, cfg, family),
+            **_rope(r, cfg, family),
+            **_router(r, cfg, family, experts["num_experts"]),
             **fields,
         )
     except ValidationError as exc:

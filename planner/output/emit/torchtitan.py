@@ -119,6 +119,12 @@ def is_user_model(m) -> bool:
             problems.append("shared experts: torchtitan's gpt_oss has none")
     elif m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
         problems.append("attention or MLP variant (biases, sliding window or a non-gated MLP)")
+    rs = m.rope_scaling
+    if rs is not None and (rs.kind == "linear" or (rs.kind == "llama3" and m.family != "llama")):
+        problems.append(f"rope_scaling {rs.kind}: torchtitan's {m.family} RoPE has "
+                        + ("YaRN only" if m.family != "llama" else "llama3 and YaRN scaling only"))
+    if m.partial_rotary_factor < 1.0:
+        problems.append("partial_rotary_factor: torchtitan rotates the whole head")
     if m.family.startswith("qwen3") and not m.qk_norm:
         problems.append("qk_norm: torchtitan's qwen3 always normalises q and k")
     if problems:
@@ -183,7 +189,7 @@ def stage_fqns(ctx: EmitContext) -> list[list[str]]:
 def command_args(ctx: EmitContext) -> list[str]:
     """Arguments after ``-m torchtitan.train`` (0.3.0)."""
     module, config, _ = model_entry(ctx)
-    if config is None or needs_converters(ctx):
+    if config is None or needs_converters(ctx) or model_fixes(ctx):
         module, config = CUSTOM_MODULE, _custom_name(ctx)
     local, gbs, _ = batch(ctx)
     a = ["--module", module, "--config", config]
@@ -277,7 +283,8 @@ def converters(ctx: EmitContext) -> list[str]:
 
 def custom_registry(ctx: EmitContext) -> str | None:
     module, config, flavour = model_entry(ctx)
-    if config is not None and not needs_converters(ctx):
+    fixes = model_fixes(ctx)
+    if config is not None and not needs_converters(ctx) and not fixes:
         return None
     user = is_user_model(ctx.model)
     base = config or (USER_FAMILIES[ctx.model.family][1] if user else BASE_CONFIG[module])
@@ -286,6 +293,12 @@ def custom_registry(ctx: EmitContext) -> str | None:
     imports = f"from torchtitan.components.quantization import {', '.join(names)}\n" if names else ""
     why = (f"the plan trains in {ctx.training.precision}, so the model gets the converters below" if conv else
            "the plan trains in BF16, so the model is built without converters")
+    fix_src, flavour_src = "", ""
+    if fixes:   # the built-in flavour differs from the catalog's config.json: set the config's values
+        why += ("; torchtitan's flavour differs from the model's config.json, so its "
+                + ("RMSNorm epsilon and RoPE are" if fixes["rope"] else "RMSNorm epsilon is") + " set as the config says")
+        flavour_src = _AS_CONFIG_IMPORTS + _AS_CONFIG_SRC
+        fix_src = f"    _as_config(config.model_spec.model, {fixes['eps']!r}, {fixes['rope']!r})\n"
     # MX layers: the attention and MLP/expert projections (not the router gate or the output head,
     # torchtitan's deepseek_v3_debugmodel_mxfp8 choice)
     fqns = '["attention", "shared_experts", "feed_forward"]' if ctx.model.num_experts else '["attention", "feed_forward"]'
@@ -301,7 +314,7 @@ def custom_registry(ctx: EmitContext) -> str | None:
                  "        fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n")
         assets = f"    config.hf_assets_path = {_user_assets(ctx.model)!r}\n"
     else:
-        where, flavour_src, vocab = f"{flavour!r} in torchtitan.models.{module}", "", ""
+        where, vocab = f"{flavour!r} in torchtitan.models.{module}", ""
         assets = "" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"\n'
     enable, components, async_tp = compile_setting(ctx)
     compile_src = (f"    # torch.compile of the model as the plan prices it (also on the command line)\n"
@@ -313,31 +326,25 @@ starts from {base}() and rebuilds the model spec; {why}.
 Put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
 
 {imports}from torchtitan.models.{module} import model_registry
-from torchtitan.models.{module}.config_registry import {base}
+from torchtitan.models.{module}.config_registry import {base} as _base_config
 {flavour_src}
 
 def {_custom_name(ctx)}():
-    config = {base}()
+    config = _base_config()   # {base}()
 {compile_src}    compiled = config.compile.enable and "model" in config.compile.components
     config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, "")}converters={conv_src})
-{vocab}{assets}    return config
+{fix_src}{vocab}{assets}    return config
 '''
 
 
-def _deepseek_flavour(m, theta: float, rs: dict, common: str) -> str:
+def _deepseek_flavour(m, rope: str, common: str) -> str:
     """DeepSeek-V3-shaped config.json: MLA, dense layers first, routed plus shared experts, router
     scoring, groups and scale from the file, YaRN RoPE. No MTP layers, as torchtitan's own
     deepseek_v3_671b (num_mtp_layers=0)."""
-    hf = _hf_config(m)
-    score = hf.get("scoring_func") or "sigmoid"
     groups = (f"router_num_expert_groups={m.n_group}, router_num_limited_groups={m.topk_group},"
               if m.n_group > 1 else "")
-    yarn = ""
-    if (rs.get("type") or rs.get("rope_type")) == "yarn":
-        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
-                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
-                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
-    mscale = float(rs.get("mscale_all_dim", rs.get("mscale", 1.0)) or 1.0)
+    rs = m.rope_scaling
+    mscale = float((rs.mscale_all_dim if rs.mscale_all_dim is not None else rs.mscale) or 1.0) if rs else 1.0
     dense = m.moe_layers.index(True)
     return f'''from torchtitan.models import deepseek_v3 as _family
 from torchtitan.models.common import ComplexRoPE
@@ -351,36 +358,30 @@ def _topoplan_model(attn_backend, moe_comm_backend, non_blocking_capacity_factor
         qk_rope_head_dim={m.qk_rope_head_dim}, v_head_dim={m.v_head_dim}, mscale={mscale!r},
         dense_hidden_dim={m.ffn_hidden_size}, moe_hidden_dim={m.moe_ffn_hidden_size}, num_experts={m.num_experts},
         num_shared_experts={m.shared_ffn_hidden_size // m.moe_ffn_hidden_size}, router_top_k={m.top_k},
-        router_score_func={score!r}, {groups}
-        router_route_scale={float(hf.get("routed_scaling_factor") or 1.0)!r},
-        router_route_norm={bool(hf.get("norm_topk_prob", False))},
+        router_score_func={m.router_score!r}, {groups}
+        router_route_scale={m.router_scale!r},
+        router_route_norm={m.norm_topk_prob},
         attn_backend=attn_backend, moe_comm_backend=moe_comm_backend,
         non_blocking_capacity_factor=non_blocking_capacity_factor,
         rope=ComplexRoPE.Config(dim={m.qk_rope_head_dim}, max_seq_len={int(m.max_position_embeddings or 16384)}, \
-theta={theta!r}{yarn}))
-    return _family.DeepSeekV3Model.Config(
+{rope}))
+    return _as_config(_family.DeepSeekV3Model.Config(
         vocab_size=vocab, dim=dim, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
         layers=layers,
-        mtp_layers=_family._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers))
+        mtp_layers=_family._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers)), {m.norm_eps!r})
 
 
 _family.deepseekv3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
 
 
-def _gptoss_flavour(m, theta: float, rs: dict, common: str) -> str:
+def _gptoss_flavour(m, rope: str, common: str) -> str:
     """GPT-OSS-shaped config.json: the layers of torchtitan's _build_gptoss_layers with the file's heads,
     KV heads, head dim and sliding-window layers (torchtitan's own builder fixes 64/8/64 and a 128 window
     on even layers), sinks and biases, softmax top-k routing, YaRN RoPE."""
-    yarn = ""
-    if (rs.get("type") or rs.get("rope_type")) == "yarn":
-        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
-                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
-                f'truncate={bool(rs.get("truncate", True))}, '
-                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
     windows = [m.sliding_window if w else None for w in m.swa_layers]
     return f'''from torchtitan.models import gpt_oss as _family
 {common}
@@ -388,7 +389,7 @@ def _gptoss_flavour(m, theta: float, rs: dict, common: str) -> str:
 def _topoplan_model(moe_comm_backend, attn_backend="varlen"):
     dim, vocab, n_experts, top_k = {m.hidden_size}, {m.vocab_size}, {m.num_experts}, {m.top_k}
     rope = _family.CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={int(m.max_position_embeddings or 131072)}, \
-theta={theta!r}{yarn})
+{rope})
     windows = {windows!r}
     layers = []
     for i, window in enumerate(windows):
@@ -408,25 +409,16 @@ theta={theta!r}{yarn})
                     num_experts=n_experts, score_func="softmax", route_norm=True, top_k=top_k,
                     gate=Linear.Config(in_features=dim, out_features=n_experts, bias=True,
                                        param_init=_family._depth_init(i))))))
-    return _family.GptOssModel.Config(
+    return _as_config(_family.GptOssModel.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
-        layers=layers)
+        layers=layers), {m.norm_eps!r})
 
 
 _family.gptoss_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
-
-
-def _hf_config(m) -> dict:
-    """The user's config.json as written (fields the ModelSpec does not carry), or {} when it is gone."""
-    try:
-        cfg = json.loads(Path(m.source).read_text())
-    except (OSError, ValueError, TypeError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
 
 
 def _user_assets(m) -> str:
@@ -434,36 +426,108 @@ def _user_assets(m) -> str:
     return str(Path(m.source).parent) if m.source and m.source.endswith(".json") else "./assets/hf/" + m.name
 
 
-def _hf_rope(m) -> tuple[float, dict]:
-    """rope_theta and rope_scaling of the user's config.json (the ModelSpec does not carry them; they
-    change the positional encoding, not the parallel layout). Family defaults when the file is gone."""
-    theta = {"llama": 500000.0, "deepseek_v3": 10000.0, "gpt_oss": 150000.0}.get(m.family, 1000000.0)
-    cfg = _hf_config(m)
-    return float(cfg.get("rope_theta") or theta), dict(cfg.get("rope_scaling") or {})
+def rope_kwargs(m) -> str:
+    """RoPE.Config keywords after dim and max_seq_len (torchtitan 0.3.0 models/common/rope.py): the
+    config's base and scaling (YaRN: rope_factor, beta_fast/slow, original_seq_len, truncate; llama3:
+    scaling="llama" with its factors). Fields the config leaves out keep torchtitan's defaults, which
+    are HF's (beta 32/1, original 4096, truncate on; llama3 1/4/8192)."""
+    kw = f"theta={m.rope_theta!r}"
+    rs = m.rope_scaling
+    if rs is None:
+        return kw
+    if rs.kind == "yarn":
+        kw += f', scaling="yarn", rope_factor={float(rs.factor)!r}'
+        for name, v in (("beta_fast", rs.beta_fast), ("beta_slow", rs.beta_slow)):
+            if v is not None:
+                kw += f", {name}={float(v)!r}"
+        if rs.original_max_position_embeddings is not None:
+            kw += f", original_seq_len={rs.original_max_position_embeddings}"
+        return kw + ("" if rs.truncate is None else f", truncate={rs.truncate}")
+    kw += f', scaling="llama", scaling_factor={float(rs.factor)!r}'   # llama3 (is_user_model refuses linear)
+    for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if getattr(rs, name) is not None:
+            kw += f", {name}={getattr(rs, name)!r}"
+    return kw
+
+
+_AS_CONFIG_SRC = '''
+
+def _as_config(model, eps, rope=None):
+    """The config.json's RMSNorm epsilon on every norm and, when given, its RoPE settings on every RoPE."""
+    for _fqn, norm, _parent, _attr in model.traverse(RMSNorm.Config):
+        norm.eps = eps
+    for _fqn, rotary, _parent, _attr in model.traverse(RoPE.Config) if rope else ():
+        for key, value in rope.items():
+            setattr(rotary, key, value)
+    return model
+'''
+_AS_CONFIG_IMPORTS = "from torchtitan.models.common import RMSNorm\nfrom torchtitan.models.common.rope import RoPE\n"
+
+# What torchtitan 0.3.0's own flavours of the catalog models build (models/<module>/__init__.py): the RoPE
+# fields of rope_fields() and the RMSNorm epsilon. tests/test_emit_fidelity.py checks this table against
+# torchtitan itself; where the catalog's config.json says otherwise (Llama 3 has no RoPE scaling, DeepSeek-V3's
+# eps is 1e-6, Qwen3-235B-A22B's rope base 1e6) the written registry sets the config's values (model_fixes).
+_LLAMA31_ROPE = {"theta": 500000.0, "scaling": "llama", "scaling_factor": 8.0, "low_freq_factor": 1.0,
+                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+_GPTOSS_ROPE = {"theta": 150000.0, "scaling": "yarn", "rope_factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "original_seq_len": 4096, "truncate": False}
+BUILTIN_MODEL = {
+    "llama3-8b": (_LLAMA31_ROPE, 1e-5), "llama3-70b": (_LLAMA31_ROPE, 1e-5), "llama3.1-405b": (_LLAMA31_ROPE, 1e-5),
+    "deepseek-v3": ({"theta": 10000.0, "scaling": "yarn", "rope_factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "original_seq_len": 4096, "truncate": True}, 1e-5),
+    "qwen3-30b-a3b": ({"theta": 1000000.0, "scaling": "none"}, 1e-6),
+    "qwen3-235b-a22b": ({"theta": 5000000.0, "scaling": "none"}, 1e-6),
+    "gpt-oss-120b": (_GPTOSS_ROPE, 1e-5), "gpt-oss-20b": (_GPTOSS_ROPE, 1e-5),
+}
+
+
+def rope_fields(m) -> dict:
+    """The spec's RoPE as torchtitan's RoPE.Config fields, torchtitan's defaults (HF's) where the config is silent."""
+    rs = m.rope_scaling
+    if rs is None:
+        return {"theta": float(m.rope_theta), "scaling": "none"}
+    if rs.kind == "yarn":
+        return {"theta": float(m.rope_theta), "scaling": "yarn", "rope_factor": float(rs.factor),
+                "beta_fast": float(32.0 if rs.beta_fast is None else rs.beta_fast),
+                "beta_slow": float(1.0 if rs.beta_slow is None else rs.beta_slow),
+                "original_seq_len": int(rs.original_max_position_embeddings or 4096),
+                "truncate": True if rs.truncate is None else bool(rs.truncate)}
+    return {"theta": float(m.rope_theta), "scaling": "llama", "scaling_factor": float(rs.factor),
+            "low_freq_factor": float(rs.low_freq_factor or 1.0), "high_freq_factor": float(rs.high_freq_factor or 4.0),
+            "original_max_position_embeddings": int(rs.original_max_position_embeddings or 8192)}
+
+
+def model_fixes(ctx: EmitContext) -> dict:
+    """{"eps": ..., "rope": {...}} where a catalog model's built-in torchtitan flavour differs from its
+    config.json ({} when it builds the config, or for a user's config, whose flavour is written whole)."""
+    builtin = BUILTIN_MODEL.get(ctx.model.name.lower())
+    if builtin is None:
+        return {}
+    rope, eps = builtin
+    want = rope_fields(ctx.model)
+    same_rope = rope == want
+    if same_rope and abs(eps - ctx.model.norm_eps) <= 1e-12:
+        return {}
+    return {"eps": ctx.model.norm_eps, "rope": None if same_rope else want}
 
 
 def user_flavour(m, module: str) -> str:
     """Python source adding flavour USER_FLAVOUR to torchtitan.models.<module>'s config table: the
     model of the ModelSpec built with the module's own layer builders and inits (as its built-in
     flavours are; torchtitan 0.3.0's private helpers, pinned with the version)."""
-    theta, scaling = _hf_rope(m)
+    rope = rope_kwargs(m)
     max_seq = int(m.max_position_embeddings or 131072)
     common = ("from torchtitan.models.common import Embedding, Linear, RMSNorm\n"
-              "from torchtitan.models.common.config_utils import decoder_vocab_size\n")
+              "from torchtitan.models.common.config_utils import decoder_vocab_size\n"
+              "from torchtitan.models.common.rope import RoPE\n" + _AS_CONFIG_SRC)
     if module == "llama3":
-        rope_kw = ""
-        if (scaling.get("rope_type") or scaling.get("type")) == "llama3":
-            rope_kw = (f', scaling="llama", scaling_factor={float(scaling.get("factor", 8.0))!r}, '
-                       f'low_freq_factor={float(scaling.get("low_freq_factor", 1.0))!r}, '
-                       f'high_freq_factor={float(scaling.get("high_freq_factor", 4.0))!r}, '
-                       f'original_max_position_embeddings={int(scaling.get("original_max_position_embeddings", 8192))}')
         return f'''from torchtitan.models import llama3 as _family
 from torchtitan.models.common import ComplexRoPE
 {common}
 
 def _topoplan_model(attn_backend, tp_gemm_backend="default"):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _family.Llama3Model.Config(
+    return _as_config(_family.Llama3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
@@ -471,16 +535,16 @@ def _topoplan_model(attn_backend, tp_gemm_backend="default"):
         layers=_family._build_llama3_layers(
             fuse_qkv=True, n_layers={m.num_layers}, dim=dim, n_heads={m.num_attention_heads},
             n_kv_heads={m.num_kv_heads}, hidden_dim={m.ffn_hidden_size},
-            rope=ComplexRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r}{rope_kw}),
-            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend))
+            rope=ComplexRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, {rope}),
+            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend)), {m.norm_eps!r})
 
 
 _family.llama3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
     if module == "deepseek_v3":
-        return _deepseek_flavour(m, theta, scaling, common)
+        return _deepseek_flavour(m, rope, common)
     if module == "gpt_oss":
-        return _gptoss_flavour(m, theta, scaling, common)
+        return _gptoss_flavour(m, rope, common)
     moe = m.family == "qwen3_moe"
     layers = (f"_family._build_qwen3_moe_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
               f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
@@ -496,13 +560,13 @@ from torchtitan.models.common import CosSinRoPE
 
 def _topoplan_model({sig}):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _family.Qwen3Model.Config(
+    return _as_config(_family.Qwen3Model.Config(
         vocab_size=vocab, dim=dim, norm=_family._qwen3_norm(dim), enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._LINEAR_INIT),
         layers={layers}
             attn_backend=attn_backend,
-            rope=CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r})))
+            rope=CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, {rope}))), {m.norm_eps!r})
 
 
 _family.qwen3_configs[{USER_FLAVOUR!r}] = _topoplan_model
