@@ -57,21 +57,26 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import InputError, not_utf8, pydantic_message
+from planner.model import families
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
 _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe")
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3")  # ministral3: Mistral 3's text model
 _LLAMA4 = ("llama4", "llama4_text")
-KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
+KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
+                  + families.MODEL_TYPES)
+# every layer MoE, experts of intermediate_size (the dense width is not used)
+_ALL_MOE = ("mixtral", "gpt_oss") + families.EXPERTS_OF_INTERMEDIATE + ("dbrx",)
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
+    "Ministral3ForCausalLM": "ministral3", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
 }
 
 
@@ -255,6 +260,7 @@ class _Reader:
         return self.cfg.get(key) is not None
 
     def err(self, key: str, problem: str) -> InputError:
+        key = (self.cfg.get("_field_names") or {}).get(key, key)   # the family's own name (planner.model.families)
         return InputError(f"{self.source}: field '{key}' {problem}")
 
     def int(self, key: str, default: Any = ..., minimum: int = 0) -> Any:
@@ -389,6 +395,9 @@ def _moe_layers(r: _Reader, cfg: dict, family: str, L: int, n_exp: int) -> list[
     """Which layers are MoE, in each family's own convention."""
     if n_exp == 0:
         return [False] * L
+    if family == "ernie4_5_moe":    # planner.model.families lists them from moe_layer_start_index etc.
+        listed = set(_layer_list(r, cfg, "moe_layers", L, list(range(L))))
+        return [i in listed for i in range(L)]
     if family == "llama4":
         # HF Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer
         step = r.int("interleave_moe_layer_step", 1, minimum=1)
@@ -411,7 +420,7 @@ def _dense_ffn(r: _Reader, family: str, moe: list[bool]) -> int:
     """Dense MLP width: needed only when some layer is dense."""
     dense_key = "intermediate_size_mlp" if family == "llama4" else "intermediate_size"
     if all(moe):
-        return r.int(dense_key, 0) if family not in ("mixtral", "gpt_oss") else 0
+        return r.int(dense_key, 0) if family not in _ALL_MOE else 0
     return r.int(dense_key, minimum=1)
 
 
@@ -547,8 +556,9 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     if not isinstance(cfg, dict):
         raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
     cfg = _unwrap_text_config(cfg)
+    family = _family(cfg, _Reader(cfg, source))
+    cfg = families.canonical(cfg, family, source)
     r = _Reader(cfg, source)
-    family = _family(cfg, r)
     L = r.int("num_hidden_layers", minimum=1)
     h = r.int("hidden_size", minimum=1)
     n_h = r.int("num_attention_heads", minimum=1)

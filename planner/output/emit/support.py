@@ -1,0 +1,43 @@
+"""Which trainer builds which model family: a family a trainer cannot build as its config says is refused
+at emit, in one line naming the trainer, the family and what the trainer lacks (the files would train
+a different model from the one planned).
+
+Megatron-LM and Megatron-Bridge build models with megatron-core 0.19 (its TransformerConfig has no
+activation clamp on q/k/v, no q/k norm spanning all heads, no LongRoPE, no granite multipliers, and
+refuses an expert bias on a softmax router); MaxText 0.x has decoder blocks for none of the families
+below; torchtitan refuses every family outside its own list in ``torchtitan.model_entry``.
+"""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+
+_QK_ALL_HEADS = ("q/k RMSNorm over all heads at once (megatron-core's qk_layernorm normalises each head "
+                 "on its own)")
+# family (HF model_type) -> what megatron-core lacks to build it as its config says
+MEGATRON_CANNOT = {
+    "dbrx": "clip_qkv (q/k/v activations clamped to +-clip_qkv)",
+    "olmoe": _QK_ALL_HEADS,
+    "minimax_m2": _QK_ALL_HEADS,
+    "phimoe": "LongRoPE (rope_scaling type longrope), LayerNorm with biases and the SparseMixer router",
+    "granitemoe": "the embedding, attention, residual and logits multipliers (granite muP scaling)",
+    "ernie4_5_moe": "a softmax router with an aux-loss-free score-correction bias (moe_use_aux_free); "
+                    "megatron-core allows that bias only with a sigmoid router",
+}
+MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
+                  "ministral3")
+_TRAINER = {"megatron": "Megatron-LM (megatron-core 0.19)", "bridge": "Megatron-Bridge (megatron-core 0.19)",
+            "maxtext": "MaxText"}
+
+
+def check_family(model, emitter: str) -> None:
+    """InputError when trainer ``emitter`` cannot build ``model``'s family as its config says."""
+    family = model.family
+    why = None
+    if emitter in ("megatron", "bridge") and family in MEGATRON_CANNOT:
+        why = f"it has no {MEGATRON_CANNOT[family]}"
+    elif emitter == "maxtext" and family in MAXTEXT_CANNOT:
+        why = "it has no decoder block for this family"
+    if why:
+        raise InputError(f"--trainer {emitter}: {_TRAINER[emitter]} cannot build the {family} family "
+                         f"({model.name}): {why}; the plan stands, but no emitted file would train this model")
