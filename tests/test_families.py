@@ -74,6 +74,7 @@ def test_each_family_reads_its_own_field_names():
     ("dbrx-base", {"ffn_config": {"moe_num_experts": 16, "moe_top_k": 20, "ffn_hidden_size": 10752}}, "ffn_config.moe_top_k"),
     ("ernie-4.5-300b-a47b-pt", {"moe_layer_interval": "one"}, "moe_layer_interval"),
     ("hunyuan-a13b-instruct", {"moe_topk": [8] * 31 + [4]}, "moe_topk"),
+    ("hunyuan-a13b-instruct", {"use_cla": True}, "use_cla"),
 ])
 def test_refusals_name_the_familys_own_field(name, change, field):
     cfg = {**_cfg(name), **change}

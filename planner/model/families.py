@@ -34,6 +34,7 @@ from planner.errors import InputError
 
 # model_type (or the architectures class) of a family read here, as transformers names it.
 MODEL_TYPES = ("dbrx", "olmoe", "phimoe", "granitemoe", "ernie4_5_moe", "minimax_m2", "hunyuan_v1_moe")
+# Tencent's own config.json names the family "hunyuan" (architectures HunYuanMoEV1ForCausalLM)
 ARCHITECTURES = {
     "DbrxForCausalLM": "dbrx", "OlmoeForCausalLM": "olmoe", "PhiMoEForCausalLM": "phimoe",
     "GraniteMoeForCausalLM": "granitemoe", "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
@@ -120,6 +121,9 @@ def _minimax(cfg: dict, source: str) -> tuple[dict, dict]:
 
 def _hunyuan(cfg: dict, source: str) -> tuple[dict, dict]:
     out, names = dict(cfg), {}
+    if cfg.get("use_cla"):
+        raise _fail(source, "use_cla", "is true: cross-layer attention (K/V shared between layers) is not modelled; "
+                    "no trainer topoplan emits for builds it")
     _set(out, names, "num_experts_per_tok", _uniform(cfg, "moe_topk", source), "moe_topk")
     _set(out, names, "num_experts", _uniform(cfg, "num_experts", source), "num_experts")
     width = _uniform(cfg, "moe_intermediate_size", source)
