@@ -128,6 +128,15 @@ def test_a_trainer_that_cannot_build_the_family_refuses_in_one_line(name, traine
     assert fam in msg
 
 
+def test_mistral3_emits_for_megatron_up_to_its_original_context_only():
+    def doc(seq):
+        return plan_doc(str(CONFIGS / "devstral-small-2-24b-instruct-2512.json"), hgx_cluster("h100", 1),
+                        ParallelConfig(tp=8, pp=1), Training(seq_len=seq, global_batch=64))
+    assert "megatron/args.txt" in render_files(load_context(doc(8192)), ["megatron"])
+    with pytest.raises(InputError, match=r"--trainer megatron: .*ministral3 .*llama_4_scaling_beta.*8192"):
+        render_files(load_context(doc(16384)), ["megatron"])
+
+
 def test_a_family_megatron_builds_emits():
     doc = plan_doc(str(CONFIGS / "hunyuan-a13b-instruct.json"), hgx_cluster("h100", 1),
                    ParallelConfig(tp=1, pp=1, ep=8), Training(seq_len=4096, global_batch=64))

@@ -36,8 +36,15 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
                               dense layers of ``intermediate_size_mlp``; the chunked attention
                               of RoPE layers is priced as full causal attention (exact up to seq
                               8192 = ``attention_chunk_size``; megatron-core has no chunked attention)
+``dbrx``, ``olmoe``,           each family's own field names (DBRX's ``ffn_config``/``attn_config``,
+``phimoe``, ``granitemoe``,   ERNIE's ``moe_k``, Hunyuan's per-layer ``moe_topk``, ...) mapped onto the
+``ernie4_5_moe``,             names above by :mod:`planner.model.families`; a refusal names the
+``minimax_m2``,               family's own field
+``hunyuan_v1_moe``
+``ministral3``                Mistral 3's text model (in a ``mistral3`` wrapper): dense, as ``mistral``
 ============================  =====================================================================
 
+A multimodal wrapper (Llama 4, Mistral 3, Kimi-K2.5) is read as its ``text_config``.
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
 a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
 hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict

@@ -174,7 +174,7 @@ def for_trainer(ctx: EmitContext, name: str) -> EmitContext:
     setup re-validated for this one (its auto recipe settings resolve by this trainer's rules), and the
     layout is checked against this trainer's rules (planner.rules): InputError naming the first broken
     rule, so no file is written that the trainer would refuse."""
-    check_family(ctx.model, name)
+    check_family(ctx.model, name, ctx.training.seq_len)
     target = EMITTER_TRAINER.get(name)
     if target is None:
         return ctx

@@ -30,12 +30,24 @@ _TRAINER = {"megatron": "Megatron-LM (megatron-core 0.19)", "bridge": "Megatron-
             "maxtext": "MaxText"}
 
 
-def check_family(model, emitter: str) -> None:
+def _megatron_lacks(model, seq_len: int) -> str | None:
+    if model.family in MEGATRON_CANNOT:
+        return MEGATRON_CANNOT[model.family]
+    orig = model.rope_scaling.original_max_position_embeddings if model.rope_scaling else None
+    if model.family == "ministral3" and orig and seq_len > orig:
+        # Ministral3Attention scales q by 1 + llama_4_scaling_beta * log(1 + floor(pos / orig)): 1 up to orig
+        return (f"Llama-4 attention temperature scaling (rope llama_4_scaling_beta), which changes positions "
+                f"beyond original_max_position_embeddings {orig} (seq {seq_len}); plan with --seq-len {orig} or less")
+    return None
+
+
+def check_family(model, emitter: str, seq_len: int = 0) -> None:
     """InputError when trainer ``emitter`` cannot build ``model``'s family as its config says."""
     family = model.family
     why = None
-    if emitter in ("megatron", "bridge") and family in MEGATRON_CANNOT:
-        why = f"it has no {MEGATRON_CANNOT[family]}"
+    lacks = _megatron_lacks(model, seq_len) if emitter in ("megatron", "bridge") else None
+    if lacks:
+        why = f"it has no {lacks}"
     elif emitter == "maxtext" and family in MAXTEXT_CANNOT:
         why = "it has no decoder block for this family"
     if why:
