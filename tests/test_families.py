@@ -6,6 +6,9 @@ publisher's stated figures (3% / 5%; tests/data/configs/README.md names each sou
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +146,15 @@ def test_a_family_megatron_builds_emits():
     files = render_files(load_context(doc), ["megatron"])
     args = files["megatron/args.txt"]
     assert "--num-experts 64" in " ".join(args.split()) and "--moe-shared-expert-intermediate-size" in args
+
+
+def test_plan_emit_of_a_family_the_trainer_cannot_build_exits_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "--model", str(CONFIGS / "dbrx-base.json"),
+                        "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "512", "--emit", "megatron",
+                        "--out", str(out)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}, timeout=300)
+    assert r.returncode == 2 and not out.exists()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --trainer megatron:") and "dbrx" in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""

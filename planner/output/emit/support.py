@@ -52,4 +52,5 @@ def check_family(model, emitter: str, seq_len: int = 0) -> None:
         why = "it has no decoder block for this family"
     if why:
         raise InputError(f"--trainer {emitter}: {_TRAINER[emitter]} cannot build the {family} family "
-                         f"({model.name}): {why}; the plan stands, but no emitted file would train this model")
+                         f"({model.name}): {why}; its files would train a different model (plan without --emit, or emit "
+                         f"for a trainer that builds it: docs/models.md)")
