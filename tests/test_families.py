@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
@@ -158,3 +160,29 @@ def test_plan_emit_of_a_family_the_trainer_cannot_build_exits_2_and_writes_nothi
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --trainer megatron:") and "dbrx" in lines[0]
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+_JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=False), st.text(max_size=5),
+                  st.lists(st.integers(-2, 70), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _paths(cfg: dict, prefix=()):
+    for k, v in cfg.items():
+        yield prefix + (k,)
+        if isinstance(v, dict):
+            yield from _paths(v, prefix + (k,))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([p[0] for p in PUBLISHED]), st.data())
+def test_any_bad_field_is_a_one_line_input_error_never_a_crash(name, data):
+    cfg = _cfg(name)
+    path = data.draw(st.sampled_from(sorted(_paths(cfg))))
+    node = cfg
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = data.draw(_JUNK)
+    try:
+        spec_from_config(cfg, source="config.json")
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("config.json")

@@ -138,11 +138,27 @@ def _hunyuan(cfg: dict, source: str) -> tuple[dict, dict]:
     out["qk_layernorm"] = bool(cfg.get("use_qk_norm", True))
     rs = cfg.get("rope_scaling")
     if isinstance(rs, dict) and rs.get("alpha") is not None:
-        # HunYuan's NTK-alpha RoPE is plain RoPE of a larger base: theta * alpha ** (d / (d - 2))
-        d = int(out.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-        out["rope_theta"] = float(cfg.get("rope_theta") or 10000.0) * float(rs["alpha"]) ** (d / (d - 2))
-        out["rope_scaling"] = None
+        out["rope_theta"], out["rope_scaling"] = _ntk_alpha_base(out, rs["alpha"], source), None
     return out, names
+
+
+def _positive(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
+
+
+def _ntk_alpha_base(cfg: dict, alpha: Any, source: str) -> float:
+    """HunYuan's NTK-alpha RoPE is plain RoPE of a larger base: theta * alpha ** (d / (d - 2))."""
+    if not _positive(alpha):
+        raise _fail(source, "rope_scaling.alpha", f"must be a positive number, got {alpha!r}")
+    d, h, n = cfg.get("head_dim"), cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if not (isinstance(d, int) and not isinstance(d, bool)):
+        d = h // n if isinstance(h, int) and isinstance(n, int) and n > 0 else None
+    if not isinstance(d, int) or d <= 2:
+        raise _fail(source, "attention_head_dim", f"must be an integer > 2 for NTK-alpha RoPE, got {d!r}")
+    theta = cfg.get("rope_theta", 10000.0)
+    if not _positive(theta):
+        raise _fail(source, "rope_theta", f"must be a positive number, got {theta!r}")
+    return float(theta) * float(alpha) ** (d / (d - 2))
 
 
 def _experts_of_intermediate(cfg: dict, source: str) -> tuple[dict, dict]:

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -68,6 +69,7 @@ from planner.model import families
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
+MAX_LAYERS = 10_000   # a sanity bound on num_hidden_layers (the deepest published decoders have ~130)
 _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe")
@@ -270,16 +272,18 @@ class _Reader:
         key = (self.cfg.get("_field_names") or {}).get(key, key)   # the family's own name (planner.model.families)
         return InputError(f"{self.source}: field '{key}' {problem}")
 
-    def int(self, key: str, default: Any = ..., minimum: int = 0) -> Any:
+    def int(self, key: str, default: Any = ..., minimum: int = 0, maximum: int | None = None) -> Any:
         v = self.cfg.get(key)
         if v is None:
             if default is ...:
                 raise self.err(key, "is missing; add it (Hugging Face config.json name)")
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v:
             raise self.err(key, f"must be an integer, got {v!r}")
         if int(v) < minimum:
             raise self.err(key, f"must be >= {minimum}, got {v!r}")
+        if maximum is not None and int(v) > maximum:
+            raise self.err(key, f"must be <= {maximum}, got {v!r}")
         return int(v)
 
     def bool(self, key: str, default: bool) -> bool:
@@ -310,7 +314,7 @@ def _unwrap_text_config(cfg: dict) -> dict:
 def _family(cfg: dict, r: _Reader) -> str:
     """The decoder family: ``model_type``, else the family of a known architecture."""
     family = str(cfg.get("model_type") or "").strip().lower()
-    archs = cfg.get("architectures") or []
+    archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if family == "llama4_text":
         family = "llama4"
     if family in KNOWN_FAMILIES:
@@ -566,7 +570,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     family = _family(cfg, _Reader(cfg, source))
     cfg = families.canonical(cfg, family, source)
     r = _Reader(cfg, source)
-    L = r.int("num_hidden_layers", minimum=1)
+    L = r.int("num_hidden_layers", minimum=1, maximum=MAX_LAYERS)
     h = r.int("hidden_size", minimum=1)
     n_h = r.int("num_attention_heads", minimum=1)
     n_kv = r.int("num_key_value_heads", n_h, minimum=1)
