@@ -606,7 +606,8 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             max_position_embeddings=r.int("max_position_embeddings", None, minimum=1),
             swa_layers=tuple(swa),
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
-            attention_bias=r.bool("attention_bias", family == "gpt_oss"),
+            # Qwen2 / Qwen2-MoE: q, k, v biases by construction (HF Qwen2Attention), no config field
+            attention_bias=r.bool("attention_bias", family in ("gpt_oss", "qwen2", "qwen2_moe")),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),
             # GPT-OSS routers have a trained bias; DeepSeek's e_score_correction_bias is a buffer
             # updated outside the optimizer, so it is not a parameter (models.json counts agree).

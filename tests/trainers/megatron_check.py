@@ -121,6 +121,13 @@ CONFIG_FIELDS = (
     "rotary_interleaved", "no_rope_freq", "qk_l2_norm", "moe_router_score_function", "moe_apply_probs_on_input",
     "moe_shared_expert_overlap", "rope_scaling", "rope_scaling_factor", "cpu_offloading", "cpu_offloading_num_layers",
     "cpu_offloading_activations", "cpu_offloading_weights", "fp8_param", "fp4_param",
+    # the model as the config sets it (tests/test_emit_fidelity.py): norm, RoPE (MLA's own YaRN fields
+    # and the yarn_* attributes argument_utils sets for other attention), router, activation
+    "layernorm_epsilon", "normalization", "rope_type", "rotary_base", "rotary_percent", "rotary_scaling_factor",
+    "mscale", "mscale_all_dim", "original_max_position_embeddings", "beta_fast", "beta_slow",
+    "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
+    "yarn_mscale", "yarn_mscale_all_dim", "yarn_correction_range_round_to_int", "moe_router_enable_expert_bias",
+    "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "activation_func",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
@@ -133,6 +140,9 @@ ARG_FIELDS = (
     "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
     "moe_router_enable_expert_bias", "use_tp_pp_dp_mapping", "virtual_pipeline_model_parallel_size",
     "rotary_percent", "rotary_base", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag", "fp4_param_gather",
+    # what pretrain_gpt.py's model_provider hands GPTModel besides the TransformerConfig
+    "position_embedding_type", "use_rope_scaling", "rope_scaling_factor", "rotary_seq_len_interpolation_factor",
+    "untie_embeddings_and_output_weights", "vocab_size", "make_vocab_size_divisible_by",
 )
 
 _recorded: list[tuple[str, list[int]]] = []
@@ -151,6 +161,8 @@ ps.create_group = _recording_create_group
 def _jsonable(v):
     if isinstance(v, (str, int, float, bool)) or v is None:
         return v
+    if callable(v) and hasattr(v, "__name__"):   # activation_func: F.silu -> "silu"
+        return v.__name__
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return str(v)

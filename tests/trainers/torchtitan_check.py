@@ -104,6 +104,34 @@ def low_precision(cfg) -> dict:
     return {"linear": linear, "float8_recipes": sorted(recipes), "experts": experts}
 
 
+def model_facts(cfg) -> dict:
+    """What the model config torchtitan builds says about the hyperparameters a config.json sets: every
+    RMSNorm's epsilon, every RoPE's settings (models/common/rope.py RoPE.Config), every router's score
+    function, scale and renormalisation."""
+    from torchtitan.models.common import RMSNorm
+    from torchtitan.models.common.rope import RoPE
+
+    eps = sorted({n.eps for _f, n, _p, _a in cfg.model_spec.traverse(RMSNorm.Config)})
+    ropes = []
+    for _f, r, _p, _a in cfg.model_spec.traverse(RoPE.Config):
+        d = {k: getattr(r, k) for k in ("theta", "scaling", "scaling_factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings", "rope_factor", "beta_fast", "beta_slow",
+                                        "original_seq_len", "truncate", "dim", "max_seq_len")}
+        if d not in ropes:
+            ropes.append(d)
+    routers = []
+    try:
+        from torchtitan.models.common.moe import TokenChoiceTopKRouter
+    except ImportError:
+        TokenChoiceTopKRouter = None
+    if TokenChoiceTopKRouter is not None:
+        for _f, r, _p, _a in cfg.model_spec.traverse(TokenChoiceTopKRouter.Config):
+            d = {k: getattr(r, k, None) for k in ("score_func", "route_scale", "route_norm", "top_k")}
+            if d not in routers:
+                routers.append(d)
+    return {"norm_eps": eps, "rope": ropes, "routers": routers}
+
+
 def _meta_params(cfg) -> int | str:
     """Parameters of the model torchtitan builds from the config, on the meta device (no memory).
     VarlenAttention registers a FlashAttention kernel when built (no parameters; flash_attn is not
@@ -174,6 +202,7 @@ def check(job: dict) -> dict:
         out["precision"] = low_precision(cfg)
         out["cuda_graphs"] = not cfg.training.disable_cuda_graphs
         out["params"] = _meta_params(cfg)
+        out["model"] = model_facts(cfg)
         out["stage"] = "done"
         out["ok"] = True
     except BaseException as exc:  # noqa: BLE001 - tyro exits with SystemExit(2)

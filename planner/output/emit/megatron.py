@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 
 from planner.cost.hybridep import hybrid_ep_ranks_per_domain
+from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
@@ -117,6 +118,105 @@ def window_skip_freq(swa_layers) -> int | None:
     return None
 
 
+# megatron-core 0.19.2's MLATransformerConfig YaRN fields that pretrain_gpt.py has no flag for
+# (argument_utils.py copies only same-named arguments; --yarn-* reach only the non-MLA config): their defaults.
+MLA_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def rope_args(m) -> list[str]:
+    """RoPE as the config sets it: base, the rotated share of each head, and the scaling (YaRN: MLA's
+    own --rotary-scaling-factor / --mscale / --mscale-all-dim, or --position-embedding-type yarn with
+    the --yarn-* flags; llama3: --use-rope-scaling; linear: --rotary-seq-len-interpolation-factor)."""
+    a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rope_theta)]
+    if m.partial_rotary_factor < 1.0:   # GLM-4.5: RoPE on half of each head
+        a.extend(["--rotary-percent", _num(m.partial_rotary_factor)])
+    rs = m.rope_scaling
+    if m.attention == "mla":   # MLATransformerConfig.rope_type defaults to yarn: say which
+        if rs is None:
+            return a + ["--rope-type", "rope"]
+        if rs.kind != "yarn":
+            raise _refuse(m, f"{rs.kind} RoPE scaling with Multi-head Latent Attention")
+        return a + ["--rope-type", "yarn", "--rotary-scaling-factor", _num(rs.factor),
+                    "--mscale", _num(1.0 if rs.mscale is None else rs.mscale),
+                    "--mscale-all-dim", _num(0.0 if rs.mscale_all_dim is None else rs.mscale_all_dim)]
+    if rs is None:
+        return a
+    if rs.kind == "llama3":
+        # rotary_pos_embedding.py _apply_scaling: low 1, high 4, original 8192 are fixed there
+        fixed = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        for k, v in fixed.items():
+            if getattr(rs, k) not in (None, v):
+                raise _refuse(m, f"llama3 RoPE scaling with {k}={getattr(rs, k)} (megatron-core fixes {v})")
+        return a + ["--use-rope-scaling", "--rope-scaling-factor", _num(rs.factor)]
+    if rs.kind == "linear":
+        if not float(rs.factor).is_integer():
+            raise _refuse(m, f"linear RoPE scaling by {rs.factor} (--rotary-seq-len-interpolation-factor is an integer)")
+        return a + ["--rotary-seq-len-interpolation-factor", str(int(rs.factor))]
+    a[1] = "yarn"
+    a.extend(["--rotary-scaling-factor", _num(rs.factor)])
+    for flag, v in (("--yarn-original-max-position-embeddings", rs.original_max_position_embeddings),
+                    ("--yarn-beta-fast", rs.beta_fast), ("--yarn-beta-slow", rs.beta_slow),
+                    ("--mscale", rs.mscale), ("--mscale-all-dim", rs.mscale_all_dim)):
+        if v is not None:
+            a.extend([flag, _num(v) if flag != "--yarn-original-max-position-embeddings" else str(int(v))])
+    if rs.truncate is not None:
+        a.append("--yarn-correction-range-round-to-int" if rs.truncate else "--no-yarn-correction-range-round-to-int")
+    return a
+
+
+def mla_yarn_unexpressed(m) -> dict:
+    """YaRN settings of an MLA config that megatron-core 0.19.2's command line cannot carry (field ->
+    (config value, what Megatron-LM runs)); Megatron-Bridge's provider sets them (bridge.py)."""
+    rs = m.rope_scaling
+    if m.attention != "mla" or rs is None or rs.kind != "yarn":
+        return {}
+    return {k: (getattr(rs, k), d) for k, d in MLA_YARN_DEFAULTS.items()
+            if getattr(rs, k) is not None and float(getattr(rs, k)) != d}
+
+
+def activation_args(m) -> list[str]:
+    """The MLP activation: SwiGLU, GPT-OSS's clamped quick-GELU GLU, or plain GELU (Megatron's default)."""
+    hf = hf_extras(m)
+    if m.gated_mlp and m.activation == "silu":
+        return ["--swiglu"]
+    if m.gated_mlp and m.activation == "quick_gelu":  # GPT-OSS: clamped, offset gated quick-GELU
+        a = ["--quick-geglu", "--glu-linear-offset", "1.0"]
+        if hf.get("swiglu_limit"):
+            a.extend(["--activation-func-clamp-value", _num(hf["swiglu_limit"])])
+        return a
+    if not m.gated_mlp and m.activation in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+        return []
+    raise _refuse(m, f"a {'gated' if m.gated_mlp else 'plain'} {m.activation} MLP (pretrain_gpt.py has --swiglu, "
+                     "--quick-geglu and plain GELU)")
+
+
+def router_args(ctx: EmitContext) -> list[str]:
+    """Router as the config sets it: score function, aux-loss-free expert bias (only with a sigmoid
+    router: TransformerConfig refuses it with softmax), top-k renormalisation (softmax after top-k,
+    Megatron's default, is HF's norm_topk_prob; softmax before it is --moe-router-pre-softmax), scale."""
+    m = ctx.model
+    a = ["--moe-router-score-function", m.router_score]
+    if m.router_score != "softmax":
+        a.extend(["--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-4"])
+    else:
+        a.extend(["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-3"])
+        if not m.norm_topk_prob and m.top_k > 1:
+            a.append("--moe-router-pre-softmax")
+    if recipe_of(ctx).moe_router_enable_expert_bias:  # aux-loss-free routing (noaux_tc)
+        a.extend([RECIPE_FLAGS["moe_router_enable_expert_bias"], "--moe-router-bias-update-rate", "1e-3"])
+    if m.router_scale != 1.0:
+        a.extend(["--moe-router-topk-scaling-factor", _num(m.router_scale)])
+    if m.n_group > 1:
+        a.extend(["--moe-router-num-groups", str(m.n_group), "--moe-router-group-topk", str(m.topk_group)])
+    return a
+
+
+def _refuse(m, what: str) -> InputError:
+    return InputError(f"--trainer megatron: {m.name} ({m.source or m.family}) has {what}, which megatron-core "
+                      "0.19.2's pretrain_gpt.py cannot run; emit for another trainer (--trainer torchtitan or "
+                      "bridge) or change the config")
+
+
 def model_args(ctx: EmitContext) -> list[str]:
     m = ctx.model
     hf = hf_extras(m)
@@ -128,21 +228,15 @@ def model_args(ctx: EmitContext) -> list[str]:
         "--kv-channels", str(m.head_dim),
         "--seq-length", str(ctx.training.seq_len),
         "--max-position-embeddings", str(ctx.training.seq_len),
-        "--position-embedding-type", "rope",
-        "--rotary-base", _num(hf.get("rope_theta", 10000)),
+        *rope_args(m),
         "--normalization", "RMSNorm",
-        "--norm-epsilon", _num(hf.get("rms_norm_eps", 1e-5)),
+        "--norm-epsilon", _num(m.norm_eps),
         "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
         # pretraining without dropout (the HF configs' 0.0); Megatron's 0.1 default also forbids graphed
         # recompute of attention/MLP (TransformerConfig: "... dropout is not supported with graphed ...")
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0",
+        *activation_args(m),
     ]
-    if m.gated_mlp and m.activation == "silu":
-        a.append("--swiglu")
-    elif m.gated_mlp and m.activation == "quick_gelu":  # GPT-OSS: clamped, offset gated quick-GELU
-        a.extend(["--quick-geglu", "--glu-linear-offset", "1.0"])
-        if hf.get("swiglu_limit"):
-            a.extend(["--activation-func-clamp-value", _num(hf["swiglu_limit"])])
     if m.attention_sinks:
         a.extend(["--softmax-type", "learnable"])
     if not m.tied_embeddings:
@@ -153,26 +247,16 @@ def model_args(ctx: EmitContext) -> list[str]:
         a.extend(["--disable-bias-linear", "--add-qkv-bias"])
     if m.qk_norm:
         a.append("--qk-layernorm")
-    if 0 < float(hf.get("partial_rotary_factor") or 1.0) < 1.0:   # GLM-4.5: RoPE on half of each head
-        a.extend(["--rotary-percent", _num(hf["partial_rotary_factor"])])
     if m.family == "llama4":
-        a.extend(llama4_args(m, hf))
+        a.extend(llama4_args(m, hf, recipe_of(ctx).overlap_moe_expert_parallel_comm))
     if m.attention == "mla":
         a.append("--multi-latent-attention")
         if m.q_lora_rank:
             a.extend(["--q-lora-rank", str(m.q_lora_rank)])
         a.extend(["--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_nope_head_dim),
                   "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)])
-        rs = hf.get("rope_scaling") or {}
-        if rs.get("factor"):
-            a.extend(["--rotary-scaling-factor", _num(rs["factor"]),
-                      "--mscale", _num(rs.get("mscale", 1.0)), "--mscale-all-dim", _num(rs.get("mscale_all_dim", 1.0))])
-    else:
-        if m.num_kv_heads != m.num_attention_heads:
-            a.extend(["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)])
-        rs = hf.get("rope_scaling") or {}
-        if rs.get("rope_type") == "llama3":
-            a.extend(["--use-rope-scaling", "--rope-scaling-factor", _num(rs.get("factor", 8.0))])
+    elif m.num_kv_heads != m.num_attention_heads:
+        a.extend(["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)])
     if m.sliding_window and any(m.swa_layers):
         a.extend(["--window-size", f"{m.sliding_window - 1},0"])
         n = window_skip_freq(m.swa_layers)
@@ -189,36 +273,26 @@ def model_args(ctx: EmitContext) -> list[str]:
         ])
         if m.shared_ffn_hidden_size:
             a.extend(["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)])
-        if hf.get("scoring_func") == "sigmoid":
-            a.extend(["--moe-router-score-function", "sigmoid", "--moe-router-load-balancing-type", "seq_aux_loss",
-                      "--moe-aux-loss-coeff", "1e-4"])
-        else:
-            a.extend(["--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-3"])
-        if recipe_of(ctx).moe_router_enable_expert_bias:  # aux-loss-free routing (noaux_tc)
-            a.extend([RECIPE_FLAGS["moe_router_enable_expert_bias"], "--moe-router-bias-update-rate", "1e-3"])
-        if hf.get("routed_scaling_factor"):
-            a.extend(["--moe-router-topk-scaling-factor", _num(hf["routed_scaling_factor"])])
-        if m.n_group > 1:
-            a.extend(["--moe-router-num-groups", str(m.n_group), "--moe-router-group-topk", str(m.topk_group)])
+        a.extend(router_args(ctx))
     if m.mtp_layers:
         a.extend(["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor", "0.1"])
     return a
 
 
-def llama4_args(m, hf: dict) -> list[str]:
+def llama4_args(m, hf: dict, a2a_overlap: bool = False) -> list[str]:
     """Llama 4 as Megatron-Bridge's Llama4ModelProvider runs it: interleaved RoPE skipped on every 4th
     layer (iRoPE's NoPE layers), L2 q/k norm where the config has use_qk_norm (Scout), sigmoid top-1
-    routing whose probability scales the expert's input, the shared expert overlapped, Llama 3 RoPE
-    scaling on the 16-expert model (Llama4Experts16ModelProvider: factor 8). Chunked attention
+    routing whose probability scales the expert's input, the shared expert overlapped (RoPE scaling, Scout's
+    llama3 factor 8, is the config's: rope_args). Chunked attention
     (attention_chunk_size 8192) is Bridge's layer spec, not a Megatron flag: at sequence lengths up to
-    the chunk it is plain causal attention."""
+    the chunk it is plain causal attention. The shared-expert overlap gives way to the all-to-all overlap
+    (TransformerConfig: "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm")."""
     a = ["--rotary-interleaved", "--no-rope-freq", str(int(hf.get("no_rope_layer_interval") or 4)),
-         "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input", "--moe-shared-expert-overlap"]
+         "--moe-apply-probs-on-input"]   # the sigmoid router: router_args
+    if not a2a_overlap:
+        a.append("--moe-shared-expert-overlap")
     if hf.get("use_qk_norm"):
         a.append("--qk-l2-norm")
-    rs = hf.get("rope_scaling") or {}
-    if rs.get("rope_type") != "llama3" and m.num_experts == 16:
-        a.extend(["--use-rope-scaling", "--rope-scaling-factor", "8"])
     return a
 
 
@@ -364,6 +438,12 @@ def files(ctx: EmitContext) -> dict[str, str]:
         env_lines.append("# CUDA_DEVICE_MAX_CONNECTIONS is left unset: " + (
             "Megatron FSDP asserts it is not 1." if ctx.config.fsdp else
             "no TP/CP, or Blackwell (sm>=100) where Megatron no longer asserts it."))
+    gaps = mla_yarn_unexpressed(ctx.model)
+    if gaps:   # the config's YaRN settings megatron-core 0.19.2's pretrain_gpt.py has no flag for
+        env_lines.append("# The config's MLA YaRN " + ", ".join(f"{k}={float(v)!r}" for k, (v, _) in gaps.items())
+                         + ": pretrain_gpt.py has no flag for them and runs " + ", ".join(
+                             f"{k}={float(d)!r}" for k, (_, d) in gaps.items())
+                         + "; the Megatron-Bridge files (--trainer bridge) set them.")
     env_lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     return {
         "megatron/args.txt": render_args(megatron_args(ctx)),

@@ -119,6 +119,12 @@ def is_user_model(m) -> bool:
             problems.append("shared experts: torchtitan's gpt_oss has none")
     elif m.attention_bias or m.mlp_bias or m.sliding_window or not m.gated_mlp:
         problems.append("attention or MLP variant (biases, sliding window or a non-gated MLP)")
+    rs = m.rope_scaling
+    if rs is not None and (rs.kind == "linear" or (rs.kind == "llama3" and m.family != "llama")):
+        problems.append(f"rope_scaling {rs.kind}: torchtitan's {m.family} RoPE has "
+                        + ("YaRN only" if m.family != "llama" else "llama3 and YaRN scaling only"))
+    if m.partial_rotary_factor < 1.0:
+        problems.append("partial_rotary_factor: torchtitan rotates the whole head")
     if m.family.startswith("qwen3") and not m.qk_norm:
         problems.append("qk_norm: torchtitan's qwen3 always normalises q and k")
     if problems:
@@ -324,20 +330,14 @@ def {_custom_name(ctx)}():
 '''
 
 
-def _deepseek_flavour(m, theta: float, rs: dict, common: str) -> str:
+def _deepseek_flavour(m, rope: str, common: str) -> str:
     """DeepSeek-V3-shaped config.json: MLA, dense layers first, routed plus shared experts, router
     scoring, groups and scale from the file, YaRN RoPE. No MTP layers, as torchtitan's own
     deepseek_v3_671b (num_mtp_layers=0)."""
-    hf = _hf_config(m)
-    score = hf.get("scoring_func") or "sigmoid"
     groups = (f"router_num_expert_groups={m.n_group}, router_num_limited_groups={m.topk_group},"
               if m.n_group > 1 else "")
-    yarn = ""
-    if (rs.get("type") or rs.get("rope_type")) == "yarn":
-        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
-                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
-                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
-    mscale = float(rs.get("mscale_all_dim", rs.get("mscale", 1.0)) or 1.0)
+    rs = m.rope_scaling
+    mscale = float((rs.mscale_all_dim if rs.mscale_all_dim is not None else rs.mscale) or 1.0) if rs else 1.0
     dense = m.moe_layers.index(True)
     return f'''from torchtitan.models import deepseek_v3 as _family
 from torchtitan.models.common import ComplexRoPE
@@ -351,36 +351,30 @@ def _topoplan_model(attn_backend, moe_comm_backend, non_blocking_capacity_factor
         qk_rope_head_dim={m.qk_rope_head_dim}, v_head_dim={m.v_head_dim}, mscale={mscale!r},
         dense_hidden_dim={m.ffn_hidden_size}, moe_hidden_dim={m.moe_ffn_hidden_size}, num_experts={m.num_experts},
         num_shared_experts={m.shared_ffn_hidden_size // m.moe_ffn_hidden_size}, router_top_k={m.top_k},
-        router_score_func={score!r}, {groups}
-        router_route_scale={float(hf.get("routed_scaling_factor") or 1.0)!r},
-        router_route_norm={bool(hf.get("norm_topk_prob", False))},
+        router_score_func={m.router_score!r}, {groups}
+        router_route_scale={m.router_scale!r},
+        router_route_norm={m.norm_topk_prob},
         attn_backend=attn_backend, moe_comm_backend=moe_comm_backend,
         non_blocking_capacity_factor=non_blocking_capacity_factor,
         rope=ComplexRoPE.Config(dim={m.qk_rope_head_dim}, max_seq_len={int(m.max_position_embeddings or 16384)}, \
-theta={theta!r}{yarn}))
-    return _family.DeepSeekV3Model.Config(
+{rope}))
+    return _norm_eps(_family.DeepSeekV3Model.Config(
         vocab_size=vocab, dim=dim, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
         layers=layers,
-        mtp_layers=_family._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers))
+        mtp_layers=_family._build_mtp_layers(layers[-1], dim=dim, num_mtp_layers=num_mtp_layers)), {m.norm_eps!r})
 
 
 _family.deepseekv3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
 
 
-def _gptoss_flavour(m, theta: float, rs: dict, common: str) -> str:
+def _gptoss_flavour(m, rope: str, common: str) -> str:
     """GPT-OSS-shaped config.json: the layers of torchtitan's _build_gptoss_layers with the file's heads,
     KV heads, head dim and sliding-window layers (torchtitan's own builder fixes 64/8/64 and a 128 window
     on even layers), sinks and biases, softmax top-k routing, YaRN RoPE."""
-    yarn = ""
-    if (rs.get("type") or rs.get("rope_type")) == "yarn":
-        yarn = (f', scaling="yarn", rope_factor={float(rs.get("factor", 1.0))!r}, '
-                f'beta_fast={float(rs.get("beta_fast", 32.0))!r}, beta_slow={float(rs.get("beta_slow", 1.0))!r}, '
-                f'truncate={bool(rs.get("truncate", True))}, '
-                f'original_seq_len={int(rs.get("original_max_position_embeddings", 4096))}')
     windows = [m.sliding_window if w else None for w in m.swa_layers]
     return f'''from torchtitan.models import gpt_oss as _family
 {common}
@@ -388,7 +382,7 @@ def _gptoss_flavour(m, theta: float, rs: dict, common: str) -> str:
 def _topoplan_model(moe_comm_backend, attn_backend="varlen"):
     dim, vocab, n_experts, top_k = {m.hidden_size}, {m.vocab_size}, {m.num_experts}, {m.top_k}
     rope = _family.CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={int(m.max_position_embeddings or 131072)}, \
-theta={theta!r}{yarn})
+{rope})
     windows = {windows!r}
     layers = []
     for i, window in enumerate(windows):
@@ -408,25 +402,16 @@ theta={theta!r}{yarn})
                     num_experts=n_experts, score_func="softmax", route_norm=True, top_k=top_k,
                     gate=Linear.Config(in_features=dim, out_features=n_experts, bias=True,
                                        param_init=_family._depth_init(i))))))
-    return _family.GptOssModel.Config(
+    return _norm_eps(_family.GptOssModel.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._output_linear_init(dim)),
-        layers=layers)
+        layers=layers), {m.norm_eps!r})
 
 
 _family.gptoss_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
-
-
-def _hf_config(m) -> dict:
-    """The user's config.json as written (fields the ModelSpec does not carry), or {} when it is gone."""
-    try:
-        cfg = json.loads(Path(m.source).read_text())
-    except (OSError, ValueError, TypeError):
-        return {}
-    return cfg if isinstance(cfg, dict) else {}
 
 
 def _user_assets(m) -> str:
@@ -434,36 +419,56 @@ def _user_assets(m) -> str:
     return str(Path(m.source).parent) if m.source and m.source.endswith(".json") else "./assets/hf/" + m.name
 
 
-def _hf_rope(m) -> tuple[float, dict]:
-    """rope_theta and rope_scaling of the user's config.json (the ModelSpec does not carry them; they
-    change the positional encoding, not the parallel layout). Family defaults when the file is gone."""
-    theta = {"llama": 500000.0, "deepseek_v3": 10000.0, "gpt_oss": 150000.0}.get(m.family, 1000000.0)
-    cfg = _hf_config(m)
-    return float(cfg.get("rope_theta") or theta), dict(cfg.get("rope_scaling") or {})
+def rope_kwargs(m) -> str:
+    """RoPE.Config keywords after dim and max_seq_len (torchtitan 0.3.0 models/common/rope.py): the
+    config's base and scaling (YaRN: rope_factor, beta_fast/slow, original_seq_len, truncate; llama3:
+    scaling="llama" with its factors). Fields the config leaves out keep torchtitan's defaults, which
+    are HF's (beta 32/1, original 4096, truncate on; llama3 1/4/8192)."""
+    kw = f"theta={m.rope_theta!r}"
+    rs = m.rope_scaling
+    if rs is None:
+        return kw
+    if rs.kind == "yarn":
+        kw += f', scaling="yarn", rope_factor={float(rs.factor)!r}'
+        for name, v in (("beta_fast", rs.beta_fast), ("beta_slow", rs.beta_slow)):
+            if v is not None:
+                kw += f", {name}={float(v)!r}"
+        if rs.original_max_position_embeddings is not None:
+            kw += f", original_seq_len={rs.original_max_position_embeddings}"
+        return kw + ("" if rs.truncate is None else f", truncate={rs.truncate}")
+    kw += f', scaling="llama", scaling_factor={float(rs.factor)!r}'   # llama3 (is_user_model refuses linear)
+    for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if getattr(rs, name) is not None:
+            kw += f", {name}={getattr(rs, name)!r}"
+    return kw
+
+
+_NORM_EPS_SRC = '''
+
+def _norm_eps(model, eps):
+    """Every RMSNorm of the model with the config's epsilon (rms_norm_eps)."""
+    for _fqn, norm, _parent, _attr in model.traverse(RMSNorm.Config):
+        norm.eps = eps
+    return model
+'''
 
 
 def user_flavour(m, module: str) -> str:
     """Python source adding flavour USER_FLAVOUR to torchtitan.models.<module>'s config table: the
     model of the ModelSpec built with the module's own layer builders and inits (as its built-in
     flavours are; torchtitan 0.3.0's private helpers, pinned with the version)."""
-    theta, scaling = _hf_rope(m)
+    rope = rope_kwargs(m)
     max_seq = int(m.max_position_embeddings or 131072)
     common = ("from torchtitan.models.common import Embedding, Linear, RMSNorm\n"
-              "from torchtitan.models.common.config_utils import decoder_vocab_size\n")
+              "from torchtitan.models.common.config_utils import decoder_vocab_size\n" + _NORM_EPS_SRC)
     if module == "llama3":
-        rope_kw = ""
-        if (scaling.get("rope_type") or scaling.get("type")) == "llama3":
-            rope_kw = (f', scaling="llama", scaling_factor={float(scaling.get("factor", 8.0))!r}, '
-                       f'low_freq_factor={float(scaling.get("low_freq_factor", 1.0))!r}, '
-                       f'high_freq_factor={float(scaling.get("high_freq_factor", 4.0))!r}, '
-                       f'original_max_position_embeddings={int(scaling.get("original_max_position_embeddings", 8192))}')
         return f'''from torchtitan.models import llama3 as _family
 from torchtitan.models.common import ComplexRoPE
 {common}
 
 def _topoplan_model(attn_backend, tp_gemm_backend="default"):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _family.Llama3Model.Config(
+    return _norm_eps(_family.Llama3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
@@ -471,16 +476,16 @@ def _topoplan_model(attn_backend, tp_gemm_backend="default"):
         layers=_family._build_llama3_layers(
             fuse_qkv=True, n_layers={m.num_layers}, dim=dim, n_heads={m.num_attention_heads},
             n_kv_heads={m.num_kv_heads}, hidden_dim={m.ffn_hidden_size},
-            rope=ComplexRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r}{rope_kw}),
-            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend))
+            rope=ComplexRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, {rope}),
+            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend)), {m.norm_eps!r})
 
 
 _family.llama3_configs[{USER_FLAVOUR!r}] = _topoplan_model
 '''
     if module == "deepseek_v3":
-        return _deepseek_flavour(m, theta, scaling, common)
+        return _deepseek_flavour(m, rope, common)
     if module == "gpt_oss":
-        return _gptoss_flavour(m, theta, scaling, common)
+        return _gptoss_flavour(m, rope, common)
     moe = m.family == "qwen3_moe"
     layers = (f"_family._build_qwen3_moe_layers(\n            fuse_qkv=True, n_layers={m.num_layers}, dim=dim, "
               f"n_heads={m.num_attention_heads}, n_kv_heads={m.num_kv_heads}, head_dim={m.head_dim},\n"
@@ -496,13 +501,13 @@ from torchtitan.models.common import CosSinRoPE
 
 def _topoplan_model({sig}):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _family.Qwen3Model.Config(
+    return _norm_eps(_family.Qwen3Model.Config(
         vocab_size=vocab, dim=dim, norm=_family._qwen3_norm(dim), enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._LINEAR_INIT),
         layers={layers}
             attn_backend=attn_backend,
-            rope=CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, theta={theta!r})))
+            rope=CosSinRoPE.Config(dim={m.head_dim}, max_seq_len={max_seq}, {rope}))), {m.norm_eps!r})
 
 
 _family.qwen3_configs[{USER_FLAVOUR!r}] = _topoplan_model
