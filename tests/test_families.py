@@ -42,7 +42,7 @@ PUBLISHED = [
 
 @pytest.mark.parametrize("name, family, total, convention, active", PUBLISHED)
 def test_each_family_loads_with_its_published_totals(name, family, total, convention, active):
-    m = load_model(CONFIGS / f"{name}.json")
+    m = load_model(CONFIGS / name / "config.json")
     assert m.family == family
     p = param_counts(m)
     assert abs(p.total - total) / total < 0.03, (name, p.total)
@@ -50,7 +50,7 @@ def test_each_family_loads_with_its_published_totals(name, family, total, conven
 
 
 def _cfg(name: str) -> dict:
-    return json.loads((CONFIGS / f"{name}.json").read_text())
+    return json.loads((CONFIGS / name / "config.json").read_text())
 
 
 def test_each_family_reads_its_own_field_names():
@@ -70,7 +70,7 @@ def test_each_family_reads_its_own_field_names():
     assert phi.sliding_window is None and phi.attention_bias and phi.moe_ffn_hidden_size == 6400
     ernie_shared = spec_from_config({**_cfg("ernie-4.5-300b-a47b-pt"), "moe_num_shared_experts": 2})
     assert ernie_shared.shared_ffn_hidden_size == 2 * 3584
-    mistral = load_model(CONFIGS / "devstral-small-2-24b-instruct-2512.json")
+    mistral = load_model(CONFIGS / "devstral-small-2-24b-instruct-2512" / "config.json")
     assert mistral.rope_theta == 1e8 and mistral.rope_scaling.kind == "yarn" and mistral.rope_scaling.factor == 48
 
 
@@ -99,7 +99,7 @@ def h100_64():
 
 @pytest.mark.parametrize("name", [p[0] for p in PUBLISHED if p[0] != "kimi-k2.5"])
 def test_each_family_plans_on_64_h100(name, h100_64):
-    m = load_model(CONFIGS / f"{name}.json")
+    m = load_model(CONFIGS / name / "config.json")
     res = plan(m, h100_64, Training(seq_len=4096, global_batch=512), top=1)
     best = res.plans[0]
     assert best.config.world(64) <= 64 and best.prediction.step_time_s > 0
@@ -108,7 +108,7 @@ def test_each_family_plans_on_64_h100(name, h100_64):
 def test_kimi_k25_is_refused_as_infeasible_on_64_h100(h100_64):
     # by hand: 1.026e12 parameters; the fp32 Adam states and main weights alone (12 B/param, sharded over
     # at most 64 ranks) need 1.026e12 * 12 / 64 = 192 GB per GPU > 80 GB, before weights and gradients
-    m = load_model(CONFIGS / "kimi-k2.5.json")
+    m = load_model(CONFIGS / "kimi-k2.5" / "config.json")
     assert param_counts(m).total * 12 / 64 > 80e9
     with pytest.raises(InfeasibleError, match="no layout fits"):
         plan(m, h100_64, Training(seq_len=4096, global_batch=512), top=1)
@@ -123,19 +123,19 @@ def test_kimi_k25_is_refused_as_infeasible_on_64_h100(h100_64):
     ("phi-3.5-moe-instruct", "torchtitan", "no model definition"),
 ])
 def test_a_trainer_that_cannot_build_the_family_refuses_in_one_line(name, trainer, words):
-    doc = plan_doc(str(CONFIGS / f"{name}.json"), hgx_cluster("h100", 1), ParallelConfig(tp=1, pp=1, ep=8),
+    doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1), ParallelConfig(tp=1, pp=1, ep=8),
                    Training(seq_len=4096, global_batch=64))
     with pytest.raises(InputError) as exc:
         render_files(load_context(doc), [trainer])
     msg = str(exc.value)
     assert "\n" not in msg and f"--trainer {trainer}" in msg and words in msg
-    fam = load_model(CONFIGS / f"{name}.json").family
+    fam = load_model(CONFIGS / name / "config.json").family
     assert fam in msg
 
 
 def test_mistral3_emits_for_megatron_up_to_its_original_context_only():
     def doc(seq):
-        return plan_doc(str(CONFIGS / "devstral-small-2-24b-instruct-2512.json"), hgx_cluster("h100", 1),
+        return plan_doc(str(CONFIGS / "devstral-small-2-24b-instruct-2512" / "config.json"), hgx_cluster("h100", 1),
                         ParallelConfig(tp=8, pp=1), Training(seq_len=seq, global_batch=64))
     assert "megatron/args.txt" in render_files(load_context(doc(8192)), ["megatron"])
     with pytest.raises(InputError, match=r"--trainer megatron: .*ministral3 .*llama_4_scaling_beta.*8192"):
@@ -143,7 +143,7 @@ def test_mistral3_emits_for_megatron_up_to_its_original_context_only():
 
 
 def test_a_family_megatron_builds_emits():
-    doc = plan_doc(str(CONFIGS / "hunyuan-a13b-instruct.json"), hgx_cluster("h100", 1),
+    doc = plan_doc(str(CONFIGS / "hunyuan-a13b-instruct" / "config.json"), hgx_cluster("h100", 1),
                    ParallelConfig(tp=1, pp=1, ep=8), Training(seq_len=4096, global_batch=64))
     files = render_files(load_context(doc), ["megatron"])
     args = files["megatron/args.txt"]
@@ -152,7 +152,7 @@ def test_a_family_megatron_builds_emits():
 
 def test_plan_emit_of_a_family_the_trainer_cannot_build_exits_2_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "--model", str(CONFIGS / "dbrx-base.json"),
+    r = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "--model", str(CONFIGS / "dbrx-base" / "config.json"),
                         "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "512", "--emit", "megatron",
                         "--out", str(out)], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}, timeout=300)

@@ -127,7 +127,9 @@ def rope_args(m) -> list[str]:
     """RoPE as the config sets it: base, the rotated share of each head, and the scaling (YaRN: MLA's
     own --rotary-scaling-factor / --mscale / --mscale-all-dim, or --position-embedding-type yarn with
     the --yarn-* flags; llama3: --use-rope-scaling; linear: --rotary-seq-len-interpolation-factor)."""
-    a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rope_theta)]
+    # --rotary-base is type=int (megatron/training/arguments.py:2335): a fractional base (HunYuan's NTK-alpha
+    # base 11158839.93) goes as the nearest integer, a relative change under 1e-7
+    a = ["--position-embedding-type", "rope", "--rotary-base", str(round(m.rope_theta))]
     if m.partial_rotary_factor < 1.0:   # GLM-4.5: RoPE on half of each head
         a.extend(["--rotary-percent", _num(m.partial_rotary_factor)])
     rs = m.rope_scaling

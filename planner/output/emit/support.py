@@ -19,10 +19,10 @@ MEGATRON_CANNOT = {
     "dbrx": "clip_qkv (q/k/v activations clamped to +-clip_qkv)",
     "olmoe": _QK_ALL_HEADS,
     "minimax_m2": _QK_ALL_HEADS,
-    "phimoe": "LongRoPE (rope_scaling type longrope), LayerNorm with biases and the SparseMixer router",
-    "granitemoe": "the embedding, attention, residual and logits multipliers (granite muP scaling)",
-    "ernie4_5_moe": "a softmax router with an aux-loss-free score-correction bias (moe_use_aux_free); "
-                    "megatron-core allows that bias only with a sigmoid router",
+    "phimoe": "LongRoPE (rope_scaling type longrope) nor the SparseMixer router",
+    "granitemoe": "embedding, attention, residual or logits multipliers (granite muP scaling)",
+    "ernie4_5_moe": "aux-loss-free expert bias (moe_use_aux_free) on a softmax router: megatron-core allows "
+                    "that bias only with a sigmoid router",
 }
 MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
                   "ministral3")
