@@ -26,7 +26,8 @@ from planner.model.spec import catalog, catalog_entry, load_model
 from planner.output.emit import emit_plan
 from planner.output.emit.megatron import mla_yarn_unexpressed
 from planner.output.emit.support import check_family
-from planner.output.emit.torchtitan import parse_command
+from planner.output.emit.torchtitan import BASE_CONFIG, BUILTIN_MODEL, REGISTRY_KWARGS, parse_command
+from planner.output.emit.torchtitan import MODELS as TT_MODELS
 from test_emit_trainers import _megatron_env, _run, _say, mcore_dir  # noqa: F401 - mcore_dir is a fixture
 from trainers.plans import hgx_cluster, plan_doc
 from trainers.sites import bash_words
@@ -224,6 +225,25 @@ TITAN = [n for n in MODELS if load_model(MODELS[n]).family in ("llama", "qwen3",
                                                                   "gpt_oss")]
 
 
+def _builtin_job(name: str, args: list[str], tmp: Path) -> dict:
+    """A job building torchtitan's own flavour of a catalog model (its registry function, or for a flavour
+    without one the function topoplan starts from), with the emitted command's parallelism."""
+    module, fn, flavour = TT_MODELS[name]
+    base = fn or BASE_CONFIG[module]
+    d = tmp / f"builtin-{name}"
+    d.mkdir()
+    (d / "topoplan_config.py").write_text(
+        f"from torchtitan.models.{module} import model_registry\n"
+        f"from torchtitan.models.{module}.config_registry import {base} as _base\n\n\n"
+        f"def builtin():\n    config = _base()\n"
+        f"    config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, '')}converters=None)\n"
+        f"    return config\n")
+    i, j = args.index("--module"), args.index("--config")
+    args = list(args)
+    args[i + 1], args[j + 1] = "topoplan_config", "builtin"
+    return {"id": f"builtin:{name}", "args": args, "world": 8, "sm": 100, "path": str(d)}
+
+
 @pytest.fixture(scope="module")
 def titan_read(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fidelity-titan")
@@ -233,8 +253,10 @@ def titan_read(tmp_path_factory):
             out = _emit(name, "torchtitan", tmp)
         except InputError:
             continue
-        jobs.append({"id": name, "args": parse_command((out / "torchtitan" / "command.txt").read_text()),
-                     "world": 8, "sm": 100, "path": str(out / "torchtitan")})
+        args = parse_command((out / "torchtitan" / "command.txt").read_text())
+        jobs.append({"id": name, "args": args, "world": 8, "sm": 100, "path": str(out / "torchtitan")})
+        if name in TT_MODELS:
+            jobs.append(_builtin_job(name, args, tmp))
     return {r["id"]: r for r in _run("torchtitan_check.py", jobs, tmp)}
 
 
@@ -284,3 +306,15 @@ def test_torchtitan_builds_the_config(name, titan_read, request):
     assert not bad, f"{name}: " + "; ".join(bad)
     _say(request, f"torchtitan 0.3.0 builds {name} as its config says ({r['model']['rope'][0]['theta']} rope base, "
                   f"eps {r['model']['norm_eps']})")
+
+
+def test_builtin_flavour_table_is_torchtitans(titan_read):
+    """planner.output.emit.torchtitan.BUILTIN_MODEL (what decides whether a catalog model's launch must set
+    the config's RoPE and eps itself) says what torchtitan's own flavours build: RoPE fields and eps."""
+    assert set(BUILTIN_MODEL) == set(TT_MODELS)
+    for name, (rope, eps) in BUILTIN_MODEL.items():
+        r = titan_read[f"builtin:{name}"]
+        assert r["ok"], (name, r["stage"], r["error"])
+        assert r["model"]["norm_eps"] == [eps], (name, r["model"]["norm_eps"])
+        (built,) = r["model"]["rope"]
+        assert {k: built[k] for k in rope} == rope, (name, built)

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -383,7 +384,7 @@ def test_kueue_slices_keep_every_domain_local_group_in_one_clique(tmp_path, layo
     doc = plan_doc(model, cluster, config, Training(seq_len=4096, global_batch=world), world=world)
     ctx = load_context(doc)
     shape = launch_shape_of(ctx)
-    out = tmp_path / f"o{seed}"
+    out = Path(tempfile.mkdtemp(dir=tmp_path)) / "o"   # tmp_path is shared by every hypothesis example
     emit_plan(doc, ["megatron", "k8s"], out)
     pods, job = _workers(_kinds(out)["JobSet"])
     tpl = job["template"]

@@ -502,7 +502,10 @@ def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
     from planner.output.emit.bridge import parse_overrides
 
     fields = megatron_results["fields"]
-    bridge_only = {"seq_length"}  # GPTModelProvider field (Bridge), not TransformerConfig
+    # GPTModelProvider fields (Bridge) and MLATransformerConfig's, not TransformerConfig's
+    bridge_only = {"seq_length", "rotary_base", "rotary_percent", "rope_scaling", "rope_scaling_factor",
+                   "rotary_scaling_factor", "mscale", "mscale_all_dim", "original_max_position_embeddings",
+                   "beta_fast", "beta_slow"}
     for name in EXAMPLES:
         doc, out = emitted[name]
         cfg = megatron_results[name]["config"]
@@ -510,7 +513,7 @@ def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
             section, _, field = key.partition(".")
             if section == "model":
                 assert field in fields["model"] or field in bridge_only, key
-                if field in cfg and field != "recompute_modules":
+                if field in cfg and field != "recompute_modules" and (field in fields["model"] or cfg[field] is not None):
                     want = cfg[field]
                     shown = "null" if want is None else (str(want).lower() if isinstance(want, bool) else str(want))
                     assert val.strip("'") == shown, (name, key, val, want)

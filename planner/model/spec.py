@@ -44,6 +44,14 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
 ``ministral3``                Mistral 3's text model (in a ``mistral3`` wrapper): dense, as ``mistral``
 ============================  =====================================================================
 
+Besides the shape, a ModelSpec carries the hyperparameters the trainers must run as the config says
+(issue 23): RoPE base and scaling (``rope_theta`` + ``rope_scaling``, or transformers v5
+``rope_parameters`` holding both; YaRN, llama3, linear), ``partial_rotary_factor``, the norm epsilon
+(``rms_norm_eps`` / ``layer_norm_epsilon``), the router (``scoring_func``; expert bias for
+``topk_method: noaux_tc`` only with a non-softmax router; ``routed_scaling_factor``; ``norm_topk_prob``),
+Llama 4's L2 q/k norm and GPT-OSS's ``swiglu_limit``. A field the file leaves out takes the default of
+its transformers config class.
+
 A multimodal wrapper (Llama 4, Mistral 3, Kimi-K2.5) is read as its ``text_config``.
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
 a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
@@ -174,6 +182,9 @@ class ModelSpec(BaseModel):
                               "[topk_method noaux_tc]; never with a softmax router")
     router_scale: float = Field(1.0, gt=0, description="routed experts' output scale [routed_scaling_factor]")
     norm_topk_prob: bool = Field(False, description="top-k router weights renormalised to sum to 1 [norm_topk_prob]")
+    qk_l2_norm: bool = Field(False, description="weightless L2 norm on q and k (Llama 4 [use_qk_norm])")
+    activation_clamp: float | None = Field(None, gt=0, description="GLU inputs clamped to +-limit (GPT-OSS "
+                                           "[swiglu_limit]); None = no clamp")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 
     @model_validator(mode="after")
@@ -606,6 +617,8 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             max_position_embeddings=r.int("max_position_embeddings", None, minimum=1),
             swa_layers=tuple(swa),
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
+            qk_l2_norm=family == "llama4" and r.bool("use_qk_norm", False),
+            activation_clamp=_float(r, cfg, "swiglu_limit", None),
             # Qwen2 / Qwen2-MoE: q, k, v biases by construction (HF Qwen2Attention), no config field
             attention_bias=r.bool("attention_bias", family in ("gpt_oss", "qwen2", "qwen2_moe")),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),

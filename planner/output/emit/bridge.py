@@ -15,7 +15,7 @@ from __future__ import annotations
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.output.emit.megatron import megatron_env, recipe_of
+from planner.output.emit.megatron import megatron_env, mla_yarn_unexpressed, recipe_of
 
 # catalog model -> Bridge recipe function (megatron.bridge.recipes)
 RECIPES = {
@@ -113,6 +113,30 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         o["model.moe_permute_fusion"] = r.moe_permute_fusion
         o["model.moe_router_fusion"] = r.moe_router_fusion
         o["model.moe_router_enable_expert_bias"] = r.moe_router_enable_expert_bias
+    o.update(model_overrides(m))
+    return o
+
+
+def _n(x: float):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def model_overrides(m) -> dict[str, object]:
+    """The config.json's hyperparameters on the provider (GPTModelProvider / MLATransformerConfig fields), the
+    values megatron/args.txt passes, plus the MLA YaRN settings pretrain_gpt.py has no flag for."""
+    o: dict[str, object] = {"model.rotary_base": _n(m.rope_theta), "model.layernorm_epsilon": m.norm_eps}
+    if m.partial_rotary_factor < 1.0:
+        o["model.rotary_percent"] = m.partial_rotary_factor
+    rs = m.rope_scaling
+    if m.attention == "mla" and rs is not None and rs.kind == "yarn":
+        o["model.rotary_scaling_factor"] = float(rs.factor)
+        o["model.mscale"] = float(1.0 if rs.mscale is None else rs.mscale)
+        o["model.mscale_all_dim"] = float(0.0 if rs.mscale_all_dim is None else rs.mscale_all_dim)
+        o.update({f"model.{k}": _n(v) for k, (v, _) in mla_yarn_unexpressed(m).items()})
+    elif rs is not None and rs.kind == "llama3":
+        o.update({"model.rope_scaling": True, "model.rope_scaling_factor": float(rs.factor)})
+    if m.num_experts:
+        o["model.moe_router_score_function"] = m.router_score
     return o
 
 

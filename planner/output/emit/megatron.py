@@ -78,8 +78,8 @@ RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_c
 
 
 def hf_extras(model) -> dict:
-    """HF fields the ModelSpec does not carry (rope base, norm epsilon, router scoring), from the
-    packaged catalog (planner/data/models.json) when the model is a catalog entry, else {}."""
+    """HF fields the ModelSpec does not carry (Llama 4's no_rope_layer_interval), from the packaged catalog
+    (planner/data/models.json) when the model is a catalog entry, else {} (the family's default applies)."""
     try:
         entry = catalog_entry(model.name)
     except Exception:  # noqa: BLE001 - a user's config.json model: family defaults apply
@@ -123,13 +123,17 @@ def window_skip_freq(swa_layers) -> int | None:
 MLA_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
+def rotary_base(m) -> int:
+    """``--rotary-base``: type=int in megatron-core (megatron/training/arguments.py:2335), so a fractional
+    base (HunYuan's NTK-alpha base 11158839.93) goes as the nearest integer, a relative change under 1e-7."""
+    return round(m.rope_theta)
+
+
 def rope_args(m) -> list[str]:
     """RoPE as the config sets it: base, the rotated share of each head, and the scaling (YaRN: MLA's
     own --rotary-scaling-factor / --mscale / --mscale-all-dim, or --position-embedding-type yarn with
     the --yarn-* flags; llama3: --use-rope-scaling; linear: --rotary-seq-len-interpolation-factor)."""
-    # --rotary-base is type=int (megatron/training/arguments.py:2335): a fractional base (HunYuan's NTK-alpha
-    # base 11158839.93) goes as the nearest integer, a relative change under 1e-7
-    a = ["--position-embedding-type", "rope", "--rotary-base", str(round(m.rope_theta))]
+    a = ["--position-embedding-type", "rope", "--rotary-base", str(rotary_base(m))]
     if m.partial_rotary_factor < 1.0:   # GLM-4.5: RoPE on half of each head
         a.extend(["--rotary-percent", _num(m.partial_rotary_factor)])
     rs = m.rope_scaling
@@ -178,13 +182,12 @@ def mla_yarn_unexpressed(m) -> dict:
 
 def activation_args(m) -> list[str]:
     """The MLP activation: SwiGLU, GPT-OSS's clamped quick-GELU GLU, or plain GELU (Megatron's default)."""
-    hf = hf_extras(m)
     if m.gated_mlp and m.activation == "silu":
         return ["--swiglu"]
     if m.gated_mlp and m.activation == "quick_gelu":  # GPT-OSS: clamped, offset gated quick-GELU
         a = ["--quick-geglu", "--glu-linear-offset", "1.0"]
-        if hf.get("swiglu_limit"):
-            a.extend(["--activation-func-clamp-value", _num(hf["swiglu_limit"])])
+        if m.activation_clamp:
+            a.extend(["--activation-func-clamp-value", _num(m.activation_clamp)])
         return a
     if not m.gated_mlp and m.activation in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         return []
@@ -293,7 +296,7 @@ def llama4_args(m, hf: dict, a2a_overlap: bool = False) -> list[str]:
          "--moe-apply-probs-on-input"]   # the sigmoid router: router_args
     if not a2a_overlap:
         a.append("--moe-shared-expert-overlap")
-    if hf.get("use_qk_norm"):
+    if m.qk_l2_norm:
         a.append("--qk-l2-norm")
     return a
 

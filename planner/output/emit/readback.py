@@ -27,6 +27,7 @@ from planner.output.emit.megatron import (
     REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
     parse_args_file,
+    rotary_base,
 )
 from planner.output.emit.torchtitan import (
     BASE_COMPILE,
@@ -118,6 +119,7 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
         if given != have:
             raise InputError(f"{source}: {flag} is {given} but --model {model.name} has {have}; give the model the "
                              "files were written for")
+    _check_hyperparams(flags, model, source)
     tp = _one(flags, F["tp"], 1, int, source)
     pp = _one(flags, F["pp"], 1, int, source)
     cp = _one(flags, F["cp"], 1, int, source)
@@ -172,6 +174,22 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
         raise InputError(pydantic_message(exc, source)) from None
     order = "tp-cp-ep-pp-dp" if F["tp_pp_dp"] in flags else "tp-cp-ep-dp-pp"
     return config, training, order
+
+
+def _check_hyperparams(flags: dict, model, source: str) -> None:
+    """The files train the model's config: rope base, norm eps and router score function as ModelSpec says
+    (files written before topoplan carried them, or for another config, are refused, naming the flag)."""
+    checks = [("--rotary-base", float(rotary_base(model)), "rope_theta"), ("--norm-epsilon", model.norm_eps, "rms_norm_eps")]
+    for flag, have, field in checks:
+        given = _one(flags, flag, None, float, source)
+        if given is not None and abs(given - have) > 1e-9 * max(abs(have), 1e-30):
+            raise InputError(f"{source}: {flag} is {given:g} but --model {model.name} has {field} {have:g}; the files "
+                             "train another model: emit them again for this model, or give the model they were "
+                             "written for")
+    score = _one(flags, "--moe-router-score-function", None, str, source)
+    if model.num_experts and score is not None and score != model.router_score:
+        raise InputError(f"{source}: --moe-router-score-function is {score} but --model {model.name} routes with "
+                         f"{model.router_score} (scoring_func); emit the files again for this model")
 
 
 def read_args_file(path: Path) -> list[str]:

@@ -189,7 +189,7 @@ def stage_fqns(ctx: EmitContext) -> list[list[str]]:
 def command_args(ctx: EmitContext) -> list[str]:
     """Arguments after ``-m torchtitan.train`` (0.3.0)."""
     module, config, _ = model_entry(ctx)
-    if config is None or needs_converters(ctx):
+    if config is None or needs_converters(ctx) or model_fixes(ctx):
         module, config = CUSTOM_MODULE, _custom_name(ctx)
     local, gbs, _ = batch(ctx)
     a = ["--module", module, "--config", config]
@@ -283,7 +283,8 @@ def converters(ctx: EmitContext) -> list[str]:
 
 def custom_registry(ctx: EmitContext) -> str | None:
     module, config, flavour = model_entry(ctx)
-    if config is not None and not needs_converters(ctx):
+    fixes = model_fixes(ctx)
+    if config is not None and not needs_converters(ctx) and not fixes:
         return None
     user = is_user_model(ctx.model)
     base = config or (USER_FAMILIES[ctx.model.family][1] if user else BASE_CONFIG[module])
@@ -292,6 +293,12 @@ def custom_registry(ctx: EmitContext) -> str | None:
     imports = f"from torchtitan.components.quantization import {', '.join(names)}\n" if names else ""
     why = (f"the plan trains in {ctx.training.precision}, so the model gets the converters below" if conv else
            "the plan trains in BF16, so the model is built without converters")
+    fix_src, flavour_src = "", ""
+    if fixes:   # the built-in flavour differs from the catalog's config.json: set the config's values
+        why += ("; torchtitan's flavour differs from the model's config.json, so its "
+                + ("RMSNorm epsilon and RoPE are" if fixes["rope"] else "RMSNorm epsilon is") + " set as the config says")
+        flavour_src = _AS_CONFIG_IMPORTS + _AS_CONFIG_SRC
+        fix_src = f"    _as_config(config.model_spec.model, {fixes['eps']!r}, {fixes['rope']!r})\n"
     # MX layers: the attention and MLP/expert projections (not the router gate or the output head,
     # torchtitan's deepseek_v3_debugmodel_mxfp8 choice)
     fqns = '["attention", "shared_experts", "feed_forward"]' if ctx.model.num_experts else '["attention", "feed_forward"]'
@@ -307,7 +314,7 @@ def custom_registry(ctx: EmitContext) -> str | None:
                  "        fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n")
         assets = f"    config.hf_assets_path = {_user_assets(ctx.model)!r}\n"
     else:
-        where, flavour_src, vocab = f"{flavour!r} in torchtitan.models.{module}", "", ""
+        where, vocab = f"{flavour!r} in torchtitan.models.{module}", ""
         assets = "" if config is not None else f'    config.hf_assets_path = "./assets/hf/{_hf_dir(ctx)}"\n'
     enable, components, async_tp = compile_setting(ctx)
     compile_src = (f"    # torch.compile of the model as the plan prices it (also on the command line)\n"
@@ -319,14 +326,14 @@ starts from {base}() and rebuilds the model spec; {why}.
 Put this directory on PYTHONPATH and pass --module {CUSTOM_MODULE} --config {_custom_name(ctx)}."""
 
 {imports}from torchtitan.models.{module} import model_registry
-from torchtitan.models.{module}.config_registry import {base}
+from torchtitan.models.{module}.config_registry import {base} as _base_config
 {flavour_src}
 
 def {_custom_name(ctx)}():
-    config = {base}()
+    config = _base_config()   # {base}()
 {compile_src}    compiled = config.compile.enable and "model" in config.compile.components
     config.model_spec = model_registry({flavour!r}, {REGISTRY_KWARGS.get(module, "")}converters={conv_src})
-{vocab}{assets}    return config
+{fix_src}{vocab}{assets}    return config
 '''
 
 
@@ -358,7 +365,7 @@ def _topoplan_model(attn_backend, moe_comm_backend, non_blocking_capacity_factor
         non_blocking_capacity_factor=non_blocking_capacity_factor,
         rope=ComplexRoPE.Config(dim={m.qk_rope_head_dim}, max_seq_len={int(m.max_position_embeddings or 16384)}, \
 {rope}))
-    return _norm_eps(_family.DeepSeekV3Model.Config(
+    return _as_config(_family.DeepSeekV3Model.Config(
         vocab_size=vocab, dim=dim, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
@@ -402,7 +409,7 @@ def _topoplan_model(moe_comm_backend, attn_backend="varlen"):
                     num_experts=n_experts, score_func="softmax", route_norm=True, top_k=top_k,
                     gate=Linear.Config(in_features=dim, out_features=n_experts, bias=True,
                                        param_init=_family._depth_init(i))))))
-    return _norm_eps(_family.GptOssModel.Config(
+    return _as_config(_family.GptOssModel.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
@@ -443,14 +450,65 @@ def rope_kwargs(m) -> str:
     return kw
 
 
-_NORM_EPS_SRC = '''
+_AS_CONFIG_SRC = '''
 
-def _norm_eps(model, eps):
-    """Every RMSNorm of the model with the config's epsilon (rms_norm_eps)."""
+def _as_config(model, eps, rope=None):
+    """The config.json's RMSNorm epsilon on every norm and, when given, its RoPE settings on every RoPE."""
     for _fqn, norm, _parent, _attr in model.traverse(RMSNorm.Config):
         norm.eps = eps
+    for _fqn, rotary, _parent, _attr in model.traverse(RoPE.Config) if rope else ():
+        for key, value in rope.items():
+            setattr(rotary, key, value)
     return model
 '''
+_AS_CONFIG_IMPORTS = "from torchtitan.models.common import RMSNorm\nfrom torchtitan.models.common.rope import RoPE\n"
+
+# What torchtitan 0.3.0's own flavours of the catalog models build (models/<module>/__init__.py): the RoPE
+# fields of rope_fields() and the RMSNorm epsilon. tests/test_emit_fidelity.py checks this table against
+# torchtitan itself; where the catalog's config.json says otherwise (Llama 3 has no RoPE scaling, DeepSeek-V3's
+# eps is 1e-6, Qwen3-235B-A22B's rope base 1e6) the written registry sets the config's values (model_fixes).
+_LLAMA31_ROPE = {"theta": 500000.0, "scaling": "llama", "scaling_factor": 8.0, "low_freq_factor": 1.0,
+                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+_GPTOSS_ROPE = {"theta": 150000.0, "scaling": "yarn", "rope_factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "original_seq_len": 4096, "truncate": False}
+BUILTIN_MODEL = {
+    "llama3-8b": (_LLAMA31_ROPE, 1e-5), "llama3-70b": (_LLAMA31_ROPE, 1e-5), "llama3.1-405b": (_LLAMA31_ROPE, 1e-5),
+    "deepseek-v3": ({"theta": 10000.0, "scaling": "yarn", "rope_factor": 40.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "original_seq_len": 4096, "truncate": True}, 1e-5),
+    "qwen3-30b-a3b": ({"theta": 1000000.0, "scaling": "none"}, 1e-6),
+    "qwen3-235b-a22b": ({"theta": 5000000.0, "scaling": "none"}, 1e-6),
+    "gpt-oss-120b": (_GPTOSS_ROPE, 1e-5), "gpt-oss-20b": (_GPTOSS_ROPE, 1e-5),
+}
+
+
+def rope_fields(m) -> dict:
+    """The spec's RoPE as torchtitan's RoPE.Config fields, torchtitan's defaults (HF's) where the config is silent."""
+    rs = m.rope_scaling
+    if rs is None:
+        return {"theta": float(m.rope_theta), "scaling": "none"}
+    if rs.kind == "yarn":
+        return {"theta": float(m.rope_theta), "scaling": "yarn", "rope_factor": float(rs.factor),
+                "beta_fast": float(32.0 if rs.beta_fast is None else rs.beta_fast),
+                "beta_slow": float(1.0 if rs.beta_slow is None else rs.beta_slow),
+                "original_seq_len": int(rs.original_max_position_embeddings or 4096),
+                "truncate": True if rs.truncate is None else bool(rs.truncate)}
+    return {"theta": float(m.rope_theta), "scaling": "llama", "scaling_factor": float(rs.factor),
+            "low_freq_factor": float(rs.low_freq_factor or 1.0), "high_freq_factor": float(rs.high_freq_factor or 4.0),
+            "original_max_position_embeddings": int(rs.original_max_position_embeddings or 8192)}
+
+
+def model_fixes(ctx: EmitContext) -> dict:
+    """{"eps": ..., "rope": {...}} where a catalog model's built-in torchtitan flavour differs from its
+    config.json ({} when it builds the config, or for a user's config, whose flavour is written whole)."""
+    builtin = BUILTIN_MODEL.get(ctx.model.name.lower())
+    if builtin is None:
+        return {}
+    rope, eps = builtin
+    want = rope_fields(ctx.model)
+    same_rope = rope == want
+    if same_rope and abs(eps - ctx.model.norm_eps) <= 1e-12:
+        return {}
+    return {"eps": ctx.model.norm_eps, "rope": None if same_rope else want}
 
 
 def user_flavour(m, module: str) -> str:
@@ -460,7 +518,8 @@ def user_flavour(m, module: str) -> str:
     rope = rope_kwargs(m)
     max_seq = int(m.max_position_embeddings or 131072)
     common = ("from torchtitan.models.common import Embedding, Linear, RMSNorm\n"
-              "from torchtitan.models.common.config_utils import decoder_vocab_size\n" + _NORM_EPS_SRC)
+              "from torchtitan.models.common.config_utils import decoder_vocab_size\n"
+              "from torchtitan.models.common.rope import RoPE\n" + _AS_CONFIG_SRC)
     if module == "llama3":
         return f'''from torchtitan.models import llama3 as _family
 from torchtitan.models.common import ComplexRoPE
@@ -468,7 +527,7 @@ from torchtitan.models.common import ComplexRoPE
 
 def _topoplan_model(attn_backend, tp_gemm_backend="default"):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _norm_eps(_family.Llama3Model.Config(
+    return _as_config(_family.Llama3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         norm=RMSNorm.Config(normalized_shape=dim, param_init=_family._NORM_INIT),
@@ -501,7 +560,7 @@ from torchtitan.models.common import CosSinRoPE
 
 def _topoplan_model({sig}):
     dim, vocab = {m.hidden_size}, {m.vocab_size}
-    return _norm_eps(_family.Qwen3Model.Config(
+    return _as_config(_family.Qwen3Model.Config(
         vocab_size=vocab, dim=dim, norm=_family._qwen3_norm(dim), enable_weight_tying={m.tied_embeddings},
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_family._EMBEDDING_INIT),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_family._LINEAR_INIT),
