@@ -97,6 +97,17 @@ def megatron_read(mcore_dir, tmp_path_factory):  # noqa: F811
         outs[name] = out
         jobs.append({"id": name, "args": bash_words(out / "megatron" / "args.txt"), "env": _megatron_env(out),
                      "sm": 90, "schedule": False})
+    # an MLA config with plain RoPE (DeepSeek-V2-Lite without its rope_scaling): megatron-core's MLA defaults
+    # to YaRN and refuses the fused RoPE kernel without it
+    plain = tmp / "mla-plain-rope"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({k: v for k, v in json.loads(FILES["deepseek-v2-lite"].read_text())
+                                                   .items() if k != "rope_scaling"}))
+    MODELS["derived:mla-plain-rope"] = str(plain / "config.json")
+    out = _emit("derived:mla-plain-rope", "megatron", tmp)
+    outs["derived:mla-plain-rope"] = out
+    jobs.append({"id": "derived:mla-plain-rope", "args": bash_words(out / "megatron" / "args.txt"),
+                 "env": _megatron_env(out), "sm": 90, "schedule": False})
     data = _run("megatron_check.py", jobs, tmp, str(mcore_dir))
     return {r["id"]: r for r in data["results"]}, outs
 
@@ -208,6 +219,15 @@ def test_the_issue_configs_are_there():
     assert {"qwen2.5-72b-instruct", "qwen3-coder-480b-a35b-instruct", "deepseek-v2-lite", "kimi-k2.5",
             "deepseek-v2-lite-v5", "llama-3.1-8b-v5", "qwen3-8b-v5"} <= set(FILES)
     assert "rope_parameters" in json.loads(FILES["deepseek-v2-lite-v5"].read_text())
+
+
+def test_mla_with_plain_rope(megatron_read):
+    """An MLA config without rope_scaling: megatron-core accepts it and runs plain RoPE, not its MLA default YaRN."""
+    results, outs = megatron_read
+    r = results["derived:mla-plain-rope"]
+    assert r["ok"], r["error"]
+    assert r["config"]["rope_type"] == "rope" and r["args"]["rotary_base"] == 10000
+    assert not megatron_mismatches(json.loads(Path(MODELS["derived:mla-plain-rope"]).read_text()), r, "")
 
 
 def test_mismatch_check_can_fail(megatron_read):

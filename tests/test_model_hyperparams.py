@@ -156,3 +156,25 @@ def test_readback_refuses_args_of_another_config(tmp_path):
         (d / "config.json").write_text(json.dumps({**_cfg("qwen2.5-72b-instruct"), **edit}))
         with pytest.raises(InputError, match=words):
             read_megatron(out, load_model(str(d)))
+
+
+def test_older_plan_json_gets_its_config_hyperparameters(tmp_path):
+    """A plan.json saved before the spec carried the hyperparameters (tests/trainers/data: no rope_theta)
+    is emitted with its catalog model's (DeepSeek-V3: sigmoid router with expert bias, eps 1e-6, YaRN 40),
+    not with the spec's defaults; one whose model cannot be read again is refused, naming the field."""
+    from planner.model.spec import catalog_entry
+
+    plan = Path(__file__).resolve().parent / "trainers" / "data" / "plan_deepseek-v3_256xgb300.json"
+    doc = json.loads(plan.read_text())
+    assert "rope_theta" not in doc["model"]["spec"]
+    emit_plan(doc, ["megatron"], tmp_path / "old")
+    a = _flags(tmp_path / "old")
+    raw = catalog_entry("deepseek-v3")
+    assert _value(a, "--moe-router-score-function") == raw["scoring_func"] == "sigmoid"
+    assert "--moe-router-enable-expert-bias" in a
+    assert float(_value(a, "--norm-epsilon")) == raw["rms_norm_eps"]
+    assert float(_value(a, "--rotary-scaling-factor")) == raw["rope_scaling"]["factor"]
+    doc["model"]["spec"] = {**doc["model"]["spec"], "name": "acme-moe", "source": str(tmp_path / "gone.json")}
+    with pytest.raises(InputError, match="model.spec.rope_theta' is missing"):
+        emit_plan(doc, ["megatron"], tmp_path / "gone")
+    assert not (tmp_path / "gone").exists()

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from planner.config import ParallelConfig, Training
 from planner.cost.shape import LaunchShape
 from planner.errors import InputError, not_utf8, pydantic_message
-from planner.model.spec import ModelSpec
+from planner.model.spec import ModelSpec, catalog, load_model
 from topologies.cluster import Cluster
 
 VERSION = 1
@@ -351,7 +351,33 @@ def load_launch(doc, what: str = "plan.json") -> LaunchDocument:
     if not isinstance(doc.get("plans"), list) or not doc["plans"]:
         raise InputError(f"{what}: field 'plans' is missing or empty; nothing to emit (write a plan that found a "
                          "feasible layout with 'topoplan plan --save-plan')")
+    doc = _with_hyperparams(doc, what)
     try:
         return LaunchDocument.model_validate(doc)
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, what) + "; write the plan again with 'topoplan plan --save-plan'") from None
+
+
+# ModelSpec fields a plan.json written before topoplan carried the config's hyperparameters lacks (issue 23)
+HYPERPARAMS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "norm_eps", "router_score", "expert_bias",
+               "router_scale", "norm_topk_prob", "qk_l2_norm", "activation_clamp")
+
+
+def _with_hyperparams(doc: dict, what: str) -> dict:
+    """An older plan.json's model spec completed with its config's hyperparameters, read again from the
+    catalog (by name) or the config.json it names; refused when neither is there (the defaults would
+    train another model)."""
+    spec = (doc.get("model") or {}).get("spec")
+    if not isinstance(spec, dict) or "rope_theta" in spec:
+        return doc
+    name, source = str(spec.get("name", "")), str(spec.get("source", ""))
+    if name in catalog():
+        fresh = load_model(name)
+    elif source and Path(source).is_file():
+        fresh = load_model(source)
+    else:
+        raise InputError(f"{what}: field 'model.spec.rope_theta' is missing (written by an older topoplan) and "
+                         f"{source or name!r} cannot be read again; write the plan again with 'topoplan plan "
+                         "--save-plan' (its model then carries the config's rope base, norm eps and router)")
+    extra = {k: v for k, v in fresh.model_dump(mode="json").items() if k in HYPERPARAMS}
+    return {**doc, "model": {**doc["model"], "spec": {**spec, **extra}}}

@@ -138,8 +138,8 @@ def rope_args(m) -> list[str]:
         a.extend(["--rotary-percent", _num(m.partial_rotary_factor)])
     rs = m.rope_scaling
     if m.attention == "mla":   # MLATransformerConfig.rope_type defaults to yarn: say which
-        if rs is None:
-            return a + ["--rope-type", "rope"]
+        if rs is None:   # TransformerConfig: "apply_rope_fusion for MLA only works with YARN RoPE"
+            return a + ["--rope-type", "rope", "--no-rope-fusion"]
         if rs.kind != "yarn":
             raise _refuse(m, f"{rs.kind} RoPE scaling with Multi-head Latent Attention")
         return a + ["--rope-type", "yarn", "--rotary-scaling-factor", _num(rs.factor),
