@@ -22,7 +22,8 @@ from planner.cost.uncertainty import lead
 from planner.errors import InfeasibleError, InputError, TopoplanError, pydantic_message
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
-from planner.output.emit import check_out, emit_plan
+from planner.output.emit import check_out, emit_plan, parse_trainers
+from planner.output.emit.support import check_family
 from planner.output.goodput import goodput_line, goodput_notes, options_lines
 from planner.output.explain import (compact_table, first_that_fits, idle_note, longest_token, render_plan,
                                      uncertainty_lines)
@@ -244,6 +245,8 @@ def plan_cmd(
     training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
     res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
     m = load_model(model)
+    for t in parse_trainers(emit) if emit else ():
+        check_family(m, t, training.seq_len)   # a trainer that cannot build the family: before the search
     job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
     c = job.cluster
     emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]

@@ -36,6 +36,12 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
                               dense layers of ``intermediate_size_mlp``; the chunked attention
                               of RoPE layers is priced as full causal attention (exact up to seq
                               8192 = ``attention_chunk_size``; megatron-core has no chunked attention)
+``dbrx``, ``olmoe``,           each family's own field names (DBRX's ``ffn_config``/``attn_config``,
+``phimoe``, ``granitemoe``,   ERNIE's ``moe_k``, Hunyuan's per-layer ``moe_topk``, ...) mapped onto the
+``ernie4_5_moe``,             names above by :mod:`planner.model.families`; a refusal names the
+``minimax_m2``,               family's own field
+``hunyuan_v1_moe``
+``ministral3``                Mistral 3's text model (in a ``mistral3`` wrapper): dense, as ``mistral``
 ============================  =====================================================================
 
 Besides the shape, a ModelSpec carries the hyperparameters the trainers must run as the config says
@@ -46,6 +52,7 @@ Besides the shape, a ModelSpec carries the hyperparameters the trainers must run
 Llama 4's L2 q/k norm and GPT-OSS's ``swiglu_limit``. A field the file leaves out takes the default of
 its transformers config class.
 
+A multimodal wrapper (Llama 4, Mistral 3, Kimi-K2.5) is read as its ``text_config``.
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
 a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
 hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict
@@ -57,6 +64,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -65,21 +73,27 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import InputError, not_utf8, pydantic_message
+from planner.model import families
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
+MAX_LAYERS = 10_000   # a sanity bound on num_hidden_layers (the deepest published decoders have ~130)
 _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe")
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3")  # ministral3: Mistral 3's text model
 _LLAMA4 = ("llama4", "llama4_text")
-KNOWN_FAMILIES = _DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
+KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
+                  + families.MODEL_TYPES)
+# every layer MoE, experts of intermediate_size (the dense width is not used)
+_ALL_MOE = ("mixtral", "gpt_oss") + families.EXPERTS_OF_INTERMEDIATE + ("dbrx",)
 _ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "DeepseekV3ForCausalLM": "deepseek_v3", "DeepseekV2ForCausalLM": "deepseek_v2",
     "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
+    "Ministral3ForCausalLM": "ministral3", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
 }
 
 
@@ -266,18 +280,21 @@ class _Reader:
         return self.cfg.get(key) is not None
 
     def err(self, key: str, problem: str) -> InputError:
+        key = (self.cfg.get("_field_names") or {}).get(key, key)   # the family's own name (planner.model.families)
         return InputError(f"{self.source}: field '{key}' {problem}")
 
-    def int(self, key: str, default: Any = ..., minimum: int = 0) -> Any:
+    def int(self, key: str, default: Any = ..., minimum: int = 0, maximum: int | None = None) -> Any:
         v = self.cfg.get(key)
         if v is None:
             if default is ...:
                 raise self.err(key, "is missing; add it (Hugging Face config.json name)")
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v:
             raise self.err(key, f"must be an integer, got {v!r}")
         if int(v) < minimum:
             raise self.err(key, f"must be >= {minimum}, got {v!r}")
+        if maximum is not None and int(v) > maximum:
+            raise self.err(key, f"must be <= {maximum}, got {v!r}")
         return int(v)
 
     def bool(self, key: str, default: bool) -> bool:
@@ -308,7 +325,7 @@ def _unwrap_text_config(cfg: dict) -> dict:
 def _family(cfg: dict, r: _Reader) -> str:
     """The decoder family: ``model_type``, else the family of a known architecture."""
     family = str(cfg.get("model_type") or "").strip().lower()
-    archs = cfg.get("architectures") or []
+    archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     if family == "llama4_text":
         family = "llama4"
     if family in KNOWN_FAMILIES:
@@ -400,6 +417,9 @@ def _moe_layers(r: _Reader, cfg: dict, family: str, L: int, n_exp: int) -> list[
     """Which layers are MoE, in each family's own convention."""
     if n_exp == 0:
         return [False] * L
+    if family == "ernie4_5_moe":    # planner.model.families lists them from moe_layer_start_index etc.
+        listed = set(_layer_list(r, cfg, "moe_layers", L, list(range(L))))
+        return [i in listed for i in range(L)]
     if family == "llama4":
         # HF Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer
         step = r.int("interleave_moe_layer_step", 1, minimum=1)
@@ -422,7 +442,7 @@ def _dense_ffn(r: _Reader, family: str, moe: list[bool]) -> int:
     """Dense MLP width: needed only when some layer is dense."""
     dense_key = "intermediate_size_mlp" if family == "llama4" else "intermediate_size"
     if all(moe):
-        return r.int(dense_key, 0) if family not in ("mixtral", "gpt_oss") else 0
+        return r.int(dense_key, 0) if family not in _ALL_MOE else 0
     return r.int(dense_key, minimum=1)
 
 
@@ -558,9 +578,10 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
     if not isinstance(cfg, dict):
         raise InputError(f"{source}: expected a JSON object (a Hugging Face config.json)")
     cfg = _unwrap_text_config(cfg)
+    family = _family(cfg, _Reader(cfg, source))
+    cfg = families.canonical(cfg, family, source)
     r = _Reader(cfg, source)
-    family = _family(cfg, r)
-    L = r.int("num_hidden_layers", minimum=1)
+    L = r.int("num_hidden_layers", minimum=1, maximum=MAX_LAYERS)
     h = r.int("hidden_size", minimum=1)
     n_h = r.int("num_attention_heads", minimum=1)
     n_kv = r.int("num_key_value_heads", n_h, minimum=1)

@@ -23,6 +23,7 @@ from planner.cost.profiles import load_profile
 from planner.cost.shape import LaunchShape, launch_shape, multi_host_cluster
 from planner.errors import InputError, pydantic_message
 from planner.io import atomic_dir, current_umask
+from planner.output.emit.support import check_family
 from planner.rules import violations
 from planner.search.document import load_launch
 
@@ -173,6 +174,7 @@ def for_trainer(ctx: EmitContext, name: str) -> EmitContext:
     setup re-validated for this one (its auto recipe settings resolve by this trainer's rules), and the
     layout is checked against this trainer's rules (planner.rules): InputError naming the first broken
     rule, so no file is written that the trainer would refuse."""
+    check_family(ctx.model, name, ctx.training.seq_len)
     target = EMITTER_TRAINER.get(name)
     if target is None:
         return ctx

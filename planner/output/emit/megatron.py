@@ -123,11 +123,17 @@ def window_skip_freq(swa_layers) -> int | None:
 MLA_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 
 
+def rotary_base(m) -> int:
+    """``--rotary-base``: type=int in megatron-core (megatron/training/arguments.py:2335), so a fractional
+    base (HunYuan's NTK-alpha base 11158839.93) goes as the nearest integer, a relative change under 1e-7."""
+    return round(m.rope_theta)
+
+
 def rope_args(m) -> list[str]:
     """RoPE as the config sets it: base, the rotated share of each head, and the scaling (YaRN: MLA's
     own --rotary-scaling-factor / --mscale / --mscale-all-dim, or --position-embedding-type yarn with
     the --yarn-* flags; llama3: --use-rope-scaling; linear: --rotary-seq-len-interpolation-factor)."""
-    a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rope_theta)]
+    a = ["--position-embedding-type", "rope", "--rotary-base", str(rotary_base(m))]
     if m.partial_rotary_factor < 1.0:   # GLM-4.5: RoPE on half of each head
         a.extend(["--rotary-percent", _num(m.partial_rotary_factor)])
     rs = m.rope_scaling

@@ -27,6 +27,7 @@ from planner.output.emit.megatron import (
     REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
     parse_args_file,
+    rotary_base,
 )
 from planner.output.emit.torchtitan import (
     BASE_COMPILE,
@@ -178,7 +179,7 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
 def _check_hyperparams(flags: dict, model, source: str) -> None:
     """The files train the model's config: rope base, norm eps and router score function as ModelSpec says
     (files written before topoplan carried them, or for another config, are refused, naming the flag)."""
-    checks = [("--rotary-base", float(model.rope_theta), "rope_theta"), ("--norm-epsilon", model.norm_eps, "rms_norm_eps")]
+    checks = [("--rotary-base", float(rotary_base(model)), "rope_theta"), ("--norm-epsilon", model.norm_eps, "rms_norm_eps")]
     for flag, have, field in checks:
         given = _one(flags, flag, None, float, source)
         if given is not None and abs(given - have) > 1e-9 * max(abs(have), 1e-30):
