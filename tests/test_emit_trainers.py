@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +41,14 @@ from planner.rules import violations
 from topologies.cluster import Cluster
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 from trainers.maxtext_rules import maxtext_mesh_errors
+from trainers.mcore import ensure_mcore
 from trainers.sites import bash_words, srun_sites
 
 pytestmark = pytest.mark.trainers
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = Path(__file__).resolve().parent / "trainers"
-CACHE = REPO / ".cache"
-MCORE = "0.19.2"
+from trainers.mcore import MCORE  # noqa: E402  (the version the harnesses check)
 
 
 @dataclass(frozen=True)
@@ -259,29 +256,8 @@ def emitted(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mcore_dir() -> Path:
-    """megatron-core 0.19.2 unpacked (cached in .cache/; TOPOPLAN_MCORE_DIR overrides)."""
-    if os.environ.get("TOPOPLAN_MCORE_DIR"):
-        return Path(os.environ["TOPOPLAN_MCORE_DIR"])
-    target = CACHE / f"megatron-core-{MCORE}"
-    if (target / "megatron" / "training" / "arguments.py").exists():
-        return target
-    CACHE.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
-                            "--only-binary=:all:", "-d", tmp, f"megatron-core=={MCORE}"],
-                           capture_output=True, text=True)
-        if p.returncode:
-            pytest.fail(f"could not download megatron-core {MCORE} (needed to check the Megatron configs; set "
-                        f"TOPOPLAN_MCORE_DIR to an unpacked wheel when offline): {p.stderr.strip()[-400:]}")
-        wheel = next(Path(tmp).glob("megatron_core-*.whl"))
-        stage = Path(tmp) / "unpacked"
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(stage)
-        try:
-            os.replace(stage, target)
-        except OSError:  # another worker got there first
-            shutil.rmtree(stage, ignore_errors=True)
-    return target
+    """megatron-core 0.19.2 unpacked (tests/trainers/mcore.py: cached in .cache/; TOPOPLAN_MCORE_DIR overrides)."""
+    return ensure_mcore()
 
 
 def _run(script: str, jobs: list[dict], tmp: Path, extra_path: str | None = None) -> dict:

@@ -19,6 +19,7 @@ import planner
 from planner.config import ParallelConfig, Training
 from planner.launch.place import shape_of_document
 from topologies.cluster import Cluster
+from trainers.mcore import ensure_mcore
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
 pytestmark = pytest.mark.trainers
@@ -27,12 +28,7 @@ ORDERS = ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "tp-pp-dp-cp-ep"]
 
 
 def _mcore() -> str:
-    d = os.environ.get("TOPOPLAN_MCORE_DIR")
-    cached = Path(__file__).resolve().parents[1] / ".cache" / "megatron-core-0.19.2"
-    path = d or (str(cached) if cached.exists() else None)
-    if path is None:
-        pytest.skip("megatron-core 0.19.2 not unpacked: set TOPOPLAN_MCORE_DIR or run tests/test_emit_trainers.py once")
-    return path
+    return str(ensure_mcore())   # downloaded on first use: this test never skips for want of it
 
 
 def _megatron_groups(jobs: list[dict], tmp: Path) -> dict:

@@ -144,13 +144,9 @@ def argv_of(case: Case) -> tuple[list[str], dict, int]:
 @pytest.fixture(scope="module")
 def mcore(tmp_path_factory):
     """id -> megatron_memory.py's result for every case (one subprocess)."""
-    from test_emit_trainers import CACHE, MCORE
+    from trainers.mcore import ensure_mcore
 
-    root = Path(os.environ["TOPOPLAN_MCORE_DIR"]) if os.environ.get("TOPOPLAN_MCORE_DIR") else CACHE / f"megatron-core-{MCORE}"
-    if not (root / "megatron" / "training" / "theoretical_memory_usage.py").exists():
-        from test_emit_trainers import mcore_dir
-
-        root = mcore_dir.__wrapped__()
+    root = ensure_mcore()
     jobs = []
     for case in {c.id: c for c in STATE + ACT + ACT_OTHER}.values():
         args, env, sm = argv_of(case)

@@ -21,6 +21,7 @@ import planner
 from planner.cli import main
 from planner.config import Training
 from topologies.loader import load_job
+from trainers.mcore import ensure_mcore
 from trainers.sites import bash_words
 
 pytestmark = pytest.mark.trainers
@@ -29,13 +30,7 @@ HARNESS = Path(__file__).resolve().parent / "trainers" / "megatron_check.py"
 
 
 def _mcore_dir() -> Path:
-    path = os.environ.get("TOPOPLAN_MCORE_DIR")
-    if path:
-        return Path(path)
-    cached = Path(__file__).resolve().parents[1] / ".cache" / "megatron-core-0.19.2"
-    if not (cached / "megatron").exists():
-        pytest.skip("megatron-core 0.19.2 not unpacked: run tests/test_emit_trainers.py first or set TOPOPLAN_MCORE_DIR")
-    return cached
+    return ensure_mcore()   # downloaded on first use: this test never skips for want of it
 
 
 def _env(out: Path) -> dict:
