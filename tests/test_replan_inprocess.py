@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +21,7 @@ import planner
 from planner.config import Training
 from planner.launch.inprocess import rank_assignment_file
 from topologies.loader import load_job
+from trainers.mcore import unpacked_wheels
 
 pytestmark = [pytest.mark.trainers, pytest.mark.filterwarnings("ignore")]
 
@@ -37,26 +33,7 @@ CACHE = Path(__file__).resolve().parents[1] / ".cache" / "nvidia-resiliency-ext-
 
 
 def _nvrx_dir() -> Path:
-    if os.environ.get("TOPOPLAN_NVRX_DIR"):
-        return Path(os.environ["TOPOPLAN_NVRX_DIR"])
-    if (CACHE / "nvidia_resiliency_ext" / "inprocess" / "rank_assignment.py").exists():
-        return CACHE
-    CACHE.parent.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE.parent) as tmp:
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", tmp,
-                            *NVRX], capture_output=True, text=True)
-        if p.returncode:
-            pytest.fail(f"could not download {', '.join(NVRX)} (set TOPOPLAN_NVRX_DIR to the unpacked wheels when "
-                        f"offline): {p.stderr.strip()[-400:]}")
-        stage = Path(tmp) / "unpacked"
-        for wheel in Path(tmp).glob("*.whl"):
-            with zipfile.ZipFile(wheel) as z:
-                z.extractall(stage)
-        try:
-            os.replace(stage, CACHE)
-        except OSError:  # another worker got there first
-            shutil.rmtree(stage, ignore_errors=True)
-    return CACHE
+    return unpacked_wheels(CACHE, "nvidia_resiliency_ext/inprocess/rank_assignment.py", NVRX, "TOPOPLAN_NVRX_DIR")
 
 
 @pytest.fixture(scope="module")

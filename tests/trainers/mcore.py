@@ -20,27 +20,33 @@ MCORE = "0.19.2"
 CACHE = Path(__file__).resolve().parents[2] / ".cache"
 
 
-def ensure_mcore() -> Path:
-    """The unpacked megatron-core (downloaded on first use; pytest.fail when it cannot be had)."""
-    if os.environ.get("TOPOPLAN_MCORE_DIR"):
-        return Path(os.environ["TOPOPLAN_MCORE_DIR"])
-    target = CACHE / f"megatron-core-{MCORE}"
-    if (target / "megatron" / "training" / "arguments.py").exists():
+def unpacked_wheels(target: Path, marker: str, specs: tuple[str, ...], env_var: str, *pip_args: str) -> Path:
+    """``specs`` downloaded once as wheels (``pip download --no-deps``, plus ``pip_args``) and unpacked
+    into ``target`` (kept while ``target/marker`` exists); ``env_var`` names an unpacked copy instead.
+    pytest.fail when they cannot be had."""
+    if os.environ.get(env_var):
+        return Path(os.environ[env_var])
+    if (target / marker).exists():
         return target
-    CACHE.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
-                            "--only-binary=:all:", "-d", tmp, f"megatron-core=={MCORE}"],
-                           capture_output=True, text=True)
+    target.parent.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *pip_args,
+                            "-d", tmp, *specs], capture_output=True, text=True)
         if p.returncode:
-            pytest.fail(f"could not download megatron-core {MCORE} (needed to check the Megatron configs; set "
-                        f"TOPOPLAN_MCORE_DIR to an unpacked wheel when offline): {p.stderr.strip()[-400:]}")
-        wheel = next(Path(tmp).glob("megatron_core-*.whl"))
+            pytest.fail(f"could not download {', '.join(specs)} (set {env_var} to the unpacked wheels when "
+                        f"offline): {p.stderr.strip()[-400:]}")
         stage = Path(tmp) / "unpacked"
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(stage)
+        for wheel in Path(tmp).glob("*.whl"):
+            with zipfile.ZipFile(wheel) as z:
+                z.extractall(stage)
         try:
             os.replace(stage, target)
         except OSError:  # another worker got there first
             shutil.rmtree(stage, ignore_errors=True)
     return target
+
+
+def ensure_mcore() -> Path:
+    """The unpacked megatron-core (downloaded on first use; pytest.fail when it cannot be had)."""
+    return unpacked_wheels(CACHE / f"megatron-core-{MCORE}", "megatron/training/arguments.py",
+                           (f"megatron-core=={MCORE}",), "TOPOPLAN_MCORE_DIR", "--python-version", "3.12")
