@@ -21,6 +21,7 @@ import planner
 from planner.cli import main
 from planner.config import Training
 from topologies.loader import load_job
+from test_emit_trainers import _megatron_env
 from trainers.mcore import ensure_mcore
 from trainers.sites import bash_words
 
@@ -34,12 +35,7 @@ def _mcore_dir() -> Path:
 
 
 def _env(out: Path) -> dict:
-    env = {}
-    for line in (out / "megatron" / "env.sh").read_text().splitlines():
-        if line.startswith("export "):
-            k, _, v = line[7:].partition("=")
-            env[k] = v
-    return env
+    return _megatron_env(out)   # megatron/env.sh's exports, read as the other trainer checks read them
 
 
 def test_megatron_core_groups_of_the_replanned_job_are_rack_local(tmp_path):
