@@ -5,7 +5,7 @@ Run: ``python bench/accuracy.py [CSV] [--no-lomo]``
 1. Every row predicted with the shipped profile of its stack (planner/data/profiles/<stack>.yaml).
 2. MAPE per stack and overall, worst row.
 3. Leave-one-model-out: for every stack and every model in it, the profile is re-fitted
-   (``planner.cost.calibrate.calibrate_rows``) on the stack's other models only and the left-out model's rows
+   (``planner.calibration.calibrate.calibrate_rows``) on the stack's other models only and the left-out model's rows
    are predicted with it - what a user with a new model gets.
 """
 
@@ -23,8 +23,8 @@ DEFAULT_CSV = ROOT / "planner" / "data" / "profiles" / "calibration.csv"
 
 
 def main(argv: list[str]) -> int:
-    from planner.cost.calibrate import calibrate_rows
-    from planner.cost.validate import read_rows, validate_rows
+    from planner.calibration.calibrate import calibrate_rows
+    from planner.calibration.validate import read_rows, validate_rows
 
     args = [a for a in argv if not a.startswith("--")]
     csv_path = Path(args[0]) if args else DEFAULT_CSV
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
               f"({h['error_pct']:+.1f}%)")
     print(f"prediction time: {1000 * dt / len(rows):.1f} ms per row (cold caches, recompute search included)")
     from planner.cost.predict import predict
-    from planner.cost.validate import resolve_case, row_case
+    from planner.calibration.validate import resolve_case, row_case
 
     cases = [resolve_case(row_case(r, source=str(csv_path))) for r in rows]
     t0 = time.perf_counter()
@@ -106,7 +106,7 @@ def hopper_bands() -> None:
     """The published H100 Megatron rows (bench/data, calibration.csv) predicted with the default stack,
     fitted on Blackwell rows only: each against its band (issue 21 item 3; tests/test_generations.py)."""
     from planner.cost.profiles import DEFAULT_STACK, load_profile
-    from planner.cost.validate import predict_case, read_rows, row_case
+    from planner.calibration.validate import predict_case, read_rows, row_case
 
     prof = load_profile(DEFAULT_STACK)
     print()
@@ -131,8 +131,8 @@ def leave_one_table_out(rows: list[dict], stacks: list[str], source: str) -> Non
     """Each container's table of calibration.csv predicted by its stack's profile fitted on the other
     containers' rows only (the stack keeps its conventions: FLOP formula, dispatcher; the older
     tables of bench/data are out of sample already, see published_tables)."""
-    from planner.cost.calibrate import calibrate_rows
-    from planner.cost.validate import validate_rows
+    from planner.calibration.calibrate import calibrate_rows
+    from planner.calibration.validate import validate_rows
 
     print()
     print("leave-one-table-out (the stack's profile fitted on the other containers' rows of calibration.csv, "
@@ -176,7 +176,7 @@ def out_of_sample() -> None:
     stack's usual regime) and in the regime their recipe runs (cuda_graphs=false), Kimi-K2 compared
     in tokens/s so that the FLOP convention drops out."""
     from planner.cost.profiles import load_profile
-    from planner.cost.validate import predict_case, read_rows, row_case
+    from planner.calibration.validate import predict_case, read_rows, row_case
 
     print()
     print("out of sample (not fitted):")
@@ -215,7 +215,7 @@ def published_tables() -> None:
     """Out-of-sample MAPE on older Megatron-Bridge tables, split by system (NVL72 racks or HGX
     nodes) and model kind, with the worst rows."""
     from planner.model.spec import load_model
-    from planner.cost.validate import read_rows, validate_rows
+    from planner.calibration.validate import read_rows, validate_rows
 
     print()
     print("older published tables (not fitted; predicted with the profile each release resolves to):")
@@ -247,7 +247,7 @@ HGX_ORDER = "megatron-bridge-26.04-hgx-dsv3.csv"
 def hgx_layout_order() -> None:
     """The two B200 DeepSeek-V3 layouts: predicted, measured, exposed all-to-all, and whether the
     model orders them as measured."""
-    from planner.cost.validate import read_rows, validate_rows
+    from planner.calibration.validate import read_rows, validate_rows
 
     path = ROOT / "bench" / "data" / HGX_ORDER
     res = validate_rows(read_rows(path), source=str(path))["rows"]
@@ -265,7 +265,7 @@ def hgx_layout_order() -> None:
 
 def with_recipe_regimes(rows: list[dict], source: str) -> None:
     """MAPE of calibration.csv with each row in the regime its recipe runs (EAGER_RECIPES)."""
-    from planner.cost.validate import validate_rows
+    from planner.calibration.validate import validate_rows
 
     res = validate_rows([dict(r, cuda_graphs="false") if r["id"] in EAGER_RECIPES else r for r in rows],
                         source=source)

@@ -54,7 +54,7 @@ def claim(args) -> dict:
     from planner.cost.profiles import load_profile, resolve_name
     from planner.cost.uncertainty import lead
     from planner.config import DEFAULT_HEADROOM, Training
-    from planner.cost.validate import GPU_PRESETS, predict_case, row_case
+    from planner.calibration.validate import GPU_PRESETS, predict_case, row_case
     from planner.errors import InfeasibleError, InputError
     from planner.search.plan import plan
 
@@ -120,7 +120,7 @@ def explain(results: list[dict], above: float = EXPLAIN_ABOVE, top: int = 3) -> 
 def main(argv: list[str]) -> int:
     from multiprocessing import get_context
 
-    from planner.cost.validate import read_rows
+    from planner.calibration.validate import read_rows
 
     opts = {"--time-limit": "120", "--procs": "2"}
     args, it = [], iter(argv)

@@ -48,7 +48,7 @@ _DEFAULTS = {"tp": "1", "pp": "1", "vpp": "1", "cp": "1", "ep": "1", "mbs": "1",
 
 def _norm(row: dict, key: str) -> str:
     """A row's input as the planner reads it: empty = the default, FSDP on/off, recompute without comments."""
-    from planner.cost.validate import _recompute
+    from planner.calibration.validate import _recompute
 
     v = (row.get(key) or "").strip().lower()
     if key == "fsdp":
@@ -62,7 +62,7 @@ def predicted_runs():
     """[(row, prediction, source name)] for every measured row of every source."""
     from accuracy import EAGER_RECIPES
     from planner.cost.profiles import load_profile, resolve_name
-    from planner.cost.validate import predict_case, read_rows, row_case
+    from planner.calibration.validate import predict_case, read_rows, row_case
 
     out, seen = [], set()
     for path in SOURCES:

@@ -46,10 +46,10 @@ EXTRAPOLATION_STEP = 0.10         # added per uncovered FSDP / CP / precision fe
 def residuals(progress=print) -> list[dict]:
     """One record per measured run: id, pool (profile), family, regime features, log error, how."""
     from accuracy import EAGER_RECIPES, OUT_OF_SAMPLE
-    from planner.cost.calibrate import calibrate_rows
+    from planner.calibration.calibrate import calibrate_rows
     from planner.cost.profiles import available, load_profile, resolve_name
     from planner.cost.uncertainty import classify, family_of
-    from planner.cost.validate import predict_case, read_rows, row_case
+    from planner.calibration.validate import predict_case, read_rows, row_case
 
     out = []
 

@@ -19,10 +19,10 @@ from _common import out_dir, summary
 
 import planner
 import topologies
-from planner.cost.calibrate import calibrate_rows
+from planner.calibration.calibrate import calibrate_rows
 from planner.io import atomic_write_text
 from planner.cost.profiles import dump_profile, load_profile
-from planner.cost.validate import validate_rows
+from planner.calibration.validate import validate_rows
 
 out = out_dir("calibrate", __doc__)
 SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, 26.02 NeMo container, DGX-GB200"

@@ -29,9 +29,9 @@ from _common import out_dir, summary
 
 import planner
 import topologies
-from planner.cost.calibrate import calibrate_rows
+from planner.calibration.calibrate import calibrate_rows
 from planner.cost.profiles import CALIBRATION_CSV, dump_profile, load_profile
-from planner.cost.validate import read_rows, validate_rows
+from planner.calibration.validate import read_rows, validate_rows
 from planner.io import atomic_write_text
 from planner.output.trial import report, write_trials
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.cost.calibrate import base_profile, calibrate_rows, fit_profile
+from planner.calibration.calibrate import base_profile, calibrate_rows, fit_profile
 from planner.cli import main
 from planner.cost.profiles import CALIBRATION_CSV, PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
-from planner.cost.validate import read_rows, resolve_case, row_case, validate_rows
+from planner.calibration.validate import read_rows, resolve_case, row_case, validate_rows
 
 # the published Megatron-Bridge runs the megatron-* profiles are fitted to (planner/data/profiles/README.md)
 CSV = CALIBRATION_CSV
@@ -68,7 +68,7 @@ def test_fit_recovers_a_known_profile(monkeypatch):
     # Identifiable case: the four parameters of the known profile are the free ones (the others held
     # at their priors) and the prior's pull is made negligible, so the fit is plain least squares on
     # 14 noiseless rows; it must land on the truth (0.5%: the profile stores 4 significant digits).
-    import planner.cost.calibrate as cal
+    import planner.calibration.calibrate as cal
 
     base, synth, mean_error = _synthetic_26_08(TRUTH)
     only = base.model_copy(update={"params": {k: p.model_copy(update={"fit": k in TRUTH})
@@ -192,7 +192,7 @@ def test_posterior_reduction_against_the_closed_form():
 
     import numpy as np
 
-    from planner.cost.calibrate import MIN_REDUCTION, ROW_SIGMA, posterior_reduction
+    from planner.calibration.calibrate import MIN_REDUCTION, ROW_SIGMA, posterior_reduction
 
     sigma = np.array([0.3, 0.3, 0.5])
     col = ROW_SIGMA / sigma[0] / math.sqrt(2)            # two rows, |J_0|^2 = s_r^2 / s_p^2
@@ -210,7 +210,7 @@ def test_posterior_reduction_against_the_closed_form():
 
 
 def test_unseen_stack_starts_from_the_newest_profile_of_its_trainer():
-    from planner.cost.calibrate import nearest_profile
+    from planner.calibration.calibrate import nearest_profile
 
     assert nearest_profile("megatron") == "megatron-26.08"
     assert nearest_profile("megatron", exclude=("megatron-26.08",)) == "megatron-26.04"

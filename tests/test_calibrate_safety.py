@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.cost.calibrate import calibrate_rows, per_generation
-from planner.cost.crosscheck import CALIBRATION, REFERENCES, crosscheck
+from planner.calibration.calibrate import calibrate_rows, per_generation
+from planner.calibration.crosscheck import CALIBRATION, REFERENCES, crosscheck
 from planner.cost.profiles import load_profile
-from planner.cost.validate import predict_case, read_rows, resolve_case, row_case
+from planner.calibration.validate import predict_case, read_rows, resolve_case, row_case
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "examples" / "logs"

@@ -57,7 +57,7 @@ def test_explain_lists_only_claims_above_the_threshold_largest_first():
 
 def test_a_published_claim_is_its_step_time_difference():
     from planner.cost.profiles import CALIBRATION_CSV as csv
-    from planner.cost.validate import read_rows
+    from planner.calibration.validate import read_rows
 
     c = _claims()
     row = next(r for r in read_rows(csv) if r["id"] == "mb223")

@@ -132,7 +132,7 @@ def test_calibrate_own_runs(tmp_path):
     import re
 
     from planner.cost.profiles import load_profile
-    from planner.cost.validate import read_rows
+    from planner.calibration.validate import read_rows
 
     out = tmp_path / "cal"
     stdout = _run("calibrate_own_runs.py", out)

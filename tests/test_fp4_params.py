@@ -20,7 +20,7 @@ from planner.cost.memory import GIB, WEIGHT_COPY_BYTES, memory_per_gpu
 from planner.cost.predict import predict
 from planner.cost.profiles import CALIBRATION_CSV
 from planner.cost.terms import data_parallel as DP
-from planner.cost.validate import predict_case, row_case
+from planner.calibration.validate import predict_case, row_case
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context

@@ -11,7 +11,7 @@ import pytest
 
 from planner.cost import uncertainty as U
 from planner.cost.profiles import DEFAULT_STACK, load_profile
-from planner.cost.validate import predict_case, read_rows, row_case
+from planner.calibration.validate import predict_case, read_rows, row_case
 from topologies.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,7 @@
 """The layer contract of docs/architecture.md, read from the source (every import, at module level or
-inside a function): data flows topologies -> planner.model -> planner.cost -> planner.search ->
-planner.output -> planner.launch -> planner.cli, and ``solver`` takes plain arrays from anyone and imports none of them.
+inside a function): data flows topologies -> planner.model -> planner.cost -> planner.calibration ->
+planner.search -> planner.output -> planner.launch -> planner.cli, and ``solver`` takes plain arrays from anyone
+and imports none of them.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planner.base", ("topologies",) + BASE),
     ("planner.model", ("topologies", "planner.model") + BASE),
     ("planner.cost", ("topologies", "planner.model", "planner.cost") + BASE),
-    ("planner.search", ("topologies", "solver", "planner.model", "planner.cost", "planner.search") + BASE),
-    ("planner.output", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
-                        "planner.output") + BASE),
-    ("planner.launch", ("topologies", "solver", "planner.model", "planner.cost", "planner.search",
-                        "planner.output", "planner.launch") + BASE),
+    ("planner.calibration", ("topologies", "planner.model", "planner.cost", "planner.calibration") + BASE),
+    ("planner.search", ("topologies", "solver", "planner.model", "planner.cost", "planner.calibration",
+                        "planner.search") + BASE),
+    ("planner.output", ("topologies", "solver", "planner.model", "planner.cost", "planner.calibration",
+                        "planner.search", "planner.output") + BASE),
+    ("planner.launch", ("topologies", "solver", "planner.model", "planner.cost", "planner.calibration",
+                        "planner.search", "planner.output", "planner.launch") + BASE),
     ("planner.cli", ("topologies", "solver", "planner")),
 ]
 OWN = ("planner", "solver", "topologies")
@@ -143,12 +146,12 @@ def test_importing_the_hardware_layer_loads_no_solver():
 # level, except the ones below: (module, imported name) -> why it must stay lazy. A name is the
 # absolute module for ``import x`` and ``module.name`` for ``from module import name``.
 LAZY_IMPORTS = {
-    ("planner.cost.runs", "planner.cost.calibrate.base_profile"):
+    ("planner.calibration.runs", "planner.calibration.calibrate.base_profile"):
         "cycle: calibrate imports validate, validate imports runs; base_profile (the priors profile) "
         "belongs in planner.cost.profiles",
-    ("planner.cli.predict", "planner.cost.calibrate.calibrate_rows"):
+    ("planner.cli.predict", "planner.calibration.calibrate.calibrate_rows"):
         "calibrate loads scipy.optimize (~0.3 s), which only `topoplan calibrate` needs",
-    ("planner.cost.runs.memfit", "scipy.optimize.lsq_linear"):
+    ("planner.calibration.memfit", "scipy.optimize.lsq_linear"):
         "scipy.optimize (~0.3 s), for the memory fit of `topoplan calibrate` only",
     ("topologies.calibrate", "scipy.optimize.least_squares"):
         "scipy.optimize (~0.3 s), for `topoplan topology calibrate` only; the hardware layer stays light",

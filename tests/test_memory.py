@@ -398,7 +398,7 @@ def test_a_measured_run_is_not_refused_on_an_assumed_graph_regime():
     # Llama 3.1 405B on 256 GB200 (Megatron-Bridge 26.04/26.08, TP4 PP16 VPP4, recompute not
     # published, recipe sets no cuda_graph_impl): 195 GiB with the CUDA-graph buffers, 185.5 without,
     # both with BF16 weights (fp8_param_gather false: the FP8 parameters NVIDIA ran leave room for both).
-    from planner.cost.validate import fits_as_run, predict_case, row_case
+    from planner.calibration.validate import fits_as_run, predict_case, row_case
 
     row = {"id": "l405", "stack": "megatron-26.08", "model": "llama3.1-405b", "gpu": "GB200", "num_gpus": "256",
            "precision": "fp8", "seq_len": "8192", "gbs": "1536", "mbs": "1", "tp": "4", "pp": "16", "vpp": "4",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.cost.calibrate import calibrate_rows
-from planner.cost.validate import read_rows, validate_rows
+from planner.calibration.calibrate import calibrate_rows
+from planner.calibration.validate import read_rows, validate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "id,stack,model,gpu,num_gpus,precision,seq_len,gbs,mbs,tp,pp,model_tflops_per_gpu\n"

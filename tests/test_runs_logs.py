@@ -1,4 +1,4 @@
-"""Trainer logs as measured runs (planner.cost.runs): the readers against the trainers' own format
+"""Trainer logs as measured runs (planner.calibration.runs): the readers against the trainers' own format
 strings and code, the warm-up and median by hand, the CSV ``log`` column, and one-line errors."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from planner.cost.runs import megatron as mreader
-from planner.cost.runs import read_log, rows_from_logs, run_row, warmup_iters
-from planner.cost.validate import read_rows
+from planner.calibration.runs import read_log, rows_from_logs, run_row, warmup_iters
+from planner.calibration.validate import read_rows
 from planner.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -293,7 +293,7 @@ def test_megatron_print_args_output_reads_back(tmp_path):
         assert run_row(run, {"gpu": "H100"})["model"].startswith(model.split("-")[0])
 
 
-# --- memory: measured peaks fit the reserve terms (planner.cost.runs.memfit) -----------------------------
+# --- memory: measured peaks fit the reserve terms (planner.calibration.memfit) -----------------------------
 def _mem_rows():
     base = {"stack": "megatron-26.08", "model": "llama3-8b", "gpu": "H100", "num_gpus": "8", "precision": "bf16",
             "seq_len": "8192", "gbs": "64", "tp": "1", "pp": "1", "vpp": "1", "cp": "1", "ep": "1", "etp": "",
@@ -302,7 +302,7 @@ def _mem_rows():
 
 
 def _split(row, profile):
-    from planner.cost.validate import predict_case, row_case
+    from planner.calibration.validate import predict_case, row_case
 
     comp = predict_case(row_case(row, profile=profile), profile).memory
     return sum(v for k, v in comp.items() if k != "reserve"), comp["activations"] + comp["expert_imbalance"] + comp["logits"]
@@ -311,8 +311,8 @@ def _split(row, profile):
 def test_memory_fit_recovers_reserve_and_fragmentation():
     from planner.cost.predict import predict
     from planner.cost.profiles import dump_profile, load_profile, parse_profile
-    from planner.cost.runs.memfit import fit_memory
-    from planner.cost.validate import row_case
+    from planner.calibration.memfit import fit_memory
+    from planner.calibration.validate import row_case
 
     prof = load_profile("megatron-26.08")
     rows = []
@@ -335,7 +335,7 @@ def test_memory_fit_recovers_reserve_and_fragmentation():
 
 def test_memory_fit_from_max_reserved_and_without_memory():
     from planner.cost.profiles import load_profile
-    from planner.cost.runs.memfit import NON_ALLOCATOR_GIB, fit_memory, measured_peak_gib
+    from planner.calibration.memfit import NON_ALLOCATOR_GIB, fit_memory, measured_peak_gib
 
     assert measured_peak_gib({"peak_reserved_gib": "40.0"}) == 40.0 + NON_ALLOCATOR_GIB
     assert measured_peak_gib({"peak_reserved_gib": "40.0", "device_used_gib": "45.5"}) == 45.5
@@ -366,7 +366,7 @@ def test_plan_keeps_the_fitted_reserve():
 
 @pytest.mark.slow
 def test_calibrate_from_a_known_stack(tmp_path):
-    from planner.cost.calibrate import base_profile, start_profile
+    from planner.calibration.calibrate import base_profile, start_profile
     from planner.cost.profiles import load_profile
 
     start = load_profile("megatron-26.04")
@@ -431,7 +431,7 @@ def test_calibrate_refuses_a_log_of_another_model(tmp_path):
 
 
 def test_maxtext_and_torchtitan_logs_say_their_model(tmp_path):
-    from planner.cost.runs import shape_mismatch
+    from planner.calibration.runs import shape_mismatch
     from planner.model.flops import param_counts
     from planner.model.spec import load_model
 

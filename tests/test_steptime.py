@@ -296,7 +296,7 @@ def test_host_regime_follows_the_recipe():
 def test_cuda_graph_scope_column_prices_the_host_calls_it_leaves():
     # Qwen3-30B-A3B on 8 B200 at MBS 1, the 26.02 recipe: graphs of the router only, NCCL all-to-all:
     # the attention block stays on the host, so the layer is slower than with the default scope
-    from planner.cost.validate import row_case, predict_case
+    from planner.calibration.validate import row_case, predict_case
     from planner.errors import InputError
 
     row = dict(id="x", stack="megatron-26.04", model="qwen3-30b-a3b", gpu="B200", num_gpus="8", precision="mxfp8",

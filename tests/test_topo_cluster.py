@@ -341,7 +341,7 @@ def test_topology_show_says_what_the_racks_hold_and_the_job_uses(capsys):
 
 def test_validate_usable_per_rack_column_and_option():
     # a CSV row's usable_per_rack (or validate --usable-per-rack) builds load_job's cluster for it
-    from planner.cost.validate import row_case
+    from planner.calibration.validate import row_case
     from topologies.loader import load_job
 
     row = {"id": "r", "model": "deepseek-v3", "gpu": "GB300", "num_gpus": "256", "precision": "mxfp8",

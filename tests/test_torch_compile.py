@@ -24,7 +24,7 @@ from planner.config import ParallelConfig, Recipe, Training
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.steptime import efficiencies
-from planner.cost.validate import row_case
+from planner.calibration.validate import row_case
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context

@@ -148,7 +148,7 @@ def test_trainers_accept_the_trial_flags(trials, tmp_path):
                       f"  tps: 4,000  tflops: 200.00  mfu: 20.00%" for i in range(1, 11))
     dump.write_text(r.stdout + "[titan] - root - INFO - Building device mesh with parallelism: pp=1, dp_replicate=1, "
                     "dp_shard=16, cp=1, tp=1, ep=1\n" + steps + "\n")
-    from planner.cost.runs import read_log
+    from planner.calibration.runs import read_log
 
     plan_cfg = json.loads((tmp_path / "pt.json").read_text())["plans"][0]["config"]
     fl = read_log(dump).fields

@@ -120,7 +120,7 @@ def test_shipped_table_figures_follow_from_its_runs():
 def test_shipped_residuals_match_fresh_predictions_of_the_never_fitted_tables():
     """The table is stale if a profile was refitted without rerunning bench/uncertainty.py --write."""
     from planner.cost.profiles import load_profile, resolve_name
-    from planner.cost.validate import predict_case, read_rows, row_case
+    from planner.calibration.validate import predict_case, read_rows, row_case
 
     stored = {r["id"]: r for pool in U.load_table()["pools"].values() for r in pool["runs"]
               if r["how"] == "not fitted"}

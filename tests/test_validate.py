@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from planner.cli import main
-from planner.cost.validate import read_rows, validate_rows
+from planner.calibration.validate import read_rows, validate_rows
 
 CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "calibration.csv"
 
@@ -66,7 +66,7 @@ BENCH_TABLES = sorted((Path(__file__).resolve().parents[1] / "bench" / "data").g
 def test_every_benchmark_table_run_fits_as_published(table):
     # the measured runs of bench/data ran too: none is refused as not fitting with its recipe's
     # recompute (an empty recompute: the cheapest that fits, as validate prices it)
-    from planner.cost.validate import fits_as_run, predict_case, row_case
+    from planner.calibration.validate import fits_as_run, predict_case, row_case
 
     rows = read_rows(table)
     assert rows
@@ -137,7 +137,7 @@ def test_torchtitan_profile_on_its_published_rows():
 
 
 def test_optional_columns_dispatcher_and_etp_fallback():
-    from planner.cost.validate import row_case
+    from planner.calibration.validate import row_case
 
     mb234 = next(r for r in read_rows(CSV) if r["id"] == "mb234")
     assert row_case(mb234).config.dispatcher == "flex-hybridep"          # the stack's dispatcher
@@ -159,7 +159,7 @@ def test_published_recipe_recompute_fills_an_empty_column_only():
     # mb196 (GPT-OSS-120B, 64 H100, 26.04.01): Megatron-Bridge v0.4.2's H100 preset recomputes layernorm and
     # the MoE activation and the library recipe runs eagerly with the NCCL all-to-all
     # (planner/data/published_recipes.yaml); the CSV leaves recompute empty, so the facts fill it
-    from planner.cost.validate import row_case
+    from planner.calibration.validate import row_case
 
     mb196 = next(r for r in read_rows(CSV) if r["id"] == "mb196")
     assert not mb196["recompute"].strip()

@@ -23,9 +23,9 @@ ITERS = 20
 
 def _args(row: dict, model) -> dict:
     """The arguments a Megatron-LM run of this row prints (the subset topoplan reads, plus a few); an
-    empty recompute or ETP is what ``planner.cost.validate`` resolves for the row (the run printed one)."""
+    empty recompute or ETP is what ``planner.calibration.validate`` resolves for the row (the run printed one)."""
     from planner.cost.profiles import load_profile
-    from planner.cost.validate import resolve_case, row_case
+    from planner.calibration.validate import resolve_case, row_case
 
     case = resolve_case(row_case(row))
     prec = row["precision"]

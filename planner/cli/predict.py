@@ -13,15 +13,15 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cli.checks import check_inputs
-from planner.cost.crosscheck import crosscheck, warning_lines
+from planner.calibration.crosscheck import crosscheck, warning_lines
 from planner.cli.plan import header, header_line, memory_warnings
 from planner.cli.progress import progress
 from planner.config import ParallelConfig, Training
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import dump_profile, load_profile
-from planner.cost.runs.memfit import fit_memory
-from planner.cost.validate import read_rows, validate_rows
+from planner.calibration.memfit import fit_memory
+from planner.calibration.validate import read_rows, validate_rows
 from planner.errors import InfeasibleError, InputError, pydantic_message
 from planner.io import atomic_write_text, check_output
 from planner.model.spec import load_model
@@ -344,7 +344,7 @@ def calibrate_cmd(
     """
     check_output(out, "--out")   # before the fit runs
     rows = read_rows(csv_path, model=model, cluster=cluster, stack=stack)
-    from planner.cost.calibrate import calibrate_rows  # lazy: loads scipy.optimize (~0.3 s), for calibrate only
+    from planner.calibration.calibrate import calibrate_rows  # lazy: loads scipy.optimize (~0.3 s), for calibrate only
 
     with progress(f"fitting {stack}", total=None, json_output=json_out) as bar:
         prof, info = calibrate_rows(rows, stack, source=str(csv_path), progress=bar,

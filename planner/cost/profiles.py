@@ -89,7 +89,7 @@ class Param(BaseModel):
 
 class MemoryFit(BaseModel):
     """The memory model's reserve terms fitted to measured peaks (issue 13: ``topoplan calibrate`` on
-    runs whose logs print memory; ``planner.cost.runs.memfit``); absent = the defaults of
+    runs whose logs print memory; ``planner.calibration.memfit``); absent = the defaults of
     ``planner.cost.memory`` (RESERVE_GIB, FRAGMENTATION)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

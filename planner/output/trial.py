@@ -29,8 +29,8 @@ from pathlib import Path
 from planner.cost.placement import group_shapes, make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
-from planner.cost.runs import rows_from_trials
-from planner.cost.validate import validate_rows
+from planner.calibration.runs import rows_from_trials
+from planner.calibration.validate import validate_rows
 from planner.errors import InputError
 from planner.io import atomic_dir, current_umask
 from planner.output.emit import emit_plan

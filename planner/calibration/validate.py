@@ -48,7 +48,7 @@ from planner.config import CUDA_GRAPH_MODULES, ParallelConfig, Training
 from planner.cost.placement import inner_block
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
-from planner.cost.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
+from planner.calibration.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import load_model
 from planner.rules import offload_layers, violations
@@ -80,7 +80,7 @@ class Case:
 def read_rows(path: str | Path, *, model: str | None = None, cluster: str | None = None,
               stack: str | None = None) -> list[dict]:
     """Rows of a CSV in calibration.csv's schema; a trainer log or a directory of logs (issue 13: read
-    by ``planner.cost.runs``, ``model``/``cluster``/``stack`` fill what a log cannot tell); a CSV with a
+    by ``planner.calibration.runs``, ``model``/``cluster``/``stack`` fill what a log cannot tell); a CSV with a
     ``log`` column needs only ``id, stack, model, gpu, num_gpus`` and reads the rest from each log."""
     path = Path(path)
     if not path.exists():

@@ -20,7 +20,7 @@ from scipy.optimize import least_squares
 
 from planner.cost.predict import predict
 from planner.cost.profiles import ARCHS, PROFILE_DIR, Param, Profile, _version, available, load_profile
-from planner.cost.validate import refusal, resolve_case, row_case
+from planner.calibration.validate import refusal, resolve_case, row_case
 from planner.errors import InputError
 
 # name: (prior, min, max, fit, spread, source)
@@ -155,7 +155,7 @@ def informed_params(cases: list, base: Profile) -> list[str]:
 
 
 def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60, identify: bool = False):
-    """Least-squares fit of ``base``'s fitted parameters to ``cases`` (``planner.cost.validate.Case``,
+    """Least-squares fit of ``base``'s fitted parameters to ``cases`` (``planner.calibration.validate.Case``,
     recompute resolved, measured TFLOP/s set). Returns (profile, result info); ``identify``: fit only
     the parameters whose ``posterior_reduction`` reaches ``MIN_REDUCTION`` (info: informed, fitted, kept)."""
     pb = _Problem(cases, base)

@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cost.memory import FRAGMENTATION, RESERVE_GIB
 from planner.cost.profiles import MemoryFit
-from planner.cost.validate import predict_case, row_case
+from planner.calibration.validate import predict_case, row_case
 
 NON_ALLOCATOR_GIB = 0.6 + 1.5   # CUDA context ~0.6 GiB, NCCL communicators and buffers ~1.5 GiB
 PRIOR_WEIGHT = 0.1               # GiB of residual worth one default-sized step of a term

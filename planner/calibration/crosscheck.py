@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from planner.cost.validate import predict_case, read_rows, row_case
+from planner.calibration.validate import predict_case, read_rows, row_case
+from planner.cost.profiles import CALIBRATION_CSV
 
-CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "profiles" / "calibration.csv"
+CALIBRATION = CALIBRATION_CSV
 # id -> column overrides: the recipe as it ran (planner/data/published_recipes.yaml: mb234 runs eagerly)
 REFERENCES: dict[str, dict] = {
     "mb229": {},                          # DeepSeek-V3, 256 GB300, MXFP8 (26.08)
