@@ -2,7 +2,7 @@
 measured runs, predicts the other two thirds within 8% MAPE?
 
 For each stack of calibration.csv the rows are renamed to a stack no profile describes
-(``unseen-<stack>``), so ``calibrate`` starts from the priors (``planner.calibration.calibrate.prior_profile``)
+(``unseen-<stack>``), so ``calibrate`` starts from the priors (``planner.calibration.priors.prior_profile``)
 and keeps only the conventions a user knows about their own stack: the trainer and the MoE dispatcher
 their recipes use. Measured TFLOP/s are re-expressed in the fresh profile's FLOP convention from the
 measured tokens/s (a throughput error, whatever convention the table used). The rows, sorted by id,
@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.calibration.calibrate import calibrate_rows, nearest_profile  # noqa: E402
+from planner.calibration.calibrate import calibrate_rows  # noqa: E402
+from planner.calibration.priors import nearest_profile  # noqa: E402
 from planner.cost.profiles import load_profile  # noqa: E402
 from planner.calibration.validate import read_rows, validate_rows  # noqa: E402
 from planner.model.flops import flops_per_token  # noqa: E402

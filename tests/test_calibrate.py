@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.calibration.calibrate import base_profile, calibrate_rows, fit_profile
+from planner.calibration.calibrate import calibrate_rows, fit_profile
+from planner.calibration.priors import base_profile
 from planner.cli import main
 from planner.cost.profiles import CALIBRATION_CSV, PARAM_NAMES, MAX_PARAMS, load_profile, parse_profile, dump_profile
 from planner.calibration.validate import read_rows, resolve_case, row_case, validate_rows
@@ -210,7 +211,7 @@ def test_posterior_reduction_against_the_closed_form():
 
 
 def test_unseen_stack_starts_from_the_newest_profile_of_its_trainer():
-    from planner.calibration.calibrate import nearest_profile
+    from planner.calibration.priors import nearest_profile
 
     assert nearest_profile("megatron") == "megatron-26.08"
     assert nearest_profile("megatron", exclude=("megatron-26.08",)) == "megatron-26.04"

@@ -146,9 +146,6 @@ def test_importing_the_hardware_layer_loads_no_solver():
 # level, except the ones below: (module, imported name) -> why it must stay lazy. A name is the
 # absolute module for ``import x`` and ``module.name`` for ``from module import name``.
 LAZY_IMPORTS = {
-    ("planner.calibration.runs", "planner.calibration.calibrate.base_profile"):
-        "cycle: calibrate imports validate, validate imports runs; base_profile (the priors profile) "
-        "belongs in planner.cost.profiles",
     ("planner.cli.predict", "planner.calibration.calibrate.calibrate_rows"):
         "calibrate loads scipy.optimize (~0.3 s), which only `topoplan calibrate` needs",
     ("planner.calibration.memfit", "scipy.optimize.lsq_linear"):

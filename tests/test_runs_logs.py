@@ -366,7 +366,7 @@ def test_plan_keeps_the_fitted_reserve():
 
 @pytest.mark.slow
 def test_calibrate_from_a_known_stack(tmp_path):
-    from planner.calibration.calibrate import base_profile, start_profile
+    from planner.calibration.priors import base_profile, start_profile
     from planner.cost.profiles import load_profile
 
     start = load_profile("megatron-26.04")

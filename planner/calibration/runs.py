@@ -21,6 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planner.calibration.priors import base_profile
 from planner.cost.profiles import load_profile
 from planner.cost.runs import maxtext, megatron, torchtitan
 from planner.errors import InputError
@@ -256,8 +257,6 @@ def _flops_per_token(row: dict) -> float:
     try:
         prof = load_profile(row["stack"])
     except InputError:   # a stack no profile describes yet (calibrate starts it from the priors)
-        from planner.calibration.calibrate import base_profile
-
         prof = base_profile(row["stack"])
     return flops_per_token(load_model(row["model"]), int(row["seq_len"]), tp=int(row.get("tp") or 1),
                            formula=prof.flops_formula)
