@@ -47,6 +47,7 @@ from pydantic import ValidationError
 from planner.config import CUDA_GRAPH_MODULES, ParallelConfig, Training
 from planner.cost.placement import inner_block
 from planner.cost.predict import predict
+from planner.cost.prediction import Prediction
 from planner.cost.profiles import load_profile
 from planner.calibration.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from_logs
 from planner.errors import InputError, not_utf8, pydantic_message
@@ -284,7 +285,7 @@ def refusal(case: Case) -> str | None:
     return f"{broken[0].rule}: {broken[0].message}" if broken else None
 
 
-def fits_as_run(p, case: Case) -> bool:
+def fits_as_run(p: Prediction, case: Case) -> bool:
     """Whether a measured run fits as published: in the whole HBM (validate's headroom is 0), with the
     CUDA-graph static buffers when its row says the recipe captured graphs; a row that does not say is
     priced in the stack's usual regime (graphs on) but not refused on that assumption, so it also fits
@@ -296,7 +297,7 @@ def fits_as_run(p, case: Case) -> bool:
     return p.memory_gib_per_gpu - p.memory.get("cuda_graphs", 0.0) <= room
 
 
-def predict_case(case: Case, profile=None):
+def predict_case(case: Case, profile=None) -> Prediction:
     """Predict a row; an empty recompute takes the cheapest candidate that fits (none only when the row
     offloads activations to the CPU: megatron-core refuses recompute with it, planner.rules)."""
     if not case.auto_recompute or offload_layers(case.training):
@@ -324,38 +325,34 @@ def error_pct(pred: float, measured: float) -> float:
     return 100.0 * (pred - measured) / measured
 
 
+def compared(case: Case, row: dict, p: Prediction | None, refused: str | None = None) -> dict:
+    """One ``validate --json`` row: the measured run beside its ``Prediction`` (None when the trainer
+    refuses the layout: ``refused`` names the rule). The predicted fields are the prediction's own,
+    rounded for print."""
+    meas = case.measured_tflops
+    err = error_pct(p.tflops_per_gpu, meas) if p is not None and meas else None
+    return {"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
+            "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
+            "config": (case.config if p is None else p.config).short(),
+            "predicted_tflops_per_gpu": None if p is None else round(p.tflops_per_gpu, 1),
+            "predicted_tokens_per_s_per_gpu": None if p is None else round(p.tokens_per_s_per_gpu, 1),
+            "measured_tflops_per_gpu": meas, "measured_tokens_per_s_per_gpu": case.measured_tokens,
+            "error_pct": None if err is None else round(err, 2),
+            "fits": None if p is None else fits_as_run(p, case), "refused": refused,
+            "breakdown": {} if p is None else {k: round(v, 4) for k, v in p.breakdown.items()},
+            "step_time_s": None if p is None else p.step_time_s}
+
+
 def validate_rows(rows: list[dict], stack: str | None = None, profile=None, source: str = "CSV",
                   progress=None, usable_per_rack: int | None = None) -> dict:
-    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document). A row whose
-    layout breaks a rule of its trainer is not predicted: ``refused`` names the rule (:func:`refusal`)."""
+    """Predict every row: ``{"rows": [...], "mape_pct": ...}`` (the ``validate --json`` document, each row
+    :func:`compared`). A row whose layout breaks a rule of its trainer is not predicted: ``refused``
+    names the rule (:func:`refusal`)."""
     out = []
     for row in rows:
         case = row_case(row, stack, source, profile=profile, usable_per_rack=usable_per_rack)
         refused = refusal(case)
-        if refused:
-            out.append({"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
-                        "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
-                        "config": case.config.short(), "predicted_tflops_per_gpu": None,
-                        "predicted_tokens_per_s_per_gpu": None, "measured_tflops_per_gpu": case.measured_tflops,
-                        "measured_tokens_per_s_per_gpu": case.measured_tokens, "error_pct": None, "fits": None,
-                        "refused": refused, "breakdown": {}, "step_time_s": None})
-            if progress is not None:
-                progress.advance()
-            continue
-        p = predict_case(case, profile)
-        meas = case.measured_tflops
-        err = error_pct(p.tflops_per_gpu, meas) if meas else None
-        out.append({"id": case.id, "stack": case.stack, "model": case.model.name, "gpu": row["gpu"],
-                    "num_gpus": int(row["num_gpus"]), "precision": case.training.precision,
-                    "config": p.config.short(),
-                    "predicted_tflops_per_gpu": round(p.tflops_per_gpu, 1),
-                    "predicted_tokens_per_s_per_gpu": round(p.tokens_per_s_per_gpu, 1),
-                    "measured_tflops_per_gpu": meas,
-                    "measured_tokens_per_s_per_gpu": case.measured_tokens,
-                    "error_pct": None if err is None else round(err, 2), "fits": fits_as_run(p, case),
-                    "refused": None,
-                    "breakdown": {k: round(v, 4) for k, v in p.breakdown.items()},
-                    "step_time_s": p.step_time_s})
+        out.append(compared(case, row, None if refused else predict_case(case, profile), refused))
         if progress is not None:
             progress.advance()
     errs = [abs(r["error_pct"]) for r in out if r["error_pct"] is not None]

@@ -75,11 +75,7 @@ def compare_entry(text: str, model, cluster, result, gpus: int | None = None) ->
     p = predict(model, cluster, cfg, tr)
     key = "tflops_per_gpu" if result.solver.get("objective_name") == "tflops_per_gpu" else "tokens_per_s"
     gap, within = lead(getattr(best.prediction, key), best.prediction.band_half_width, getattr(p, key))
-    d = p.to_dict()
-    keep = ("tflops_per_gpu", "tflops_per_gpu_low", "tflops_per_gpu_high", "tokens_per_s", "tokens_per_s_per_gpu",
-            "step_time_s", "memory_gib_per_gpu", "fits", "regime", "extrapolated", "band_half_width", "band_runs",
-            "breakdown")
-    return {"label": p.config.short(), "world": p.world, "prediction": {k: d[k] for k in keep},
+    return {"label": p.config.short(), "world": p.world, "prediction": p.document(),
             "plan_lead": gap, "within_uncertainty": within}
 
 

@@ -8,19 +8,20 @@ step (``planner.cost.steptime`` with the stack profile ``training.stack``), esti
     tokens_per_s          = gbs * seq_len / step_time
     tflops_per_gpu        = tokens_per_s / world * flops_per_token / 1e12
 
-Broken trainer rules do not raise: they are listed in ``violations`` (the CLI exits 2 on them).
+The result is the one ``planner.cost.prediction.Prediction``. Broken trainer rules do not raise: they
+are listed in ``violations`` (the CLI exits 2 on them).
 Per-(model, cluster, training) pieces are memoised, so a call takes about a millisecond.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import Placement, default_gpus_per_domain, group_shapes, make_placement
+from planner.cost.prediction import Prediction
 from planner.cost.profiles import load_profile
 from planner.cost.steptime import TERMS, step_time
 from planner.cost.uncertainty import band
@@ -28,60 +29,6 @@ from planner.errors import InputError
 from planner.model.flops import flops_per_token
 from planner.model.pipeline import pipeline_layout
 from planner.rules import violations as rule_violations
-
-@dataclass
-class Prediction:
-    tflops_per_gpu: float
-    tokens_per_s_per_gpu: float
-    tokens_per_s: float
-    step_time_s: float
-    memory_gib_per_gpu: float
-    hbm_gib: float
-    fits: bool
-    breakdown: "OrderedDict[str, float]"
-    memory: dict
-    config: ParallelConfig
-    world: int
-    placement: Placement | None
-    violations: list = field(default_factory=list)
-    stack: str = ""
-    details: dict = field(default_factory=dict)
-    # the uncertainty band (planner.cost.uncertainty, docs/uncertainty.md): [T exp(-h), T exp(h)]
-    tflops_per_gpu_low: float = 0.0
-    tflops_per_gpu_high: float = 0.0
-    regime: str = ""                  # "nvl72 moe ep-in-domain fp8", the features the band is keyed by
-    extrapolated: str | None = None   # why no measured run covers the regime, or None
-    band_half_width: float = 0.0      # h, in ln units
-    band_runs: int = 0                # measured runs behind h (0: the documented default)
-    usable_gib: float | None = None   # HBM less Training.memory_headroom: what ``fits`` compares with
-
-    def to_dict(self) -> dict:
-        return {
-            "tflops_per_gpu": self.tflops_per_gpu,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "tokens_per_s": self.tokens_per_s,
-            "step_time_s": self.step_time_s if self.step_time_s != float("inf") else None,
-            "memory_gib_per_gpu": self.memory_gib_per_gpu,
-            "hbm_gib": self.hbm_gib,
-            "usable_gib": self.usable_gib,
-            "fits": self.fits,
-            "breakdown": dict(self.breakdown),
-            "memory": dict(self.memory),
-            "config": self.config.model_dump(),
-            "dispatcher": self.config.dispatcher,
-            "world": self.world,
-            "stack": self.stack,
-            "placement": None if self.placement is None else {
-                "order": self.placement.order, "gpus_per_domain": self.placement.gpus_per_domain,
-                "rank_to_gpu": list(self.placement.rank_to_gpu)},
-            "violations": [{"rule": v.rule, "message": v.message} for v in self.violations],
-            "tflops_per_gpu_low": self.tflops_per_gpu_low,
-            "tflops_per_gpu_high": self.tflops_per_gpu_high,
-            "regime": self.regime,
-            "extrapolated": self.extrapolated,
-            "band_half_width": self.band_half_width,
-            "band_runs": self.band_runs,
-        }
 
 
 @lru_cache(maxsize=256)
@@ -128,8 +75,9 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     gpu = cluster.gpu_spec
     empty = OrderedDict((t, 0.0) for t in TERMS)
     if hard:
-        return Prediction(0.0, 0.0, 0.0, float("inf"), 0.0, gpu.hbm_gib, False, empty, {}, config, world,
-                          placement, viol, prof.name)
+        return Prediction(tflops_per_gpu=0.0, tokens_per_s_per_gpu=0.0, tokens_per_s=0.0, step_time_s=float("inf"),
+                          memory_gib_per_gpu=0.0, hbm_gib=gpu.hbm_gib, fits=False, breakdown=empty, memory={},
+                          config=config, world=world, placement=placement, violations=viol, stack=prof.name)
     if placement is None:
         gpd = default_gpus_per_domain(cluster.domain_sizes(), config, world)
         placement = make_placement(cluster, config, world, gpus_per_domain=gpd)

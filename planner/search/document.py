@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.config import ParallelConfig, Training
+from planner.cost.prediction import Prediction, Term
 from planner.cost.shape import LaunchShape
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import ModelSpec, catalog, load_model
@@ -34,9 +35,6 @@ Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
 # The quantity the solver maximised: cluster tokens/s (--objective throughput), their lower
 # uncertainty bound (robust), model TFLOP/s per GPU (tflops-per-gpu), or goodput tokens/s (goodput).
 ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu", "goodput_tokens_per_s"]
-# The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
-Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-               "imbalance", "other", "offload"]
 
 
 class _Strict(BaseModel):
@@ -80,25 +78,6 @@ class ConfigPart(_Strict):
         return ParallelConfig.model_validate({k: getattr(self, k) for k in ParallelConfig.model_fields})
 
 
-class PredictionPart(_Strict):
-    tflops_per_gpu: float
-    tokens_per_s_per_gpu: float
-    tokens_per_s: float
-    step_time_s: float
-    memory_gib_per_gpu: float
-    hbm_gib: float
-    usable_gib: float | None = None
-    fits: bool
-    breakdown: dict[Term, float] = Field(description="seconds per step-time term (they add up to step_time_s)")
-    memory: dict[str, Any] = Field(description="GiB per memory component on the worst pipeline stage")
-    tflops_per_gpu_low: float = 0.0
-    tflops_per_gpu_high: float = 0.0
-    regime: str = ""
-    extrapolated: str | None = None
-    band_half_width: float = 0.0
-    band_runs: int = 0
-
-
 class PlacementPart(_Strict):
     order: str
     gpus_per_domain: int | None
@@ -139,7 +118,7 @@ class GoodputPart(_Strict):
 class PlanEntryPart(_Strict):
     label: str
     config: ConfigPart
-    prediction: PredictionPart
+    prediction: Prediction = Field(description="planner.cost.prediction.Prediction, its document part")
     placement: PlacementPart
     goodput: GoodputPart | None = None
     lead_over_next: float | None = None

@@ -41,6 +41,7 @@ from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
 from planner.cost.predict import predict
+from planner.cost.prediction import Prediction
 from planner.cost.profiles import load_profile
 from planner.cost.shape import shape_of_placement
 from planner.cost.uncertainty import lead, safe_order
@@ -72,7 +73,7 @@ _MEMORY_FREE = ("dispatcher", "gpd")
 @dataclass
 class PlanEntry:
     config: ParallelConfig
-    prediction: object            # planner.cost.predict.Prediction
+    prediction: Prediction
     placement: object             # planner.cost.placement.Placement
     world: int
     gbs: int
@@ -103,7 +104,6 @@ class PlanResult:
         plans = []
         for e in self.plans:
             c = e.config
-            pred = e.prediction
             cfg = {"tp": c.tp, "pp": c.pp, "vpp": c.vpp, "cp": c.cp, "ep": c.ep, "etp": c.etp_eff,
                    "dp": c.dp, "mbs": c.mbs, "gbs": e.gbs, "fsdp": c.fsdp, "recompute": c.recompute,
                    "dispatcher": c.dispatcher, "pp_first": c.pp_first, "pp_last": c.pp_last,
@@ -116,21 +116,8 @@ class PlanResult:
                          "domains": {ax: sh[2] for ax, sh in e.shapes.items()},
                          "domains_used": len({gpus[g].domain for g in r2g}),
                          "shape": shape_of_placement(self.cluster, c, e.placement).model_dump(mode="json")}
-            prediction = {"tflops_per_gpu": pred.tflops_per_gpu,
-                          "tokens_per_s_per_gpu": pred.tokens_per_s_per_gpu,
-                          "tokens_per_s": pred.tokens_per_s,
-                          "step_time_s": pred.step_time_s,
-                          "memory_gib_per_gpu": pred.memory_gib_per_gpu,
-                          "hbm_gib": pred.hbm_gib,
-                          "usable_gib": pred.usable_gib,   # issue 11 item 6: HBM less the headroom
-                          "tflops_per_gpu_low": pred.tflops_per_gpu_low,
-                          "tflops_per_gpu_high": pred.tflops_per_gpu_high,
-                          "regime": pred.regime, "extrapolated": pred.extrapolated,
-                          "band_half_width": pred.band_half_width, "band_runs": pred.band_runs,
-                          "fits": pred.fits,
-                          "breakdown": dict(pred.breakdown),
-                          "memory": dict(pred.memory)}
-            entry = {"label": e.label, "config": cfg, "prediction": prediction, "placement": placement}
+            entry = {"label": e.label, "config": cfg, "prediction": e.prediction.document(),
+                     "placement": placement}
             if e.goodput is not None:
                 entry["goodput"] = e.goodput.to_dict()
             plans.append(entry)
