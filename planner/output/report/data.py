@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from planner.cost.prediction import Prediction
 from planner.errors import InputError
 from planner.search.document import load_scale
 
@@ -22,15 +23,12 @@ def _num(x) -> float | None:
         return None
 
 
-def stage_memory(prediction: Mapping) -> list[dict[str, float]]:
+def stage_memory(prediction: Prediction) -> list[dict[str, float]]:
     """The memory components (GiB) of a plan's prediction, as one stage: the worst pipeline stage,
-    which is what ``predict`` reports (``prediction["memory"]``); ``memory_gib_per_gpu`` when it
-    carries no components."""
-    comps = {k: float(v) for k, v in (prediction.get("memory") or {}).items() if _num(v) is not None}
-    if comps:
-        return [comps]
-    total = _num(prediction.get("memory_gib_per_gpu"))
-    return [{"total": total}] if total is not None else []
+    which is what ``predict`` reports (``Prediction.memory``); ``memory_gib_per_gpu`` when it carries
+    no components."""
+    comps = {k: float(v) for k, v in prediction.memory.items() if _num(v) is not None}
+    return [comps] if comps else [{"total": prediction.memory_gib_per_gpu}]
 
 
 def scale_points(doc) -> list[dict]:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from planner.cost.prediction import Prediction
 from planner.output import explain
 from planner.output.goodput import goodput_line, goodput_notes
 from planner.output.report import data as rd
@@ -84,18 +85,17 @@ def _training_line(doc: Mapping) -> str:
     return ", ".join(f"{label} {t[k]}" for k, label in keys if k in t)
 
 
-def _plan_rows(plans: Sequence[Mapping], cap: float | None) -> list[list]:
+def _plan_rows(plans: Sequence[Mapping], preds: Sequence[Prediction], cap: float | None) -> list[list]:
     rows = []
-    for i, (p, label) in enumerate(zip(plans, explain.plan_labels(plans))):
-        pr = p.get("prediction") or {}
-        mem = pr.get("memory_gib_per_gpu")
+    for i, (pr, label) in enumerate(zip(preds, explain.plan_labels(plans))):
+        mem = pr.memory_gib_per_gpu
         rows.append([
             f"#{i + 1} {label}",
-            f"{pr.get('tflops_per_gpu', 0):,.0f}",
-            f"{pr.get('tokens_per_s_per_gpu', 0):,.0f}",
-            f"{pr.get('step_time_s', 0):.3f}",
-            "-" if mem is None else (f"{mem:.1f} / {cap:.0f}" if cap else f"{mem:.1f}"),
-            explain.band_text(pr),
+            f"{pr.tflops_per_gpu:,.0f}",
+            f"{pr.tokens_per_s_per_gpu:,.0f}",
+            f"{pr.step_time_s:.3f}",
+            f"{mem:.1f} / {cap:.0f}" if cap else f"{mem:.1f}",
+            explain.band_text(pr.document()),
         ])
     return rows
 
@@ -115,6 +115,7 @@ def _uncertainty_section(doc: Mapping) -> str:
 def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
     plans = doc["plans"]   # validated by ``validate`` (a PlanDocument's JSON)
     top = plans[:8]
+    preds = [e.prediction for e in load_document(doc, "plan document").plans[:8]]   # planner.cost.prediction
     cap = explain.hbm_of(doc)
     mname, cname = _model_cluster(doc)
     world = len((plans[0].get("placement") or {}).get("rank_to_gpu") or [])
@@ -122,14 +123,14 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
     body = [f"<p>{_e(_training_line(doc))}</p>" if _training_line(doc) else ""]
     body.append("<h2>Top plans</h2>")
     body.append(_table(["layout", "TFLOP/s per GPU", "tokens/s per GPU", "step (s)",
-                        "memory GiB / HBM", "band (TFLOP/s)"], _plan_rows(top, cap)))
+                        "memory GiB / HBM", "band (TFLOP/s)"], _plan_rows(top, preds, cap)))
     body.append(_uncertainty_section(doc))
     figs.append(fg.breakdown_figure(top, stage / "breakdown.png"))
     body.append(_figure("breakdown.png", "step-time breakdown",
                         "Step time of each plan split into compute, exposed tensor-parallel, context-parallel "
                         "and expert all-to-all communication, expert imbalance, pipeline bubble and P2P, "
                         "exposed data-parallel traffic, the optimizer step and other time."))
-    stages = rd.stage_memory(plans[0]["prediction"])
+    stages = rd.stage_memory(preds[0])
     if stages:
         figs.append(fg.memory_figure(stages, cap, stage / "memory.png",
                                      f"Memory per GPU, fullest pipeline stage: #1 {explain.config_label(plans[0]['config'])}"))
