@@ -110,7 +110,7 @@ def residuals(progress=print) -> list[dict]:
 
 def summarise(runs: list[dict]) -> dict:
     """The table: per pool (profile and family) and core regime, the half-width and its runs."""
-    from planner.cost.uncertainty import half_width
+    from planner.calibration.bands import half_width
 
     pools: dict = {}
     for r in runs:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.calibration.bands import half_width
 from planner.cost import uncertainty as U
 from planner.cost.profiles import DEFAULT_STACK, load_profile
 from planner.calibration.validate import predict_case, read_rows, row_case
@@ -57,7 +58,7 @@ def _table(fitted, generations):
     core = "hgx dense"
     runs = [{"core": core, "log_error": e, "fsdp": False, "cp": False, "precision": "fp8", "arch": "blackwell"}
             for e in (0.02, -0.04, 0.06, 0.01, -0.03)]
-    pool = {"regimes": {core: {"half_width": U.half_width([r["log_error"] for r in runs], 0.8, 0.05), "runs": 5}},
+    pool = {"regimes": {core: {"half_width": half_width([r["log_error"] for r in runs], 0.8, 0.05), "runs": 5}},
             "runs": runs, "fitted_archs": fitted, "generations": generations}
     return {"quantile": 0.8, "floor": 0.05, "min_runs": 5, "default_half_width": 0.7, "extrapolation_step": 0.1,
             "pools": {"megatron-x": pool}}

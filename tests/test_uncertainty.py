@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from planner.config import ParallelConfig, Training
+from planner.calibration.bands import half_width
 from planner.cost import uncertainty as U
 from planner.cost.predict import predict
 from planner.errors import InfeasibleError
@@ -28,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_half_width_is_the_interpolated_quantile_with_a_floor():
     # sorted |e| = 0.01 0.02 0.03 0.04 0.10; q0.8 at position 0.8 * 4 = 3.2: 0.04 + 0.2 * 0.06 = 0.052
-    assert U.half_width([0.03, -0.01, 0.10, -0.04, 0.02], 0.8, 0.05) == pytest.approx(0.052)
-    assert U.half_width([0.01, -0.02], 0.8, 0.05) == 0.05          # the floor
-    assert U.half_width([-0.3], 0.8, 0.05) == pytest.approx(0.3)    # one run: itself
+    assert half_width([0.03, -0.01, 0.10, -0.04, 0.02], 0.8, 0.05) == pytest.approx(0.052)
+    assert half_width([0.01, -0.02], 0.8, 0.05) == 0.05          # the floor
+    assert half_width([-0.3], 0.8, 0.05) == pytest.approx(0.3)    # one run: itself
     with pytest.raises(ValueError):
-        U.half_width([], 0.8, 0.05)
+        half_width([], 0.8, 0.05)
 
 
 def test_classify_by_hand():
@@ -59,7 +60,7 @@ def _table(runs_stack, runs_family, min_runs=3):
         regimes = {}
         for r in runs:
             errs = [x["log_error"] for x in runs if x["core"] == r["core"]]
-            regimes[r["core"]] = {"half_width": U.half_width(errs, 0.8, 0.05), "runs": len(errs)}
+            regimes[r["core"]] = {"half_width": half_width(errs, 0.8, 0.05), "runs": len(errs)}
         return {"regimes": regimes, "runs": runs}
 
     return {"quantile": 0.8, "floor": 0.05, "min_runs": min_runs, "default_half_width": 0.7,
@@ -111,7 +112,7 @@ def test_shipped_table_figures_follow_from_its_runs():
         for core, cell in pool["regimes"].items():
             errs = [r["log_error"] for r in pool["runs"] if r["core"] == core]
             assert cell["runs"] == len(errs), (name, core)
-            assert cell["half_width"] == pytest.approx(U.half_width(errs, t["quantile"], t["floor"]), abs=1e-3)
+            assert cell["half_width"] == pytest.approx(half_width(errs, t["quantile"], t["floor"]), abs=1e-3)
             if cell["runs"] >= t["min_runs"]:
                 widest = max(widest, cell["half_width"])
     assert t["default_half_width"] >= widest - 1e-9   # no measured regime is wider than the default

@@ -16,7 +16,7 @@ its band is widened by ``extrapolation_step`` per uncovered feature.
 
 The figures are data, ``planner/data/uncertainty.yaml``, written by ``bench/uncertainty.py`` from
 the residuals ``ln(predicted / measured)`` of every measured run (leave-one-model-out for the rows
-a profile was fitted to). The statistic (``half_width``) is the ``quantile`` (0.8) of the absolute
+a profile was fitted to). The statistic (``planner.calibration.bands.half_width``) is the ``quantile`` (0.8) of the absolute
 log residuals, linear interpolation between order statistics, never below ``floor``; a core regime
 needs ``min_runs`` runs, first among the runs of the stack profile, then among those of its trainer
 family (all Megatron releases); else the band is ``default_half_width`` and extrapolated.
@@ -108,19 +108,6 @@ def _ep_domains(cluster, config, placement) -> int:
         gpd = default_gpus_per_domain(cluster.domain_sizes(), config, world)
         placement = make_placement(cluster, config, world, gpus_per_domain=gpd)
     return group_shapes(cluster, config, placement)["ep"].domains
-
-
-def half_width(abs_log_errors, quantile: float, floor: float) -> float:
-    """The band statistic: the ``quantile`` of |ln(pred/meas)| (linear interpolation between order
-    statistics, numpy's default), at least ``floor``."""
-    xs = sorted(abs(float(x)) for x in abs_log_errors)
-    if not xs:
-        raise ValueError("no residuals")
-    pos = quantile * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    q = xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-    return max(floor, q)
 
 
 @dataclass(frozen=True)
