@@ -175,7 +175,8 @@ class ComparedPart(_Strict):
 
     label: str
     world: int
-    prediction: dict[str, Any]
+    prediction: dict[str, Any] = Field(description="the layout's Prediction (its document part; plans written "
+                                                   "before it was hold a subset of its fields)")
     plan_lead: float
     within_uncertainty: bool
 
