@@ -8,7 +8,7 @@ Python API (for launchers)::
     training = planner.Training(seq_len=4096, global_batch=4096, precision="mxfp8")
     best = planner.plan(model, job, training, top=3)
     cluster = topologies.load_cluster("gb300-nvl72", gpus=256, usable_per_domain=64)
-    pred = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)
+    pred = planner.predict(model, cluster, planner.ParallelConfig(pp=2, vpp=8, ep=32), training)  # a planner.Prediction
     placed = planner.place("launch/plan.json", "granted.txt")   # at job start: rank -> granted host
     open("hostfile", "w").write(placed.hostfile())
     after = planner.replan(best.to_dict(), "gb300-r02-t07")   # hosts failed: spares or a new plan
@@ -20,11 +20,12 @@ starting, ``planner.errors``) does not import the cost model, the solver and num
 from planner.errors import InfeasibleError, InputError, TopoplanError  # noqa: F401
 
 __all__ = ["ParallelConfig", "Training", "InfeasibleError", "InputError", "TopoplanError", "load_model",
-           "predict", "plan", "place", "replan"]
+           "predict", "Prediction", "plan", "place", "replan"]
 
 
 def __getattr__(name: str):
-    """``ParallelConfig``, ``Training``, ``load_model``, ``predict``, ``plan``, ``place`` and ``replan``, imported when first asked
+    """``ParallelConfig``, ``Training``, ``load_model``, ``predict`` (and its result type ``Prediction``), ``plan``,
+    ``place`` and ``replan``, imported when first asked
     for and bound here (``planner.plan`` stays the function: no submodule of ``planner`` has these names)."""
     if name in ("ParallelConfig", "Training"):
         from planner import config as mod
@@ -32,6 +33,8 @@ def __getattr__(name: str):
         from planner.model import spec as mod
     elif name == "predict":
         from planner.cost import predict as mod
+    elif name == "Prediction":
+        from planner.cost import prediction as mod
     elif name == "plan":
         from planner.search import plan as mod
     elif name == "place":

@@ -157,6 +157,7 @@ LAZY_IMPORTS = {
     ("planner", "planner.config"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.model.spec"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.cost.predict"): "the public API binds on first use: the CLI starts without it",
+    ("planner", "planner.cost.prediction"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.search.plan"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.launch.place"): "the public API binds on first use: the CLI starts without it",
     ("planner", "planner.launch.replan"): "the public API binds on first use: the CLI starts without it",
