@@ -137,3 +137,15 @@ def test_one_class_describes_a_prediction():
 def test_a_second_prediction_class_is_found(source):
     """Mutants: the two classes this type replaced are each named."""
     assert prediction_classes(source)
+
+
+def test_the_memory_warning_reads_the_prediction():
+    """plan and predict warn, per plan, when the estimate fills more than 95% of HBM (76 of 80 GiB)."""
+    from planner.cli.plan import memory_warnings
+
+    base = predict(planner.load_model("llama3-8b"), load_cluster("dgx-h100", gpus=8), ParallelConfig(tp=1, pp=1, mbs=1),
+                   Training(seq_len=4096, global_batch=64))
+    full, roomy = (base.model_copy(update={"memory_gib_per_gpu": g}) for g in (76.5, 75.5))
+    lines = memory_warnings([("TP1 full", full), ("TP1 roomy", roomy), ("", full)], 80.0)
+    assert len(lines) == 2 and lines[0].startswith("warning: TP1 full: 76.5 of 80 GiB HBM (95.6%)")
+    assert lines[1].startswith("warning: 76.5 of 80 GiB")

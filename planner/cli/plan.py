@@ -106,12 +106,11 @@ WARN_SHARE = 0.95  # the terminal output warns when a plan fills more of HBM tha
 
 
 def memory_warnings(plans, hbm_gib: float) -> list[str]:
-    """One line per plan whose estimate fills more than 95% of HBM (possible with a small headroom)."""
+    """One line per plan whose estimate fills more than 95% of HBM (possible with a small headroom);
+    ``plans``: (label, Prediction) pairs."""
     out = []
-    for e in plans:
-        pred = e["prediction"] if isinstance(e, dict) else e
-        used = pred["memory_gib_per_gpu"] if isinstance(pred, dict) else pred.memory_gib_per_gpu
-        label = e.get("label", "") if isinstance(e, dict) else ""
+    for label, pred in plans:
+        used = pred.memory_gib_per_gpu
         if hbm_gib and used > WARN_SHARE * hbm_gib:
             out.append(f"warning: {label + ': ' if label else ''}{used:.1f} of {hbm_gib:.0f} GiB HBM "
                        f"({used / hbm_gib:.1%}) per GPU; CUDA-graph pools, expert imbalance and fragmentation "
@@ -359,7 +358,7 @@ def _render(doc, cluster, result, replan=None) -> None:
     hbm = cluster.gpu_spec.hbm_gib
     console.print(f"memory headroom {t.memory_headroom}: plans fit in {hbm - t.headroom_gib(hbm):.1f} of {hbm:.0f} GiB "
                   "per GPU")
-    for line in memory_warnings(doc["plans"], hbm):
+    for line in memory_warnings([(e.label, e.prediction) for e in result.plans], hbm):
         console.print(line, style="bold yellow")
 
 

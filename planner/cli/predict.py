@@ -209,7 +209,7 @@ def _render(p, model, cluster, training) -> None:
         over = f"{p.hbm_gib:.0f} GiB" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable ({p.hbm_gib:.0f} GiB less the memory headroom)"
         con.print(f"[bold red]does not fit:[/] {p.memory_gib_per_gpu:.1f} GiB > {over}; "
                   "try recompute, more PP/EP or a smaller micro-batch")
-    for line in memory_warnings([{"label": "", "prediction": {"memory_gib_per_gpu": p.memory_gib_per_gpu}}], p.hbm_gib):
+    for line in memory_warnings([("", p)], p.hbm_gib):
         con.print(line, style="bold yellow")
 
 
