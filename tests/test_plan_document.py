@@ -64,7 +64,9 @@ def test_literals_are_the_planners_vocabulary():
     from planner.cost.steptime import TERMS
     from planner.search.plan import METHODS
 
-    assert typing.get_args(D.Term) == TERMS
+    # Term is Literal[TERMS] (planner.cost.prediction): the shipped schema must name the same terms
+    shipped = json.loads(D.SCHEMA_FILE.read_text())["$defs"]["Prediction"]["properties"]["breakdown"]
+    assert tuple(shipped["propertyNames"]["enum"]) == TERMS
     assert typing.get_args(D.Method) == METHODS
     assert typing.get_args(D.Trainer) == TRAINERS
 

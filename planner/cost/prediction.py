@@ -35,10 +35,10 @@ from pydantic.json_schema import SkipJsonSchema
 
 from planner.config import ParallelConfig
 from planner.cost.placement import Placement
+from planner.cost.steptime import TERMS
 
-# The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
-Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-               "imbalance", "other", "offload"]
+# The step-time model's terms, named once (planner.cost.steptime.TERMS): the breakdown's keys
+Term = Literal[TERMS]
 # what was priced: not part of the document (excluded from dumps and from the JSON Schema)
 PRICED = ("config", "world", "placement", "violations", "stack", "details")
 
