@@ -52,6 +52,7 @@ def cluster_summary(cluster) -> dict:
         "health_counts": {k: len(v) for k, v in cluster.health.model_dump().items()},
         "nvlink_gbps_uni": spec.nvlink_gbps_uni,
         "nic_gbps": spec.nic_gbps,
+        "fabric": cluster.fabric or "infiniband",
     }
 
 
@@ -80,7 +81,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
     """
     presets = [
         {"name": p.name, "gpu": p.gpu, "nvlink_domain": GPUS[p.gpu].nvlink_domain_max,
-         "nic_gbps": GPUS[p.gpu].nic_gbps, "su_gpus": p.su_gpus, "description": p.description}
+         "nic_gbps": p.nic_gbps or GPUS[p.gpu].nic_gbps, "fabric": p.fabric or "infiniband",
+         "su_gpus": p.su_gpus, "description": p.description, "source": p.source}
         for p in PRESETS.values()
     ]
     gpus = [
@@ -94,11 +96,12 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
         return
     con = Console()
     t = figure_table("Cluster presets (topoplan topology show NAME --gpus N)",
-                     ("preset", "GPU", "domain", "NIC Gb/s", "SU GPUs", "description"),
-                     [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
+                     ("preset", "GPU", "domain", "NIC Gb/s", "fabric", "description"),
+                     [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", p["fabric"],
                        p["description"]) for p in presets],
-                     wrap=("description",), right=("domain", "NIC Gb/s", "SU GPUs"),
-                     caption="domain: GPUs per NVLink domain; NIC Gb/s per GPU; SU: scalable unit")
+                     wrap=("description",), right=("domain", "NIC Gb/s"),
+                     caption="domain: GPUs per NVLink domain; NIC Gb/s per GPU; fabric: infiniband, roce, efa (AWS "
+                             "SRD), tcpxo (GCP GPUDirect-TCPXO); sources: --json, docs/cloud.md")
     con.print(t)
     g = figure_table("GPU catalog (dense peaks; NVLink per direction)",
                      ("GPU", "BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"),
