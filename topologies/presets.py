@@ -114,6 +114,9 @@ CLOUD_PRESETS = (
            f"{_AWS_P5}: p5en.48xlarge 8 H200, 3,200 Gbps EFAv3{_TIERS}", fabric="efa"),
     Preset("aws-p6-b200", "b200", False, 256, 2048, "AWS p6-b200.48xlarge: 8 B200, 3,200 Gb/s EFA v4 per node",
            f"{_AWS_P6}: p6-b200.48xlarge 8 B200, 3.2 Tbps EFAv4{_TIERS}", fabric="efa"),
+    Preset("aws-p6-b300", "b300", False, 576, None, "AWS p6-b300.48xlarge: 8 B300, 6,400 Gb/s EFA v4 per node",
+           f"{_AWS_P6}: p6-b300.48xlarge 8 B300, 6.4 Tbps EFAv4 (800 Gb/s per GPU; 16 EFA devices per node in "
+           f"awslabs/awsome-distributed-ai qwen3-235b RESULTS.md){_TIERS}", switch_ports=XDR_PORTS, fabric="efa"),
     Preset("aws-p6e-gb200", "gb200", True, 576, 4608,
            "AWS P6e-GB200 UltraServers: 72 GB200 in one NVLink domain, 28.8 Tb/s EFA v4 per UltraServer",
            f"{_AWS_P6}: u-p6e-gb200x72 UltraServer, 72 GPUs, 28.8 Tbps EFAv4 (400 Gb/s per GPU){_TIERS}",
