@@ -1,4 +1,4 @@
-"""Published A/B sweeps on AWS EFA (bench/data/ab_efa.csv): measured vs predicted iteration time and
+"""Published A/B sweeps on AWS EFA (bench/data/clouds/ab_efa.csv): measured vs predicted iteration time and
 how many pairs of each group the model orders as measured.
 
     python bench/ab_efa.py
@@ -19,7 +19,7 @@ from planner import predict
 from planner.config import ParallelConfig, Training
 from planner.model.spec import load_model
 
-CSV = Path(__file__).parent / "data" / "ab_efa.csv"
+CSV = Path(__file__).parent / "data" / "clouds" / "ab_efa.csv"
 STOCK = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
 
 

@@ -1,5 +1,5 @@
 """Fit the EFA latency figures of topologies/data/fabrics.yaml to the published nccl-tests rows in
-bench/data/efa_nccl_tests.csv, and print model vs measured for the fit and for InfiniBand's figures.
+bench/data/clouds/efa_nccl_tests.csv, and print model vs measured for the fit and for InfiniBand's figures.
 
     python bench/fabrics.py          # the table and the fitted net_base_us, net_step_us, pipe_net_us
 
@@ -19,7 +19,7 @@ from scipy.optimize import least_squares
 from topologies.collectives import Fabric, shape_of
 from topologies.loader import load_cluster
 
-ROWS = Path(__file__).parent / "data" / "efa_nccl_tests.csv"
+ROWS = Path(__file__).parent / "data" / "clouds" / "efa_nccl_tests.csv"
 KEYS = ("net_base_us", "net_step_us", "pipe_net_us")
 
 

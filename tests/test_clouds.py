@@ -1,7 +1,7 @@
 """Cloud presets, fabric kinds and the dispatchers each fabric runs (issue 21 item 2, docs/cloud.md).
 
 Oracles: the clouds' published network figures (per-GPU line rate), published nccl-tests sweeps on
-EFA (bench/data/efa_nccl_tests.csv) and published A/B training sweeps on EFA (bench/data/ab_efa.csv).
+EFA (bench/data/clouds/efa_nccl_tests.csv) and published A/B training sweeps on EFA (bench/data/clouds/ab_efa.csv).
 """
 
 from __future__ import annotations
