@@ -158,3 +158,17 @@ def test_fabric_kinds_data_is_complete_and_sourced():
         assert k.status in ("measured", "extrapolated") and k.sources.get("latency") and k.sources.get("rdma")
     with pytest.raises(ValueError):
         fabric_kind("myrinet")
+
+
+def test_cli_refuses_deepep_across_efa_and_plans_on_a_cloud_preset(capsys):
+    from planner.cli import main
+
+    args = ["predict", "--model", "qwen3-30b-a3b", "--cluster", "aws-p5", "--gpus", "16", "--gbs", "64",
+            "--ep", "16", "--dispatcher", "flex-deepep"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: dispatcher flex-deepep") and "\n" not in err and "Traceback" not in err
+    assert main(args[:-2] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dispatcher"] == "alltoall"
+    assert main(["topology", "show", "gcp-a3-mega", "--gpus", "16"]) == 0
+    assert "fabric: tcpxo (extrapolated" in " ".join(capsys.readouterr().out.split())

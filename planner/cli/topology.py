@@ -16,6 +16,7 @@ from planner.output.explain import figure_table
 from planner.search.plan import gpd_options
 from topologies import importers
 from topologies.calibrate import TARGET, fit_fabric, observations, predict
+from topologies.fabrics import fabric_kind
 from topologies.cluster import cluster_from_dict
 from topologies.collectives import fabric_for
 from topologies.gpus import GPUS
@@ -152,6 +153,11 @@ def show_cmd(
     con.print(figure_table("scale-out tiers (lowest first)",
                            ("tier", "Gb/s per GPU", "latency us", "oversubscription", "unit"), rows,
                            wrap=("tier",), right=("Gb/s per GPU", "latency us", "oversubscription")))
+    kind = fabric_kind(c.fabric)
+    lat = kind.latency_us
+    con.print(f"fabric: {kind.name} ({kind.status}: base {lat['net_base_us']:g} us, {lat['net_step_us']:g} us per "
+              f"network step, all-to-all floor {lat['a2a_net_us']:g} us; docs/cloud.md)"
+              + ("" if kind.gpu_initiated_rdma else "; no GPU-initiated RDMA: DeepEP/HybridEP only inside one NVLink domain"))
     con.print(doc["job_text"])
     h = c.health
     failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.spare_trays) + len(h.failed_gpus)
