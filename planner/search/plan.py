@@ -39,7 +39,7 @@ from planner.config import DEFAULT_STACKS, ParallelConfig, Training
 from planner.cost.goodput import Resilience, plan_goodput
 from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
-from planner.cost.placement import make_placement
+from planner.cost.placement import axis_stride_size, make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.shape import shape_of_placement
@@ -528,13 +528,8 @@ def _entries(res, b, model, cluster, training, trainer, prof):
         placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
         pred = predict(model, cluster, cfg, tr, placement=placement, profile=prof)
         rm = b.rank_maps[b.vals["gpd"].index(gpd)]
-        e = cfg.etp_eff
-        shapes = {"tp": rm.worst_shape(1, cfg.tp, world), "cp": rm.worst_shape(cfg.tp, cfg.cp, world),
-                  "dp": rm.worst_shape(cfg.tp * cfg.cp, cfg.dp_for(world), world),
-                  "pp": rm.worst_shape(world // cfg.pp, cfg.pp, world)}
-        if model.is_moe:
-            shapes["ep"] = rm.worst_shape(e, cfg.ep, world)
-            shapes["edp"] = rm.worst_shape(e * cfg.ep, cfg.edp_for(world), world)
+        shapes = {ax: rm.worst_shape(*axis_stride_size(cfg, world, ax), world)
+                  for ax in ("tp", "cp", "dp", "pp") + (("ep", "edp") if model.is_moe else ())}
         step_prog = sol.node_value / b.band_scale_of(sol.choice) / BUBBLE * NS
         if pred.step_time_s > 0:
             max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)

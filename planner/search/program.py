@@ -29,7 +29,7 @@ import numpy as np
 from planner.config import ParallelConfig, Training
 from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
                                  usable_hbm_gib)
-from planner.cost.placement import domain_slots
+from planner.cost.placement import axis_strides, domain_slots
 from planner.cost.predict import _flops_per_token
 from planner.cost.steptime import (
     LOW_PRECISION,
@@ -93,6 +93,31 @@ def _rank_map(cluster, gpd) -> RankMap:
     dom_all = np.fromiter((g.domain for g in cluster.gpus()), dtype=np.int64)
     units = [np.asarray(cluster.tier_units(t), dtype=np.int64)[r2g] for t in range(len(cluster.fabric_tiers))]
     return RankMap(dom_all[r2g], units)
+
+
+# The variables each axis's worst group reads in the default rank order (tp-cp-ep-dp-pp), the rest
+# being what is left of the world; the solver's "dp" is Megatron's dp-cp group (dense gradients).
+AXIS_VARS = {"tp": ("tp",), "cp": ("tp", "cp"), "dp": ("tp", "cp", "dp"), "pp": ("pp",),
+             "ep": ("tp", "etp", "ep"), "edp": ("tp", "etp", "ep", "pp")}
+
+
+def _strides_at(axis: str, a: dict, world: int, pps=None):
+    """(stride, size) of ``axis`` (``planner.cost.placement.axis_strides``) for the values ``a`` of its
+    ``AXIS_VARS`` on ``world`` ranks; the variables it does not read are 1, except pp under "dp", which
+    is what the dense grid leaves of the world (and must be one of ``pps``). None when the grids do not
+    fill ``world``. tests/test_one_composition.py checks it against the whole layout's strides."""
+    tp, cp, ep = a.get("tp", 1), a.get("cp", 1), a.get("ep", 1)
+    etp = tp if a.get("etp") is None else a["etp"]
+    pp = a.get("pp", 1)
+    if "dp" in a:
+        dense = tp * cp * a["dp"]
+        if world % dense or (pps is not None and world // dense not in pps):
+            return None
+        pp = world // dense
+    if world % (tp * cp * pp) or world % (etp * ep * pp):
+        return None
+    parts = axis_strides(tp, cp, ep, etp, pp, world, "dp-cp" if axis == "dp" else axis)
+    return parts[0]
 
 
 class _Ids:
@@ -247,50 +272,25 @@ class ProgramBuilder:
         return P
 
     # -- shapes ---------------------------------------------------------------------------
-    def _axis_table(self, names, stride_size):
-        """Shape-id node of an axis: a table over ``names`` + gpd, keyed by the world node."""
+    def _axis_table(self, axis, names):
+        """Shape-id node of ``axis`` (its ``AXIS_VARS``): a table over ``names`` + gpd, keyed by the world
+        node; each entry the worst group of the axis's rank-order strides (``axis_strides``)."""
         P, vals = self.prog, self.vals
         table = {}
+        rms = [(gi, self.rank_maps[gi]) for gi in range(len(vals["gpd"]))]
         for ix, a in self.combos(*names):
-            for gi in range(len(vals["gpd"])):
-                rm = self.rank_maps[gi]
-                for w in self.worlds:
-                    if w > rm.capacity:
-                        continue
-                    ss = stride_size(a, w)
-                    if ss is None:
-                        continue
-                    st, k = ss
-                    if st < 1 or k < 1 or w % (st * k):
-                        continue
-                    table[ix + (gi, w)] = self.shape_ids(rm.worst_shape(st, k, w))
+            for w in self.worlds:
+                st = _strides_at(axis, a, w, vals["pp"])
+                if st is None:
+                    continue
+                for gi, rm in rms:
+                    if w <= rm.capacity:
+                        table[ix + (gi, w)] = self.shape_ids(rm.worst_shape(st[0], st[1], w))
         return P.table_t(self.idx(*names, "gpd"), table, nodes=[self.W])
 
     def _shape_nodes(self):
-        pp_vals = set(self.vals["pp"])
-
-        def etp_eff(a):
-            return a["tp"] if a["etp"] is None else a["etp"]
-
-        def dp_axis(a, w):
-            # the dense weights' replicas: dp x cp ranks at stride tp (rank order tp-cp-ep-dp-pp, the
-            # expert axis has size 1 on the dense grid), over which Megatron reduces dense gradients
-            mp = a["tp"] * a["cp"] * a["dp"]
-            return (a["tp"], a["cp"] * a["dp"]) if w % mp == 0 and w // mp in pp_vals else None
-
-        def edp_axis(a, w):
-            g = etp_eff(a) * a["ep"] * a["pp"]
-            return (etp_eff(a) * a["ep"], w // g) if w % g == 0 else None
-
-        self.sh = {
-            "tp": self._axis_table(("tp",), lambda a, w: (1, a["tp"])),
-            "cp": self._axis_table(("tp", "cp"), lambda a, w: (a["tp"], a["cp"])),
-            "dp": self._axis_table(("tp", "cp", "dp"), dp_axis),
-            "pp": self._axis_table(("pp",), lambda a, w: (w // a["pp"], a["pp"]) if w % a["pp"] == 0 else None),
-        }
-        if self.model.is_moe:
-            self.sh["ep"] = self._axis_table(("tp", "etp", "ep"), lambda a, w: (etp_eff(a), a["ep"]))
-            self.sh["edp"] = self._axis_table(("tp", "etp", "ep", "pp"), edp_axis)
+        axes = ("tp", "cp", "dp", "pp") + (("ep", "edp") if self.model.is_moe else ())
+        self.sh = {axis: self._axis_table(axis, AXIS_VARS[axis]) for axis in axes}
 
     def _shape_values(self, node):
         return sorted(set(self.prog.nodes[node].values.values()))
