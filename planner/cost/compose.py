@@ -8,7 +8,8 @@ written here, once, as functions of an ``ops`` object:
     layer     = launch + max(gpu, host, gpu + sync)       gpu = compute + exposed TP + EP + CP
     rank      = sum_k n_k layer_k + n_mtp mtp + loss head (+ offload)      one micro-batch
     crit      = the first slowest rank;  tmax = its time
-    step      = (m + bubble) tmax + p2p + dp + optimizer (+ ``EXTRA_TERMS``)
+    core, p2p = (m + bubble) tmax, p2p_one * p2p_transfers
+    step      = core + p2p + dp + optimizer (+ ``EXTRA_TERMS``)
     dp        = exposed(RS, RS kept, t_bwd) + exposed(AG, AG kept, t_fwd)          distributed optimizer
               = m exposed(g AG + RS, g AG kept + RS kept, t_mb)                    FSDP (g gathers)
 
@@ -110,20 +111,17 @@ def fsdp_exposed(ops, rs, ag, rs_kept, ag_kept, t_mb, m, gathers: int):
                               t_mb))
 
 
-@dataclass(frozen=True)
-class Step:
-    core: object        # (m + bubble) * tmax: the micro-batches and the bubble of the slowest rank
-    p2p: object         # exposed pipeline point-to-point
-    total: object       # seconds per step
+def pipeline(ops, m, bubble, tmax, p2p_one, p2p_transfers):
+    """(core, p2p): ``m`` micro-batches and ``bubble`` = (pp - 1) / vpp of the slowest rank's ``tmax``;
+    ``p2p_transfers`` exposed stage-to-stage transfers of ``p2p_one`` seconds each. Their sum is a
+    lower bound of the step (the rest is >= 0), which the solver's exhaustive search orders by."""
+    return ops.mul(ops.add(m, bubble), tmax), ops.mul(p2p_one, p2p_transfers)
 
 
-def step(ops, m, bubble, tmax, p2p_one, p2p_transfers, dp, optimizer, extra=()) -> Step:
-    """The step: ``m`` micro-batches and ``bubble`` = (pp - 1) / vpp of the slowest rank's ``tmax``,
-    ``p2p_transfers`` exposed stage-to-stage transfers of ``p2p_one`` seconds each, the exposed DP
-    time, the optimizer step and the ``EXTRA_TERMS`` values ``extra``."""
-    core = ops.mul(ops.add(m, bubble), tmax)
-    p2p = ops.mul(p2p_one, p2p_transfers)
-    return Step(core, p2p, ops.add(core, p2p, dp, optimizer, *extra))
+def step(ops, core, p2p, dp, optimizer, extra=()):
+    """Seconds per step: the pipeline's ``core`` and ``p2p``, the exposed DP time, the optimizer
+    step and the ``EXTRA_TERMS`` values ``extra``."""
+    return ops.add(core, p2p, dp, optimizer, *extra)
 
 
 @dataclass(frozen=True)

@@ -508,15 +508,15 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
     extra = [term.seconds(K.TermContext(model, cluster, training, profile, fabric),
                           _term_values(term, config, training, world, m)) for term in K.EXTRA_TERMS]
-    st = K.step(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
-                PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")), dp_x, t_opt, extra)
+    core, p2p = K.pipeline(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
+                           PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")))
 
     bd = OrderedDict()
     bd["compute"] = m * mean["compute"]
     bd["tp_comm"] = m * mean["tp"]
     bd["ep_a2a"] = m * mean["ep"]
     bd["pp_bubble"] = PPL.bubble_factor(pp, vpp) * t_mb_max
-    bd["pp_p2p"] = st.p2p
+    bd["pp_p2p"] = p2p
     bd["dp_comm"] = dp_x
     bd["cp_comm"] = m * mean["cp"]
     bd["optimizer"] = t_opt
@@ -525,7 +525,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     bd["offload"] = m * mean["offload"]
     for term, v in zip(K.EXTRA_TERMS, extra):
         bd[term.name] = bd.get(term.name, 0.0) + v
-    total = st.total
+    total = K.step(F, core, p2p, dp_x, t_opt, extra)
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
                    dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,

@@ -27,6 +27,7 @@ from functools import reduce
 import numpy as np
 
 from planner.config import ParallelConfig, Training
+from planner.cost import compose as K
 from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
                                  usable_hbm_gib)
 from planner.cost.placement import axis_strides, domain_slots
@@ -63,6 +64,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
 from planner.rules import offload_layers, quantised_params_on
+from planner.search.nodeops import NodeOps, Val, Var
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program, evaluate_many
@@ -152,6 +154,7 @@ class ProgramBuilder:
         self.prog = Program([len(self.vals[v]) for v in VARIABLES], names=list(VARIABLES))
         prog = self.prog
         prog.table_t = lambda vars_, values, nodes=(): prog.table(vars_, values, nodes, trusted=True)
+        self.ops = NodeOps(prog)
         self._shape_cache: dict = {}
         self._host: dict = {}
         gpu = cluster.gpu_spec
@@ -299,7 +302,9 @@ class ProgramBuilder:
     # Every table below is filled by the function of planner.cost.steptime (or its terms) that
     # step_time calls for the same quantity; only the composition (nodes) is written here.
     def _step_time(self) -> int:
-        P = self.prog
+        """The step as ``planner.cost.compose`` composes it, run with ``NodeOps`` on the tables below:
+        returns the total's node (unit 1/840 ns)."""
+        ops = self.ops
         self._pricing()
         per = self._kind_tables()
         comm = self._comm_tables()
@@ -307,13 +312,11 @@ class ProgramBuilder:
         H, MX, H_b, MX_b = self._head_nodes()
         self.offload = self._offload_table()
         slots_of, slot_nodes = self._slot_nodes(L, H, MX)
-        crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
-        TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
-        self.crit = crit
-        M, mt, b1, CORE = self._pipeline_core(TMAX)
-        P2P = self._p2p()
-        # CORE + P2P is a lower bound of the step (the DP and optimizer terms are >= 0)
-        self.lb_node = P.sum([CORE, P2P])
+        self.crit, TMAX = K.critical(ops, [Val(n["t"]) for n in slot_nodes], [Val(n["present"]) for n in slot_nodes])
+        M, mt, b1, M840, B840 = self._pipeline_tables()
+        core, p2p = K.pipeline(ops, Val(M840, BUBBLE), Val(B840, BUBBLE), TMAX, *self._p2p_tables())
+        # core + p2p is a lower bound of the step (the DP and optimizer terms are >= 0)
+        self.lb_node = ops.add(core, p2p).node
         # sources of the separable lower bound (planner.search.bounds)
         self._src = dict(per=per, TPT=comm["TPT"], TPT1=comm["TPT1"], CPT=comm["CPT"], CPT1=comm["CPT1"],
                          launch=self.launch, H=H_b, MX=MX_b, slots_of=slots_of, kind_list=self.kind_list,
@@ -322,8 +325,25 @@ class ProgramBuilder:
             self._src.update(A=comm["A"], A1=comm["A1"], avars=comm["avars"])
         for si, node in enumerate(slot_nodes):
             self._slot_windows(si, node, per, H, MX)
-        DPX, OPTN = self._dp_optimizer(slot_nodes, M)
-        return P.sum([CORE, P2P, DPX, OPTN], [1, 1, BUBBLE, BUBBLE])
+        dpx, opt = self._dp_optimizer(slot_nodes, M)
+        total = K.step(ops, core, p2p, dpx, opt, [Val(n) for n in self._extra_terms()])
+        assert total.den == BUBBLE
+        return total.node
+
+    def _extra_terms(self) -> list[int]:
+        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world)."""
+        ctx = K.TermContext(self.model, self.cluster, self.training, self.profile, self.fabric)
+        out = []
+        for term in K.EXTRA_TERMS:
+            names = tuple(n for n in term.reads if n != "world")
+            worlds = self.worlds if "world" in term.reads else [None]
+            table = {}
+            for ix, a in self.combos(*names):
+                for w in worlds:
+                    key = ix if w is None else ix + (w,)
+                    table[key] = self.q(term.seconds(ctx, dict(a, world=w) if w is not None else a))
+            out.append(self.prog.table_t(self.idx(*names), table, nodes=[self.W] if worlds != [None] else []))
+        return out
 
     def _pricing(self):
         """The recipe as each layout runs it (``steptime.recipe_pricing``): TP overlap is on for every
@@ -440,32 +460,27 @@ class ProgramBuilder:
         return out
 
     def _layer_nodes(self, per, comm) -> dict:
-        """Per kind, the layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch, with
-        the host floor (``steptime.host_regime``, ``kind_host_time``) and the dropless router's sync
-        (``steptime.kind_sync_time``): launch + max(layer, host, layer + sync)."""
-        P, model, tr, q = self.prog, self.model, self.training, self.q
-        zero = P.const(0)
+        """Per kind, the layer time (``compose.layer_time``): compute, exposed TP, EP and CP, the host
+        floor (``steptime.host_regime``, ``kind_host_time``) and the dropless router's sync
+        (``steptime.kind_sync_time``)."""
+        ops, model, q = self.ops, self.model, self.q
 
-        def exposed(t, t1, window):   # max((1-o) t, t - window, 0), as terms.exposed
-            return P.max([t1, P.sum([t, window], [1, -1]), zero])
+        def exposed(t, t1, window):
+            return K.exposed(ops, Val(t), Val(t1), Val(window))
 
         L = {}
         for kind, t in per.items():
-            parts = [t["comp"], exposed(comm["TPT"], comm["TPT1"], t["g3"])]
+            c = [exposed(comm["TPT"], comm["TPT1"], t["g3"])]
             if kind[0] == "moe":
-                parts.append(exposed(comm["A"], comm["A1x"], t["wep"]))
-            parts.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
+                c.append(exposed(comm["A"], comm["A1x"], t["wep"]))
+            c.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 graphed, launched = self.host_regime(a["ep"], a["recompute"])
                 hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
-            if any(hk.values()):
-                cand = [P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)]
-                if self.sync_any[kind]:
-                    cand.append(P.sum(parts + [t["sync"]]))
-                L[kind] = P.sum([P.max(cand)], const=self.launch)
-            else:
-                L[kind] = P.sum(parts, const=self.launch)
+            host = Val(self.prog.table_t(self.idx("ep", "recompute"), hk)) if any(hk.values()) else None
+            sync = Val(t["sync"]) if self.sync_any[kind] else None
+            L[kind] = K.layer_time(ops, Val(t["comp"]), c, self.launch, host, sync).node
         return L
 
     def _head_nodes(self):
@@ -515,31 +530,33 @@ class ProgramBuilder:
         slot_nodes = []
         for si in range(max(len(v) for v in slots_of.values())):
             node = {"present": P.table_t(self.lay_vars, self._slot_col(si, lambda v: 1))}
-            node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"])
+            extra = []
             if si == 0 and self.offload is not None:   # the rank that holds the block at pp 1
                 one = P.table_t(self.lay_vars, {ix: int(a["pp"] == 1) for ix, (a, _, _) in self.layouts.items()})
-                node["t"] = P.sum([node["t"], P.product(one, self.offload)])
+                extra = [(one, self.offload)]
+            node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"], extra)
             slot_nodes.append(node)
         return slots_of, slot_nodes
 
     def _slot_col(self, si, fn, default=0):
         return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in self.slots_of.items()}
 
-    def _slot_sum(self, si, per_kind, mtp_node, head_node):
-        """sum_k n_sk per_kind[k] + mtp_s mtp_node + loss_s head_node for slot ``si``."""
+    def _slot_sum(self, si, per_kind, mtp_node, head_node, extra=()):
+        """``compose.rank_time`` of slot ``si``: sum_k n_sk per_kind[k] + mtp_s mtp_node + loss_s head_node
+        (+ the (count node, value node) pairs ``extra``), the counts tabulated over the layout."""
         P = self.prog
-        terms = []
+        parts = []
         for kj, kind in enumerate(self.kind_list):
             cnts = self._slot_col(si, lambda v, kj=kj: v[0][kj])
             if any(cnts.values()):
-                terms.append(P.product(P.table_t(self.lay_vars, cnts), per_kind[kind]))
+                parts.append((P.table_t(self.lay_vars, cnts), per_kind[kind]))
         mt = self._slot_col(si, lambda v: v[1])
         if mtp_node is not None and any(mt.values()):
-            terms.append(P.product(P.table_t(self.lay_vars, mt), mtp_node))
+            parts.append((P.table_t(self.lay_vars, mt), mtp_node))
         ls = self._slot_col(si, lambda v: v[2])
         if any(ls.values()):
-            terms.append(P.product(P.table_t(self.lay_vars, ls), head_node))
-        return P.sum(terms) if terms else P.const(0)
+            parts.append((P.table_t(self.lay_vars, ls), head_node))
+        return K.rank_time(self.ops, [(Val(n), Val(t)) for n, t in list(parts) + list(extra)]).node
 
     def _slot_windows(self, si, node, per, H, MX):
         """Forward, backward and compute of slot ``si`` and its parameter classes (the DP and optimizer
@@ -550,8 +567,8 @@ class ProgramBuilder:
         node["dl"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: dl((v[3], v[4])), dl((0.0, 0))))
         node["ex"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: ex(v[5]), ex(0.0)))
 
-    def _pipeline_core(self, TMAX):
-        """Micro-batches m = gbs / (mbs dp) and CORE = 840 (m + bubble_factor(pp, vpp)) * TMAX."""
+    def _pipeline_tables(self):
+        """Micro-batches m = gbs / (mbs dp) (M, and M840 = 840 m) and B840 = 840 bubble_factor(pp, vpp)."""
         P, tr = self.prog, self.training
         mt, b1 = {}, {}
         for ix, a in self.combos("gbs", "mbs", "dp"):
@@ -565,12 +582,11 @@ class ProgramBuilder:
             f = BUBBLE * PPL.bubble_factor(a["pp"], a["vpp"])
             b1[ix] = int(round(f))
             assert abs(f - b1[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
-        B840 = P.table_t(self.idx("pp", "vpp"), b1)
-        return M, mt, b1, P.product(P.sum([M840, B840]), TMAX)
+        return M, mt, b1, M840, P.table_t(self.idx("pp", "vpp"), b1)
 
-    def _p2p(self):
-        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier) times the
-        exposed transfers per step (``terms.pipeline.p2p_transfers``) in units of 1/840."""
+    def _p2p_tables(self):
+        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier, ns) and
+        the exposed transfers per step (``terms.pipeline.p2p_transfers``, in units of 1/840)."""
         P, tr, h = self.prog, self.training, self.model.hidden_size
         o_pp = self.par("pp.overlap")
         p1, pb = {}, {}
@@ -585,14 +601,13 @@ class ProgramBuilder:
             if g % (b * d):
                 continue
             pb[ix] = int(math.floor(BUBBLE * PPL.p2p_transfers(a["pp"], a["vpp"], g // (b * d), o_pp) + 0.5))
-        return P.product(ONE, P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb))
+        return Val(ONE), Val(P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb), BUBBLE)
 
     def _dp_optimizer(self, slot_nodes, M):
         """Data parallel and optimizer of each slot (``terms.data_parallel.dp_time``, ``dp_exposed`` /
         ``fsdp_exposed``'s composition, ``terms.optimizer.optimizer_time``); the critical slot's are
         charged. Returns the DP and optimizer nodes (seconds / 840 units: weighted by BUBBLE)."""
-        P, vals, model = self.prog, self.vals, self.model
-        zero = P.const(0)
+        P, vals, model, ops = self.prog, self.vals, self.model, self.ops
         EE = P.table_t(self.idx("tp", "ep", "etp"), {ix: a["ep"] * (a["tp"] if a["etp"] is None else a["etp"])
                                                      for ix, a in self.combos("tp", "ep", "etp")})
         # Which (tp, dp-shape) and (ep*etp, edp-shape) pairs occur with each pp: a slot's parameter
@@ -631,17 +646,12 @@ class ProgramBuilder:
                 if model.is_moe:
                     for lst, extra in zip(parts, self._slot_expert_dp(node, dpt_pb, ids_by_pp, edp_by_pp, EE)):
                         lst.append(extra)
-                RS, AG, RS1, AG1, OPTS = (P.sum(p) for p in parts)
-                nx = P.sum([P.max([RS1, P.sum([RS, node["bwd"]], [1, -1]), zero]),
-                            P.max([AG1, P.sum([AG, node["fwd"]], [1, -1]), zero])])
-                y, y1 = P.sum([AG, RS], [g, 1]), P.sum([AG1, RS1], [g, 1])
-                fx = P.product(M, P.max([y1, P.sum([y, node["comp"]], [1, -1]), zero]))
-                exposed_by_pb[pb] = (nx, fx)
-            dpx_nodes.append(P.element(self.vi["fsdp"], [exposed_by_pb[pb_of[f]][1] if f else exposed_by_pb[pb_of[f]][0]
-                                                         for f in vals["fsdp"]]))
+                RS, AG, RS1, AG1, OPTS = (Val(P.sum(p)) for p in parts)
+                exposed_by_pb[pb] = (K.dp_exposed(ops, RS, AG, RS1, AG1, Val(node["bwd"]), Val(node["fwd"])),
+                                     K.fsdp_exposed(ops, RS, AG, RS1, AG1, Val(node["comp"]), Val(M), g))
+            dpx_nodes.append(ops.pick(Var(self.vi["fsdp"]), [exposed_by_pb[pb_of[f]][1 if f else 0] for f in vals["fsdp"]]))
             opt_nodes.append(OPTS)
-        return (P.element(self.crit, dpx_nodes, index_is_node=True),
-                P.element(self.crit, opt_nodes, index_is_node=True))
+        return ops.pick(self.crit, dpx_nodes), ops.pick(self.crit, opt_nodes)
 
     def _slot_dense_dp(self, node, dpt, ids_by_pp, dp_by_pp):
         """[RS], [AG], [RS1], [AG1], [OPT] of a slot's dense parameters (lists, for the expert parts)."""
