@@ -430,6 +430,26 @@ def _data_parallel(model, config, training, fabric, shapes, par, crit, m) -> tup
     return dp_x, rs_d, rs_e, ag_d, ag_e
 
 
+def _breakdown(m, mean, bubble, t_mb_max, p2p, dp_x, t_opt, extra) -> "OrderedDict[str, float]":
+    """The step split into ``TERMS`` (exposed seconds; they add up to the step): the mean rank's
+    micro-batches by term, the slowest rank's lead over it, the bubble, and the step-level terms."""
+    bd = OrderedDict()
+    bd["compute"] = m * mean["compute"]
+    bd["tp_comm"] = m * mean["tp"]
+    bd["ep_a2a"] = m * mean["ep"]
+    bd["pp_bubble"] = bubble
+    bd["pp_p2p"] = p2p
+    bd["dp_comm"] = dp_x
+    bd["cp_comm"] = m * mean["cp"]
+    bd["optimizer"] = t_opt
+    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
+    bd["other"] = m * mean["other"]
+    bd["offload"] = m * mean["offload"]
+    for term, v in zip(K.EXTRA_TERMS, extra):
+        bd[term.name] = bd.get(term.name, 0.0) + v
+    return bd
+
+
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
               shapes: dict, expert_balance=None, layout=None) -> StepTime:
     """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
@@ -511,20 +531,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     core, p2p = K.pipeline(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
                            PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")))
 
-    bd = OrderedDict()
-    bd["compute"] = m * mean["compute"]
-    bd["tp_comm"] = m * mean["tp"]
-    bd["ep_a2a"] = m * mean["ep"]
-    bd["pp_bubble"] = PPL.bubble_factor(pp, vpp) * t_mb_max
-    bd["pp_p2p"] = p2p
-    bd["dp_comm"] = dp_x
-    bd["cp_comm"] = m * mean["cp"]
-    bd["optimizer"] = t_opt
-    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
-    bd["other"] = m * mean["other"]
-    bd["offload"] = m * mean["offload"]
-    for term, v in zip(K.EXTRA_TERMS, extra):
-        bd[term.name] = bd.get(term.name, 0.0) + v
+    bd = _breakdown(m, mean, PPL.bubble_factor(pp, vpp) * t_mb_max, t_mb_max, p2p, dp_x, t_opt, extra)
     total = K.step(F, core, p2p, dp_x, t_opt, extra)
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
