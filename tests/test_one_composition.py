@@ -8,15 +8,20 @@ and (2) that the program still equals ``predict`` on every returned plan.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import planner.cost.steptime as steptime
 import planner.cost.terms.data_parallel as data_parallel
 import planner.cost.terms.host as host
 import planner.cost.terms.optimizer as optimizer
 from planner.config import Training
+from planner.cost.placement import make_placement
 from planner.cost.predict import predict
+from planner.errors import InfeasibleError, InputError
 from planner.model.spec import load_model
-from planner.search.plan import plan
+from planner.search.plan import plan, program_for
+from planner.search.program import quantisation_bound, step_seconds
+from solver.layout import evaluate_many, feasible_rows
 from topologies.loader import load_cluster
 
 CASES = {
@@ -62,3 +67,64 @@ def test_a_cost_change_made_once_reaches_the_program(monkeypatch, case):
     tr = training.model_copy(update={"global_batch": best.gbs})
     before = predict(model, cluster, best.config, tr, placement=best.placement)
     assert abs(before.step_time_s - best.prediction.step_time_s) > 1e-3 * best.prediction.step_time_s
+
+
+# --- the program is predict at every layout (hypothesis) ------------------------------------------
+# planner.cost.compose is run twice: on numbers by step_time (predict) and on the program's nodes by
+# ProgramBuilder. At any layout of the declared space, the program's step must be predict's step up to
+# the rounding of its table entries (planner.search.program.quantisation_bound), over random models,
+# clusters, precisions, trainers and layouts.
+
+MODELS = ["llama3-8b", "qwen3-30b-a3b", "gpt-oss-20b", "mixtral-8x7b", "deepseek-v3", "llama4-scout", "glm-4.5-air"]
+CLUSTERS = [("dgx-h100", 8), ("dgx-h100", 16), ("dgx-b200", 32), ("gb200-nvl72", 36), ("gb200-nvl72", 144),
+            ("gb300-nvl72", 72)]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from(MODELS), where=st.sampled_from(CLUSTERS),
+       precision=st.sampled_from(["bf16", "fp8", "mxfp8"]), trainer=st.sampled_from(["megatron", "torchtitan"]),
+       gbs=st.sampled_from([64, 256, 1024]), seq=st.sampled_from([2048, 4096]), objective=st.sampled_from(
+           ["throughput", "robust"]), pick=st.lists(st.integers(0, 10 ** 9), min_size=4, max_size=4))
+def test_the_program_is_predict_at_every_layout(model, where, precision, trainer, gbs, seq, objective, pick):
+    preset, gpus = where
+    cluster = load_cluster(preset, gpus=gpus)
+    if precision == "mxfp8" and cluster.gpu_spec.arch == "hopper":
+        precision = "fp8"
+    m = load_model(model)
+    training = Training(seq_len=seq, global_batch=gbs, precision=precision, trainer=trainer)
+    try:
+        req, b = program_for(m, cluster, training, objective, restrict={"mbs": [1, 2]})
+    except (InfeasibleError, InputError):   # nothing of this model fits the space: no layout to compare
+        return
+    rows = feasible_rows(b.prog)
+    if not len(rows):
+        return
+    chosen = rows[[p % len(rows) for p in pick]]
+    _, ok, vals = evaluate_many(b.prog, chosen)
+    for row, good, value in zip(chosen, ok, vals[b.total]):
+        if not good:
+            continue
+        choice = tuple(int(x) for x in row)
+        cfg, world, g, gpd, _ = b.config_of(choice)
+        tr = req.training.model_copy(update={"global_batch": g})
+        pred = predict(m, req.cluster, cfg, tr, placement=make_placement(req.cluster, cfg, world, gpus_per_domain=gpd),
+                       profile=req.profile)
+        prog_s = step_seconds(int(value))
+        bound = quantisation_bound(m, cfg, g, world, b.par("pp.overlap"), pred.breakdown["pp_p2p"])
+        assert abs(prog_s - pred.step_time_s) <= bound + 1e-9 * pred.step_time_s, (cfg.short(), prog_s, pred.step_time_s)
+
+
+def test_a_program_that_drifts_from_predict_is_refused(monkeypatch):
+    """The control of the hard check: a program whose total is off by more than rounding (one term
+    priced 1 ms dearer by the program alone) makes ``plan`` refuse, naming both step times."""
+    import planner.search.program as program
+
+    real = program.ProgramBuilder._extra_terms
+
+    def drift(self):
+        return real(self) + [self.prog.table_t(self.idx("tp"), {(i,): 10 ** 6 for i in range(len(self.vals["tp"]))})]
+
+    monkeypatch.setattr(program.ProgramBuilder, "_extra_terms", drift)
+    with pytest.raises(RuntimeError, match="more than rounding apart"):
+        plan(load_model("llama3-8b"), load_cluster("dgx-h100", gpus=8),
+             Training(seq_len=4096, global_batch=32, precision="bf16"), top=1)

@@ -839,6 +839,28 @@ class ProgramBuilder:
         return cfg, world, a["gbs"], a["gpd"], lay
 
 
+def step_seconds(node_value: int, band_scale: int = 1) -> float:
+    """The step, seconds, of the program's objective node value (1/840 ns, times the band factor)."""
+    return node_value / band_scale / BUBBLE * NS
+
+
+def quantisation_bound(model, config: ParallelConfig, gbs: int, world: int, o_pp: float, p2p_s: float) -> float:
+    """Seconds: the most the program's step can differ from ``step_time``'s at one layout, from
+    rounding each table entry to the nanosecond (0.5 ns each; an exposure max(kept, t - window, 0)
+    of rounded entries is off by at most 1 ns, a layer (compute, three exposures, launch, host or
+    sync) by 5.5 ns). The slowest rank holds at most every layer: TMAX is off by at most
+    ``6 (layers + MTP) + 2`` ns and the core by ``(m + bubble)`` times that. The p2p term (``p2p_s``
+    seconds, predict's) is one transfer, off by 0.5 ns, times the exposed transfers, rounded to
+    1/840: off by ``p2p_s / transfers * 0.5 / 840`` more. The DP exposure is off by 2 ns (m times
+    under FSDP), the optimizer by 1 ns."""
+    m = gbs / (config.mbs * config.dp_for(world))
+    layers = model.num_layers + (model.mtp_layers or 0)
+    core = (m + PPL.bubble_factor(config.pp, config.vpp)) * (6.0 * layers + 2.0)
+    transfers = PPL.p2p_transfers(config.pp, config.vpp, int(round(m)), o_pp)
+    p2p = 0.5 * transfers + (p2p_s / NS / transfers * 0.5 / BUBBLE if transfers > 0 else 0.0) + 1.0
+    return NS * (core + p2p + 2.0 * (m + 1) + 1.0)
+
+
 def used_per_domain(cluster, gpd, world) -> list[int]:
     """GPUs of each NVLink domain the first ``world`` ranks use (placement fills domains in order)."""
     out, left = [], world
