@@ -128,3 +128,35 @@ def test_a_program_that_drifts_from_predict_is_refused(monkeypatch):
     with pytest.raises(RuntimeError, match="more than rounding apart"):
         plan(load_model("llama3-8b"), load_cluster("dgx-h100", gpus=8),
              Training(seq_len=4096, global_batch=32, precision="bf16"), top=1)
+
+
+def test_a_new_step_term_is_written_once(monkeypatch):
+    """A term registered in ``compose.EXTRA_TERMS`` alone (no other code) reaches predict's step and
+    breakdown and the solver's program: the plan's program step still equals predict's (the hard
+    check), and each plan's step grows by the term's value at its layout, computed here by hand."""
+    import math
+
+    import planner.cost.compose as compose
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100", gpus=16)
+    training = Training(seq_len=4096, global_batch=64, precision="bf16")
+    restrict = {"ep": [2, 4, 8], "mbs": [1, 2]}
+    before = plan(model, cluster, training, top=3, restrict=restrict)
+
+    def jitter(ctx, v):   # a synchronisation jitter growing with the ranks and the pipeline stages
+        return 2e-3 * math.log2(v["world"]) * v["pp"] * (2 if v["recompute"] == "full" else 1)
+
+    monkeypatch.setattr(compose, "EXTRA_TERMS", [compose.StepTerm("other", ("world", "pp", "recompute"), jitter)])
+    after = plan(model, cluster, training, top=3, restrict=restrict)
+    for e in after.plans:
+        assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
+        tr = training.model_copy(update={"global_batch": e.gbs})
+        monkeypatch.setattr(compose, "EXTRA_TERMS", [])
+        plain = predict(model, cluster, e.config, tr, placement=e.placement)
+        monkeypatch.undo()
+        monkeypatch.setattr(compose, "EXTRA_TERMS", [compose.StepTerm("other", ("world", "pp", "recompute"), jitter)])
+        added = 2e-3 * math.log2(e.world) * e.config.pp * (2 if e.config.recompute == "full" else 1)
+        assert e.prediction.step_time_s - plain.step_time_s == pytest.approx(added, rel=1e-9)
+        assert e.prediction.breakdown["other"] - plain.breakdown["other"] == pytest.approx(added, rel=1e-9)
+    # the control: the term moved the answer
+    assert after.plans[0].prediction.step_time_s != pytest.approx(before.plans[0].prediction.step_time_s, rel=1e-4)

@@ -129,12 +129,15 @@ class StepTerm:
     """A term added to the step as it is, a function of a few choices: ``seconds(ctx, values)`` with
     ``values`` a dict of the names in ``reads`` (``planner.search.space.VARIABLES``, and "world") and
     ``ctx`` the ``TermContext``. Registered in ``EXTRA_TERMS``, it is in ``predict``'s step time and
-    breakdown (under ``name``, which must be in ``planner.cost.steptime.TERMS``) and in the solver's
-    program (tabulated over ``reads``): a new additive term is written in one place."""
+    breakdown (under ``name``: a new name joins ``planner.cost.steptime.TERMS``, the plan document's
+    ``Term`` and the report's categories; regenerate planner/data/plan.schema.json) and in the
+    solver's program (tabulated over ``reads``): a new additive term is written in one place.
+    tests/test_one_composition.py registers one and checks that it reaches both."""
 
     name: str
     reads: tuple[str, ...]
     seconds: Callable
+    category: str = "other"   # where the report draws it (planner.output.explain.CATEGORIES)
 
 
 @dataclass(frozen=True)

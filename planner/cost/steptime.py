@@ -39,8 +39,9 @@ from planner.model.pipeline import pipeline_layout
 from planner.rules import TRAINER_KNOBS, effective_recipe, quantised_params_on
 from topologies.collectives import fabric_for as ff
 
-TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-         "imbalance", "other", "offload")
+_BASE_TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
+               "imbalance", "other", "offload")
+TERMS = _BASE_TERMS + tuple(dict.fromkeys(t.name for t in K.EXTRA_TERMS if t.name not in _BASE_TERMS))
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
 
