@@ -6,11 +6,12 @@ worst group shape on the topology) it depends on, filled by calling the same fun
 ``predict``'s ``step_time`` composes (``planner.cost.steptime``: ``kind_time``, ``windows``,
 ``tp_layer_time``, ``a2a_layer_time``, ``cp_layer_time``, ``kind_host_time``, ``head_time``,
 ``p2p_bytes``, ``rank_inventory``, and the terms' ``dp_time``, ``p2p_transfers``, ``bubble_factor``,
-``optimizer_time``); no cost formula is restated here. What the program adds is the composition
-written with nodes: sums, exposed = max((1-o) t, t - window, 0), the slowest pipeline rank (first
-argmax), the bubble and micro-batch products, and the DP and optimizer terms of the slowest rank.
+``optimizer_time``); no cost formula is restated here. The composition is not restated either: the
+tables are the leaves of ``planner.cost.compose``, run with ``planner.search.nodeops.NodeOps``, which
+builds its sums, maxima, products, the slowest pipeline rank (first argmax) and the element picks.
 The program's step time equals ``steptime``'s up to rounding each table entry to a nanosecond
-(1/840 ns for terms that carry the bubble factor); tests/test_plan.py checks it against ``predict``.
+(1/840 ns for terms that carry the bubble factor, ``quantisation_bound``); ``plan`` checks it against
+``predict`` on every plan it returns and refuses a larger gap as a bug.
 
 Memory: a lower bound (model state averaged over the pipeline ranks) prunes inside the program;
 ``plan`` checks the exact peak lazily. Objective: tokens/s (or TFLOP/s per GPU, or the band's lower
