@@ -49,6 +49,7 @@ from planner.model.flops import param_counts
 from planner.rules import violations
 from planner.search.bounds import bound_factors, exhaustive
 from planner.search.document import PlanDocument
+from planner.search.objective import band_scale_of
 from planner.search.program import ProgramBuilder, quantisation_bound, step_seconds, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
 from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
@@ -538,7 +539,7 @@ def _entries(res, b, model, cluster, training, trainer, prof):
         rm = b.rank_maps[b.vals["gpd"].index(gpd)]
         shapes = {ax: rm.worst_shape(*axis_stride_size(cfg, world, ax), world)
                   for ax in ("tp", "cp", "dp", "pp") + (("ep", "edp") if model.is_moe else ())}
-        step_prog = step_seconds(sol.node_value, b.band_scale_of(sol.choice))
+        step_prog = step_seconds(sol.node_value, band_scale_of(b, sol.choice))
         # one composition (planner.cost.compose): the program is step_time up to its rounding
         gap = abs(step_prog - pred.step_time_s)
         bound = quantisation_bound(model, cfg, gbs, world, b.par("pp.overlap"), pred.breakdown["pp_p2p"])

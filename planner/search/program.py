@@ -23,16 +23,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from functools import reduce
 
 import numpy as np
 
 from planner.config import ParallelConfig, Training
 from planner.cost import compose as K
-from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
-                                 usable_hbm_gib)
 from planner.cost.placement import axis_strides, domain_slots
-from planner.cost.predict import _flops_per_token
 from planner.cost.steptime import (
     LOW_PRECISION,
     a2a_layer_time,
@@ -60,33 +56,25 @@ from planner.cost.terms import data_parallel as DPc
 from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
-from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
-from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
 from planner.rules import offload_layers, quantised_params_on
+from planner.search.memory_bound import add_memory_bound
 from planner.search.nodeops import NodeOps, Val, Var
+from planner.search.objective import add_objective
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
-from solver.layout import Program, evaluate_many
+from solver.layout import Program
 from topologies.collectives import GroupShape
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
-# robust: maximise the lower edge of the uncertainty band, tokens/s * exp(-h); h depends on the layout
-# only through CP, FSDP and whether the EP group leaves its NVLink domain (planner.cost.uncertainty),
-# so it enters the program as a factor table (exp(h) scaled by BAND_SCALE and rounded): exact.
-BAND_SCALE = 1000
 
 
 @functools.lru_cache(maxsize=None)
 def _rc_arg(recompute: str):
     """What the compute and communication terms read of a recompute choice (``steptime.recompute_arg``)."""
     return recompute_arg(ParallelConfig(recompute=recompute))
-
-
-def _lcm(values) -> int:
-    return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
 
 
 def _rank_map(cluster, gpd) -> RankMap:
@@ -269,10 +257,10 @@ class ProgramBuilder:
         # 5. step time
         total = self._step_time()
         self.total = total
-        # 6. memory lower bound
-        self._memory_bound()
-        # 7. objective
-        self._objective(total)
+        # 6. memory lower bound (planner.search.memory_bound)
+        add_memory_bound(self)
+        # 7. objective (planner.search.objective)
+        add_objective(self, total)
         return P
 
     # -- shapes ---------------------------------------------------------------------------
@@ -701,130 +689,6 @@ class ProgramBuilder:
         keys = [EE, node["ex"], self.sh["edp"]]
         return (P.table_t((), rse, nodes=keys), P.table_t((), age, nodes=keys), P.table_t((), rse1, nodes=keys),
                 P.table_t((), age1, nodes=keys), P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W]))
-
-    # -- memory lower bound ---------------------------------------------------------------------
-    def _memory_bound(self):
-        """A lower bound of ``planner.cost.memory``'s peak, averaged over the pipeline ranks (the worst
-        rank holds at least the average), that must fit in HBM less the reserve:
-
-        - without FSDP: the weights and gradients of every parameter a replica holds (BF16 for
-          Megatron; FP32, with the optimizer state, for TorchTitan and MaxText), spread over tp*pp
-          (dense) or ep*etp*pp (experts), plus the low-precision copies of the expert weights;
-        - with FSDP: the same state sharded over all W GPUs (dense / (tp*pp*dp*cp) and expert /
-          (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest layer, at least
-          one MoE layer's experts on a GPU, twice;
-        - Megatron's distributed optimizer shard, (dense + expert) / W.
-        Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
-        ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
-        P, vals, model, tr = self.prog, self.vals, self.model, self.training
-        opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
-        megatron = tr.trainer == "megatron"
-        pc = param_counts(model)
-        # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
-        expert_total = float(pc.experts) if model.is_moe else 0.0
-        dense_total = float(pc.dense)
-        q = WEIGHT_COPY_BYTES[tr.precision]
-        # one MoE layer's experts (all of them; a GPU holds ceil(n/ep) of them, each / etp)
-        layer_experts = max((c.n_experts * c.expert_params for c in layer_costs(model, tr.seq_len)
-                             if c.kind == "decoder" and c.n_experts), default=0.0)
-        GiB = float(1 << 30)
-        budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - opt.reserve_gib) * GiB / 1e3)  # kB
-        # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
-        # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
-        # everything only under FSDP
-        wb, gb, optb = state_bytes(opt, megatron)
-        # FP8 / NVFP4 parameters (planner.rules.quantised_params_on, per FSDP value) drop the BF16 weight of the
-        # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
-        qparams = any(quantised_params_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
-        state = linear_weight_bytes(wb, qparams) + gb
-        buf = fsdp_buffer_bytes(opt, megatron, q, qparams)
-        lb1, lb2 = {}, {}
-        for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
-            etp = a["tp"] if a["etp"] is None else a["etp"]
-            if a["fsdp"]:
-                lb1[ix] = int(2 * buf * layer_experts / (a["ep"] * etp) / 1e3)
-            else:
-                per = state if megatron else state + optb
-                lb1[ix] = int((per * dense_total / (a["tp"] * a["pp"])
-                               + (per + q) * expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
-        # what is sharded over every GPU: dense / (tp*pp*dp*cp) + expert / (ep*etp*pp*edp) =
-        # (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the
-        # same W GPUs: Megatron's optimizer always, and FSDP's weights and gradients
-        for fi, f in enumerate(vals["fsdp"]):
-            per = (optb if megatron else 0.0) + ((state + (0.0 if megatron else optb)) if f else 0.0)
-            for w in self.worlds:
-                lb2[(fi, w)] = int(per * (dense_total + expert_total) / w / 1e3)
-        LB = P.sum([P.table_t(self.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),
-                    P.table_t(self.idx("fsdp"), lb2, nodes=[self.W])])
-        P.at_most(LB, budget)
-        self.notes.append("memory lower bound: model state and expert copies / (tp*pp, ep*etp*pp), or FSDP shards "
-                          "and the biggest layer's buffers, + optimizer shard <= HBM - reserve")
-
-    # -- objective ---------------------------------------------------------------------------------
-    def _band_factor(self):
-        """robust: a table node of BAND_SCALE * exp(h) over (cp, fsdp) and the EP shape (MoE), h the
-        band of the layout's regime (``planner.cost.uncertainty.band_for``, the one predict reports);
-        sets ``band_min`` (its least value over FSDP, a free variable of the block search) as a bound
-        factor and ``lb_scale`` (its least value) for the exhaustive search's lower bound."""
-        P, model, tr = self.prog, self.model, self.training
-
-        def scaled(cp, fsdp, ep_domains):   # the regime predict classifies for such a layout
-            reg = classify(model, self.cluster, ParallelConfig(cp=cp, fsdp=fsdp), tr, ep_domains=ep_domains)
-            return int(round(BAND_SCALE * band_for(reg, self.profile.name, tr.trainer).factor()))
-
-        table, least = {}, {}
-        sids = self._shape_values(self.sh["ep"]) if model.is_moe else [None]
-        for (ci, fi), a in self.combos("cp", "fsdp"):
-            for sid in sids:
-                v = scaled(a["cp"], a["fsdp"], 1 if sid is None else self.shape(sid).domains)
-                key = (ci, fi) if sid is None else (ci, fi, sid)
-                table[key] = v
-                lk = (ci,) if sid is None else (ci, sid)
-                least[lk] = min(v, least.get(lk, v))
-        nodes = [] if sids == [None] else [self.sh["ep"]]
-        self.band_node = P.table_t(self.idx("cp", "fsdp"), table, nodes=nodes)
-        self.band_min = (tuple(self.idx("cp")), tuple(nodes), {k: float(v) for k, v in least.items()})
-        self.lb_scale = min(table.values())
-        self.notes.append(f"robust objective: band factors exp(h) rounded to 1/{BAND_SCALE}")
-        return self.band_node
-
-    def band_scale_of(self, choice) -> int:
-        """The band factor (BAND_SCALE * exp(h)) the objective node carries for a solution; 1 when not robust."""
-        if getattr(self, "band_node", None) is None:
-            return 1
-        _, _, vals_ = evaluate_many(self.prog, np.asarray([choice], dtype=np.int64), upto=self.band_node)
-        return int(vals_[self.band_node][0])
-
-    def _objective(self, total):
-        P, vals, tr = self.prog, self.vals, self.training
-        gbs_vals = vals["gbs"]
-        if self.objective == "robust":   # tokens/s * exp(-h): minimise step * exp(h) / gbs
-            total = P.product(total, self._band_factor())
-        if self.objective in ("throughput", "robust"):
-            # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
-            if len(gbs_vals) == 1:
-                P.minimize(total)
-                return
-            lcm = _lcm(gbs_vals)
-            if lcm <= 10 ** 6:
-                w = {(i,): lcm // g for i, g in enumerate(gbs_vals)}
-            else:
-                K = 10 ** 6 * max(gbs_vals)
-                w = {(i,): max(1, round(K / g)) for i, g in enumerate(gbs_vals)}
-                self.notes.append("global-batch weights rounded to 1e-6 relative")
-            P.minimize(total, self.idx("gbs"), w)
-            return
-        # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
-        fpt = {t: _flops_per_token(self.model, tr.seq_len, t, self.profile.flops_formula) for t in vals["tp"]}
-        ratios = {}
-        for ix, a in self.combos("tp", "cp", "pp", "dp", "gbs"):
-            w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
-            ratios[ix] = w / (a["gbs"] * fpt[a["tp"]])
-        lo = min(ratios.values())
-        K = 10 ** 6 / lo
-        P.minimize(total, self.idx("tp", "cp", "pp", "dp", "gbs"),
-                   {k: max(1, round(r * K)) for k, r in ratios.items()})
-        self.notes.append("per-GPU objective weights rounded to 1e-6 relative")
 
     # -- reading a solution ----------------------------------------------------------------------
     def assignment(self, choice) -> dict:
