@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from planner.cost import compose as K
+from planner.cost.compose import FLOAT
 from planner.search.program import BUBBLE
 from planner.search.space import VARIABLES
 from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
@@ -22,8 +24,9 @@ _BLOCK_FREE = ("recompute", "dispatcher")
 
 
 def _exposed_min(t, t1, key, work):
-    """min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0)."""
-    return max(t1.get(key, 0), t.get(key, 0) - work, 0)
+    """min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0): ``compose.exposed`` of
+    the least entries."""
+    return K.exposed(FLOAT, t.get(key, 0), t1.get(key, 0), work)
 
 
 def _min_over_shape(values: dict) -> dict:
@@ -72,18 +75,19 @@ def _layer_minima(b) -> dict:
             comp = ct.get(lk)
             if comp is None:
                 continue
-            v = (comp + src["launch"] + _exposed_min(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
-                 + _exposed_min(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk]))
-            if kind[0] != "moe":
+            tp_x = _exposed_min(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
+            cp_x = _exposed_min(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk])
+            if kind[0] != "moe":   # compose.layer_time without the host floor and sync (>= 0): a bound
                 for key in keys_:
-                    keep_least(d, key, max(v, 1))
+                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, cp_x), src["launch"]), 1))
                 continue
             ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
             for dsp in disp:
                 ctx["dispatcher"] = dsp
                 ak = tuple(ctx[n_] for n_ in avars)
                 for sid, key in zip(sids, keys_):
-                    keep_least(d, key, max(v + _exposed_min(at, at1, ak + (sid,), wt[lk]), 1))
+                    a2a_x = _exposed_min(at, at1, ak + (sid,), wt[lk])
+                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, a2a_x, cp_x), src["launch"]), 1))
     return lmin
 
 
