@@ -160,3 +160,33 @@ def test_a_new_step_term_is_written_once(monkeypatch):
         assert e.prediction.breakdown["other"] - plain.breakdown["other"] == pytest.approx(added, rel=1e-9)
     # the control: the term moved the answer
     assert after.plans[0].prediction.step_time_s != pytest.approx(before.plans[0].prediction.step_time_s, rel=1e-4)
+
+
+# --- rank-order strides, derived once ----------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8]), cp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 3, 4]),
+       dp=st.sampled_from([1, 2, 4, 6, 8]), ep=st.sampled_from([1, 2, 4, 8, 16]), etp=st.sampled_from([None, 1, 2]))
+def test_strides_are_megatrons_groups_and_the_program_reads_them(tp, cp, pp, dp, ep, etp):
+    """``placement.axis_strides`` gives Megatron's groups (``rank_groups``, the RankGenerator
+    re-implementation, is the oracle), and the solver's shape tables, which see only each axis's
+    ``AXIS_VARS``, get the same (stride, size) as the whole layout."""
+    from planner.config import ParallelConfig
+    from planner.cost.placement import axis_parts, rank_groups
+    from planner.search.program import AXIS_VARS, _strides_at
+
+    world = tp * cp * pp * dp
+    cfg = ParallelConfig(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)
+    if world % (cfg.etp_eff * ep * pp):
+        return
+    for axis in ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dp-cp"):
+        offsets = [0]
+        for stride, size in axis_parts(cfg, world, axis):
+            offsets = [o + k * stride for o in offsets for k in range(size)]
+        groups = sorted(sorted(r + o for o in offsets) for r in range(world)
+                        if all((r // s) % n == 0 for s, n in axis_parts(cfg, world, axis)))
+        assert groups == sorted(sorted(g) for g in rank_groups(cfg, world, axis)), axis
+    a = dict(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+    for axis, names in AXIS_VARS.items():
+        seen = _strides_at(axis, {n: a[n] for n in names}, world, [pp])
+        assert seen == axis_parts(cfg, world, "dp-cp" if axis == "dp" else axis)[0], axis
