@@ -646,49 +646,50 @@ class ProgramBuilder:
         """[RS], [AG], [RS1], [AG1], [OPT] of a slot's dense parameters (lists, for the expert parts)."""
         P, vals, q, hbm = self.prog, self.vals, self.q, self.eff.hbm_bps
         dl_tab = P.nodes[node["dl"]].values
-        rsd, agd, rsd1, agd1, od = {}, {}, {}, {}, {}
+        od: dict = {}
         pairs = set()
         for pp_, lixs in ids_by_pp.items():
             dids = {dl_tab[lx] for lx in lixs}
             for (ti, sid) in dp_by_pp.get(pp_, ()):
                 for did in dids:
                     pairs.add((ti, did, sid))
-        for ti, did, sid in pairs:
-            dsum, _ = self.dl_ids.values[did]
-            key = (ti, did, sid)
-            rsd[key], agd[key], rsd1[key], agd1[key] = dpt(sid, dsum / vals["tp"][ti])
+        entries = {(ti, did, sid): (sid, self.dl_ids.values[did][0] / vals["tp"][ti]) for ti, did, sid in pairs}
         for ix, a in self.combos("tp", "cp", "dp"):
             for did in sorted(set(dl_tab.values())):
                 dense_p = self.dl_ids.values[did][0] / a["tp"]
                 od[ix + (did,)] = q(OPT.optimizer_time(dense_p / max(a["dp"] * a["cp"], 1), hbm))
-        keys = [node["dl"], self.sh["dp"]]
-        return ([P.table_t(self.idx("tp"), rsd, nodes=keys)], [P.table_t(self.idx("tp"), agd, nodes=keys)],
-                [P.table_t(self.idx("tp"), rsd1, nodes=keys)], [P.table_t(self.idx("tp"), agd1, nodes=keys)],
-                [P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])])
+        tables = self._dp_tables(entries, ("tp",), [node["dl"], self.sh["dp"]], dpt)
+        return [[t] for t in tables] + [[P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])]]
 
     def _slot_expert_dp(self, node, dpt, ids_by_pp, edp_by_pp, EE):
         """RS, AG, RS1, AG1, OPT nodes of a slot's expert parameters over the expert-data-parallel group."""
         P, q, hbm = self.prog, self.q, self.eff.hbm_bps
         ex_tab = P.nodes[node["ex"]].values
-        rse, age, rse1, age1, oe = {}, {}, {}, {}, {}
+        oe: dict = {}
         triples = set()
         for pp_, lixs in ids_by_pp.items():
             xids = {ex_tab[lx] for lx in lixs}
             for (e, sid) in edp_by_pp.get(pp_, ()):
                 for xid in xids:
                     triples.add((e, xid, sid))
-        for e, xid, sid in triples:
-            key = (e, xid, sid)
-            rse[key], age[key], rse1[key], age1[key] = dpt(sid, self.ex_ids.values[xid] / e)
+        entries = {(e, xid, sid): (sid, self.ex_ids.values[xid] / e) for e, xid, sid in triples}
         for ix, a in self.combos("pp"):
             for xid in sorted(set(ex_tab.values())):
                 exs = self.ex_ids.values[xid]
                 for w in self.worlds:
                     # expert_p / edp = (EX / (ep*etp)) / (W / (ep*etp*pp)) = EX * pp / W
                     oe[ix + (xid, w)] = q(OPT.optimizer_time(exs * a["pp"] / w, hbm))
-        keys = [EE, node["ex"], self.sh["edp"]]
-        return (P.table_t((), rse, nodes=keys), P.table_t((), age, nodes=keys), P.table_t((), rse1, nodes=keys),
-                P.table_t((), age1, nodes=keys), P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W]))
+        tables = self._dp_tables(entries, (), [EE, node["ex"], self.sh["edp"]], dpt)
+        return tables + [P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W])]
+
+    def _dp_tables(self, entries, vars_, keys, dpt) -> list[int]:
+        """RS, AG, RS1, AG1 table nodes over ``vars_`` and the nodes ``keys``, from
+        {key: (group shape id, parameters per GPU)} and ``dpt`` (``terms.data_parallel.dp_time``, rounded)."""
+        tabs: tuple = ({}, {}, {}, {})
+        for key, (sid, nparams) in entries.items():
+            for t, v in zip(tabs, dpt(sid, nparams)):
+                t[key] = v
+        return [self.prog.table_t(self.idx(*vars_), t, nodes=keys) for t in tabs]
 
     # -- reading a solution ----------------------------------------------------------------------
     def assignment(self, choice) -> dict:
