@@ -77,7 +77,7 @@ def test_a_cost_change_made_once_reaches_the_program(monkeypatch, case):
 
 MODELS = ["llama3-8b", "qwen3-30b-a3b", "gpt-oss-20b", "mixtral-8x7b", "deepseek-v3", "llama4-scout", "glm-4.5-air"]
 CLUSTERS = [("dgx-h100", 8), ("dgx-h100", 16), ("dgx-b200", 32), ("gb200-nvl72", 36), ("gb200-nvl72", 144),
-            ("gb300-nvl72", 72)]
+            ("gb300-nvl72", 72), ("aws-p5", 32), ("gcp-a4x", 144)]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,8 +107,11 @@ def test_the_program_is_predict_at_every_layout(model, where, precision, trainer
         choice = tuple(int(x) for x in row)
         cfg, world, g, gpd, _ = b.config_of(choice)
         tr = req.training.model_copy(update={"global_batch": g})
-        pred = predict(m, req.cluster, cfg, tr, placement=make_placement(req.cluster, cfg, world, gpus_per_domain=gpd),
-                       profile=req.profile)
+        try:
+            pred = predict(m, req.cluster, cfg, tr, placement=make_placement(req.cluster, cfg, world, gpus_per_domain=gpd),
+                           profile=req.profile)
+        except InputError:   # a layout plan's lazy checks cut (DeepEP across EFA): predict refuses it
+            continue
         prog_s = step_seconds(int(value))
         bound = quantisation_bound(m, cfg, g, world, b.par("pp.overlap"), pred.breakdown["pp_p2p"])
         assert abs(prog_s - pred.step_time_s) <= bound + 1e-9 * pred.step_time_s, (cfg.short(), prog_s, pred.step_time_s)
