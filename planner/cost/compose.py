@@ -127,7 +127,8 @@ def step(ops, core, p2p, dp, optimizer, extra=()):
 @dataclass(frozen=True)
 class StepTerm:
     """A term added to the step as it is, a function of a few choices: ``seconds(ctx, values)`` with
-    ``values`` a dict of the names in ``reads`` (``planner.search.space.VARIABLES``, and "world") and
+    ``values`` a dict of the names in ``reads`` (any of tp, cp, pp, vpp, dp, ep, etp, mbs, gbs,
+    recompute, dispatcher, fsdp: the solver's variables, ``planner.search.space.VARIABLES``; and "world") and
     ``ctx`` the ``TermContext``. Registered in ``EXTRA_TERMS``, it is in ``predict``'s step time and
     breakdown (under ``name``: a new name joins ``planner.cost.steptime.TERMS``, the plan document's
     ``Term`` and the report's categories; regenerate planner/data/plan.schema.json) and in the

@@ -404,12 +404,12 @@ def _rank_microbatch(inv, per_kind, head, mtp_extra, tp, expert_shards, offload)
     return acc
 
 
-def _term_values(term, config: ParallelConfig, training: Training, world: int, m: float) -> dict:
-    """The values of ``term.reads`` (``compose.StepTerm``) for one layout."""
-    etp = config.etp
+def _term_values(term, config: ParallelConfig, training: Training, world: int, dispatcher) -> dict:
+    """The values of ``term.reads`` (``compose.StepTerm``) for one layout, as the solver's variables
+    hold them (``dispatcher``: the one the step runs, the profile's when the layout names none)."""
     known = dict(tp=config.tp, cp=config.cp, pp=config.pp, vpp=config.vpp, dp=config.dp_for(world), ep=config.ep,
-                 etp=etp, mbs=config.mbs, gbs=training.global_batch, recompute=config.recompute,
-                 dispatcher=config.dispatcher, fsdp=config.fsdp, world=world)
+                 etp=config.etp, mbs=config.mbs, gbs=training.global_batch, recompute=config.recompute,
+                 dispatcher=dispatcher, fsdp=config.fsdp, world=world)
     return {n: known[n] for n in term.reads}
 
 
@@ -528,7 +528,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     shard = crit["dense_params"] / max(dp * cp, 1) + crit["expert_params"] / max(edp, 1)
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
     extra = [term.seconds(K.TermContext(model, cluster, training, profile, fabric),
-                          _term_values(term, config, training, world, m)) for term in K.EXTRA_TERMS]
+                          _term_values(term, config, training, world, dispatcher)) for term in K.EXTRA_TERMS]
     core, p2p = K.pipeline(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
                            PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")))
 
