@@ -345,6 +345,36 @@ def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
     return a[..., :m][..., ::-1] + a[..., m:]
 
 
+def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray, z: np.ndarray,
+                     v_new: np.ndarray) -> np.ndarray:
+    """:func:`_pair_sums` after a change, without sorting: ``a[rows, 2m]`` sorted loads (one domain's
+    replicas, free slots as 0); per row ``k_old`` copies of ``v_old`` and ``z`` (0 or 1) zeros are
+    taken out and ``k_old + z`` copies of ``v_new`` put in. The changed row is the sorted rest with
+    the new copies merged in at their rank, so this equals ``_pair_sums`` of the changed rows sorted
+    (tests/test_experts.py checks it against that). Returns [rows, m]."""
+    k_new = k_old + z
+    lo = (a < v_old[:, None]).sum(axis=1)
+    # where the new copies start in the merged order: the loads below v_new that stay
+    p = (a < v_new[:, None]).sum(axis=1) - z * (v_new > 0) - k_old * (v_old < v_new)
+    j = np.arange(2 * m)[None, :]
+    i = np.where(j < p[:, None], j, j - k_new[:, None])           # index into the rest
+    i = np.maximum(i, 0) + z[:, None]
+    i = i + np.where(i >= lo[:, None], k_old[:, None], 0)          # skip the removed copies
+    rest = np.take_along_axis(a, np.minimum(i, 2 * m - 1), axis=1)
+    merged = np.where((j >= p[:, None]) & (j < (p + k_new)[:, None]), v_new[:, None], rest)
+    return merged[:, m - 1::-1] + merged[:, m:]
+
+
+def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: int, overload_weight: float):
+    """One domain's sorted replica loads (free slots as 0), its busiest GPU and its cost (busiest +
+    overload_weight x load above the mean, in units of the mean) under the best 2-slot packing."""
+    es = n_col > 0
+    srt = np.sort(np.concatenate([np.repeat(rep_col[es], n_col[es]), np.zeros(free)]))
+    ps = _pair_sums(srt, m) * P
+    peak = ps.max()
+    return srt, peak, peak + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
+
+
 def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 2,
                 dispatch: str = "home", locality_weight: float = LOCALITY_WEIGHT,
                 overload_weight: float = OVERLOAD_WEIGHT, spread: bool = True,
@@ -359,58 +389,68 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
         busiest GPU + overload_weight x (sum of every GPU's load above the mean)
                     - locality_weight x (load that a new domain keeps local),
 
-    free slots counting as empty (0) replicas. Returns (n, home)."""
+    free slots counting as empty (0) replicas. Incremental: a slot changes one expert's row, so
+    only the domains whose loads it changed are priced again, and every candidate's domains are
+    priced together (one merge per distinct domain size). Returns (n, home)."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
     E, D, P = len(load), len(m), int(m.sum())
     load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
+    rep = np.where(n > 0, load[:, None] * domain_share(n, w, dispatch, home) / np.maximum(n, 1), 0.0)
+    srt, peak0, cost = [None] * D, np.zeros(D), np.zeros(D)
+    dirty = np.ones(D, dtype=bool)
+    sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
+    known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
+    priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
     while free.sum() > 0:
-        share = domain_share(n, w, dispatch, home)
-        rep = np.where(n > 0, load[:, None] * share / np.maximum(n, 1), 0.0)
-        # every domain's items (expert id, load), padded with empty slots (-1, 0) to 2 m
-        ids, vals, cost, peak0 = [], [], np.zeros(D), np.zeros(D)
-        for d in range(D):
-            es = np.flatnonzero(n[:, d] > 0)
-            i_d = np.concatenate([np.repeat(es, n[es, d]), -np.ones(free[d], dtype=np.int64)])
-            v_d = np.concatenate([np.repeat(rep[es, d], n[es, d]), np.zeros(free[d])])
-            ids.append(i_d)
-            vals.append(v_d)
-            ps = _pair_sums(v_d, int(m[d])) * P
-            peak0[d] = ps.max()
-            cost[d] = peak0[d] + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
+        known[dirty] = False
+        for d in np.flatnonzero(dirty):
+            srt[d], peak0[d], cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, overload_weight)
         heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
         ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
         ce = heavy[ce]
         if len(ce) == 0:
-            heavy = np.arange(E)
             ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
+        C = np.arange(len(ce))
         nn = n[ce].copy()
-        nn[np.arange(len(ce)), cd] += 1
+        nn[C, cd] += 1
         new_rep = load[ce, None] * domain_share(nn, w, dispatch, home[ce]) / np.maximum(nn, 1)
         new_cost = np.tile(cost, (len(ce), 1))
         peak = np.tile(peak0, (len(ce), 1))
-        for x in range(D):
-            hit = np.flatnonzero((cd == x) | (np.abs(new_rep[:, x] - rep[ce, x]) > 0))
-            if len(hit) == 0:
+        # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
+        # replicas' loads there (and takes a free slot in its new domain); a pair priced before
+        # keeps its price until its domain or its expert changes
+        hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
+        key = ce[hc] * D + cd[hc]
+        todo = ~known[hx, key]
+        for size, doms in sizes:
+            sel = np.flatnonzero(todo & (m[hx] == size))
+            if len(sel) == 0:
                 continue
-            M = np.tile(vals[x], (len(hit), 1))
-            own = ids[x][None, :] == ce[hit, None]
-            M = np.where(own, new_rep[hit, x][:, None], M)
-            add = np.flatnonzero(cd[hit] == x)                    # one empty slot takes the new replica
-            first_free = int(np.flatnonzero(ids[x] < 0)[0]) if (ids[x] < 0).any() else -1
-            if first_free >= 0:
-                M[add, first_free] = new_rep[hit[add], x]
-            ps = _pair_sums(M, int(m[x])) * P
-            new_cost[hit, x] = ps.max(axis=1) + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
-            peak[hit, x] = ps.max(axis=1)
+            c, x = hc[sel], hx[sel]
+            base = np.stack([srt[d] for d in doms])[np.searchsorted(doms, x)]
+            ps = _pair_sums_after(base, size, rep[ce[c], x], n[ce[c], x], (cd[c] == x).astype(np.int64),
+                                  new_rep[c, x]) * P
+            pk = ps.max(axis=1)
+            priced[0][x, key[sel]] = pk
+            priced[1][x, key[sel]] = pk + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
+            known[x, key[sel]] = True
+        peak[hc, hx] = priced[0][hx, key]
+        new_cost[hc, hx] = priced[1][hx, key]
         gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
         score = peak.max(axis=1) + overload_weight * (new_cost - peak).sum(axis=1) - locality_weight * gain
         k = int(np.argmin(score))
-        n[ce[k], cd[k]] += 1
+        e = ce[k]
+        n[e, cd[k]] += 1
         free[cd[k]] -= 1
+        row = np.where(n[e] > 0, load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
+        dirty = row != rep[e]
+        dirty[cd[k]] = True
+        rep[e] = row
+        known[:, e * D:(e + 1) * D] = False
     return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
 
 

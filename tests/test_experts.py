@@ -276,6 +276,28 @@ def test_pair_sums_is_the_best_two_slot_packing(vals):
     assert ps.max() == pytest.approx(_best_pairing(list(vals)))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.0, 4.0), max_size=9),
+       st.integers(0, 3), st.integers(0, 1), st.integers(0, 2),
+       st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0), st.sampled_from([0.5, 1.0, 3.0]))
+def test_pair_sums_after_a_change_equal_sorting_the_changed_loads(others, k_old, z, zeros, v_new, v_old):
+    """pair_counts prices a candidate by merging it into the sorted loads; the oracle sorts the
+    changed multiset (k_old copies of v_old and z zeros out, k_old + z copies of v_new in)."""
+    from solver.experts import _pair_sums, _pair_sums_after
+
+    zeros = max(zeros, z)
+    base = list(others) + [v_old] * k_old + [0.0] * zeros
+    if len(base) % 2:
+        base.append(0.0)
+    if not base:
+        return
+    m = len(base) // 2
+    changed = list(others) + [v_new] * (k_old + z) + [0.0] * (zeros - z) + [0.0] * (len(base) - len(others) - k_old - zeros)
+    got = _pair_sums_after(np.sort(base)[None, :], m, np.array([v_old]), np.array([k_old]), np.array([z]),
+                           np.array([v_new]))
+    assert got[0].tolist() == _pair_sums(np.sort(changed), m).tolist()
+
+
 def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
     from solver.experts import pair_counts
 
