@@ -56,6 +56,24 @@ def test_locality_hand_case():
     assert out["domains_per_token"] == pytest.approx(1.5)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(0, 2**32 - 1), st.booleans())
+def test_home_locality_counts_equal_the_chance_formula(D, seed, given_primary):
+    """Under the home dispatch every (token, expert) is served in one domain, so locality() counts
+    touched domains as integers; the oracle is the chance formula every dispatch model uses."""
+    from solver.expert_metrics import _chance_locality
+
+    rng = np.random.default_rng(seed)
+    E = 16
+    n = rng.integers(0, 3, size=(E, D)) * (rng.random((E, D)) < 0.4)
+    n[np.arange(E), rng.integers(0, D, E)] += 1
+    w = rng.random(D) * (rng.random(D) < 0.8)
+    w = w / w.sum() if w.sum() else np.full(D, 1.0 / D)
+    tokens = rng.integers(0, E, size=(64, 4))
+    primary = rng.integers(0, D, E) if given_primary else None
+    assert locality(tokens, n, w, "home", primary) == _chance_locality(tokens, n.astype(float), w, "home", primary)
+
+
 def test_moves_hand_case():
     prev = np.array([0, 1, 2, 3])
     assert moves_between(prev, np.array([1, 0, 2, 3]), 2) == 0    # order inside a GPU is free

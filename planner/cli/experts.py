@@ -164,7 +164,8 @@ def register(app: typer.Typer) -> None:
                             fallback_domain=pl.fallback_domain[i].tolist(), **pl.metrics[i])
                        for i in range(n_layers)],
         }
-        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed, previous=prev, max_moves=max_moves)
+        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, pl.selections, seed, previous=prev,
+                                      max_moves=max_moves)
         if out is not None:
             with atomic_dir(out, option="--out") as stage:
                 np.save(stage / "physical_to_logical.npy", pl.physical_to_logical)
@@ -204,7 +205,7 @@ def register(app: typer.Typer) -> None:
 def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, tokens: int = 2048,
                     previous=None, max_moves=None) -> dict:
     """EPLB's hierarchical and global placements of the same loads, measured on the same routing model
-    (the sampled tokens place() used, or the recorded selections) under EPLB's own even split of an
+    (``recorded``: the selections place() measured on, sampled or recorded; None samples them) under EPLB's own even split of an
     expert's tokens over its replicas: the baseline printed beside topoplan's placement.
 
     EPLB ignores a previous placement: with ``previous`` each entry says so (``moves_capped``
