@@ -223,6 +223,22 @@ def test_cli_json_and_out(tmp_path):
                for i, x in enumerate(layers))
 
 
+def test_cli_usable_per_rack_sizes_the_racks_the_ep_group_spans(tmp_path, capsys):
+    """--usable-per-rack as plan's: EP32 on gb300-nvl72 with 16 GPUs used per rack spans two racks of
+    16 (without it the 32 GPUs sit in one rack of 72)."""
+    from planner.cli import main
+
+    model = str(_small_dsv3(tmp_path, layers=1, experts=32))
+    f = tmp_path / "loads.npy"
+    np.save(f, synthetic_loads("zipf", 1, 32, seed=3))
+    base = ["place-experts", "--model", model, "--cluster", "gb300-nvl72", "--gpus", "32", "--ep", "32",
+            "--loads", str(f), "--time-limit", "0", "--workers", "1", "--json"]
+    assert main(base + ["--usable-per-rack", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["ep_rank_domain"] == [0] * 16 + [1] * 16
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["ep_rank_domain"] == [0] * 32
+
+
 def test_cli_bad_loads_one_line(tmp_path):
     f = tmp_path / "bad.npy"
     np.save(f, np.ones((3, 256)))
