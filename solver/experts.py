@@ -968,6 +968,113 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
     return cur
 
 
+def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weight, with_tokens: bool) -> list:
+    """The warm starts' replica counts: [(n, home, label)], each filling every domain's slots."""
+    group_of = np.asarray(group_of)
+    w = m / m.sum()
+    if K == 2 and len(m) > 1:
+        # two slots per GPU: the exactly priced slot filling (pair_counts, PAIR_LOCALITY_WEIGHTS) and
+        # level water-filling
+        starts = tuple(("pair", lw, overload_weight, True) for lw in PAIR_LOCALITY_WEIGHTS) + (
+            (None, None, None, False), (None, None, None, True))
+    else:
+        # three weightings of the slot filling (the ones that won on the benchmark layers), each
+        # also with the domains levelled by swaps, and level water-filling
+        starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
+            (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
+            (locality_weight / 2, 1.0, False))[:3 if len(m) > 1 else 2]) + ((None, None, None, False),)
+        if not with_tokens:
+            starts += ((None, None, None, True),)
+    cands = []
+    for kind, lw, ow, sp in starts:
+        if kind is None:
+            cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
+                          "waterfill" + (" scattered" if sp else "")))
+        elif kind == "pair":
+            cands.append((*pair_counts(norm, group_of, m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
+        else:
+            cands.append((*domain_counts(norm, group_of, m, K, dispatch, lw, ow, sp),
+                          f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
+            # and the same with single-replica experts traded between domains until the domains'
+            # loads per GPU are level (groups stay whole no longer: a little locality for balance)
+            sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
+            if (sw[0] != cands[-1][0]).any():
+                cands.append((*sw, cands[-1][2] + " swapped"))
+    # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
+    # domain by a replica on tiny instances); keep only those that do
+    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == m * K).all()]
+    return valid or cands
+
+
+def _greedy_pack(ranks, K):
+    """The packing of the warm starts and the refinement: greedy, then pairwise swaps."""
+    return lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d])), None)
+
+
+def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_weight):
+    """The warm start to keep, packed: (n, home, placement, GPU loads, label). With sampled tokens the
+    lowest balance + remote_weight x remote domains per token (+ a steep price above the knee);
+    without, the best balance, earlier starts winning ties."""
+    best = None
+    for n_, home_, label in cands:
+        g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K, _greedy_pack(ranks, K))
+        gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
+        bal_ = gl_.max() / gl_.mean()
+        if tokens is not None:
+            # the candidate's remote domains per token on the sampled tokens: the warm start
+            # minimises balance + remote_weight x remote domains per token
+            rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
+            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
+            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
+        else:
+            # earlier candidates keep groups together: a later one must be clearly better, and
+            # the scattered one is taken only when the others miss the target
+            if label == "waterfill scattered" and best is not None and best[1] <= BALANCE_TARGET:
+                continue
+            key = (0, round(bal_ / BALANCE_TIE), 0.0)
+        if best is None or key < best[0]:
+            best = (key, bal_, n_, home_, g_, gl_, label)
+    return best[2:]
+
+
+def _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) -> float:
+    """A lower bound on the busiest GPU for these replica counts: no packing beats a domain's mean, and
+    the heaviest replica shares its GPU with at least the K - 1 lightest (with two slots per GPU the
+    heaviest-with-lightest pairing is the best packing)."""
+    bound = max(float(gl[r].mean()) for r in ranks)
+    for d, r in enumerate(ranks):
+        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
+        if K == 2:
+            bound = max(bound, float(_pair_sums(iw, len(r)).max()))
+        else:
+            bound = max(bound, float(iw[-1] + iw[:K - 1].sum()))
+    return bound
+
+
+def _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy, time_limit, seed):
+    """CP-SAT re-packs the domains whose busiest GPU is within HOT_DOMAIN of the overall busiest (the
+    others cannot set the balance), hinted with the greedy packing: (placement, status, bound on the
+    balance); the greedy placement is kept unless CP-SAT's is at least as good."""
+    dom_max = np.array([gl[r].max() for r in ranks])
+    hot = set(np.flatnonzero(dom_max >= gl.max() * HOT_DOMAIN).tolist())
+    per = time_limit / len(hot)
+
+    def pack(d, ie, iw):
+        h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
+        if d not in hot:
+            return h, ("NOT_RUN", 0.0)
+        sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
+        return (sol if sol is not None else h), (st, bound)
+
+    cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
+    cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
+    lb = float(max(b for _, b in info) / gl.mean())
+    status = "OPTIMAL" if all(st in ("OPTIMAL", "NOT_RUN") for st, _ in info) else "FEASIBLE"
+    if cl.max() <= gl.max() + 1e-12:
+        return cand, status, lb
+    return greedy, status + " (greedy kept)", lb
+
+
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
                 time_limit=TIME_LIMIT_S, seed=0, locality_weight=LOCALITY_WEIGHT, overload_weight=OVERLOAD_WEIGHT,
                 use_cpsat=True, refine=True, tokens=None, remote_weight=REMOTE_WEIGHT,
@@ -991,101 +1098,23 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     m = np.array([len(r) for r in ranks], dtype=np.int64)
     w = m / P
     norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
-    # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
-    best = None
-    if K == 2 and len(m) > 1:
-        # two slots per GPU: the exactly priced slot filling (pair_counts, PAIR_LOCALITY_WEIGHTS) and
-        # level water-filling
-        starts = tuple(("pair", lw, overload_weight, True) for lw in PAIR_LOCALITY_WEIGHTS) + (
-            (None, None, None, False), (None, None, None, True))
-    else:
-        # three weightings of the slot filling (the ones that won on the benchmark layers), each
-        # also with the domains levelled by swaps, and level water-filling
-        starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
-            (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
-            (locality_weight / 2, 1.0, False))[:3 if len(m) > 1 else 2]) + ((None, None, None, False),)
-        if tokens is None:
-            starts += ((None, None, None, True),)
-    cands = []
-    for kind, lw, ow, sp in starts:
-        if kind is None:
-            cands.append((*waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp),
-                          "waterfill" + (" scattered" if sp else "")))
-        elif kind == "pair":
-            cands.append((*pair_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
-        else:
-            cands.append((*domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp),
-                          f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
-            # and the same with single-replica experts traded between domains until the domains'
-            # loads per GPU are level (groups stay whole no longer: a little locality for balance)
-            sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
-            if (sw[0] != cands[-1][0]).any():
-                cands.append((*sw, cands[-1][2] + " swapped"))
-    # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
-    # domain by a replica on tiny instances); keep only those that do
-    caps = m * K
-    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == caps).all()]
-    cands = valid or cands
-    for n_, home_, label in cands:
-        g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
-                          lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
-                                                              ie, iw, len(ranks[d])), None))
-        gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
-        bal_ = gl_.max() / gl_.mean()
-        if tokens is not None:
-            # the candidate's remote domains per token on the sampled tokens: the warm start
-            # minimises balance + remote_weight x remote domains per token
-            rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
-            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
-            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
-        else:
-            # earlier candidates keep groups together: a later one must be clearly better, and
-            # the scattered one is taken only when the others miss the target
-            if label == "waterfill scattered" and best is not None and best[1] <= BALANCE_TARGET:
-                continue
-            key = (0, round(bal_ / BALANCE_TIE), 0.0)
-        if best is None or key < best[0]:
-            best = (key, bal_, n_, home_, g_, gl_, label)
-    _, _, n, home, greedy, gl, start_label = best
+    # greedy warm starts: a few weightings of the slot-filling rule, the best packed one wins
+    cands = _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weight, tokens is not None)
+    n, home, greedy, gl, start_label = _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens,
+                                                   remote_weight)
     if refine:
         n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=time.perf_counter() + refine_s)
         if (n2 != n).any():
-            g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K,
-                              lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
-                                                                  ie, iw, len(ranks[d])), None))
+            g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K, _greedy_pack(ranks, K))
             gl2 = gpu_loads(g2, rank_domain, K, norm, dispatch, home)
             if gl2.max() < gl.max() - 1e-12:
                 n, greedy, gl = n2, g2, gl2
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
-    dom_bound = max(float(gl[r].mean()) for r in ranks)      # no packing beats a domain's mean
-    for d, r in enumerate(ranks):
-        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
-        if K == 2:      # with two slots per GPU the heaviest-with-lightest pairing is the best packing
-            dom_bound = max(dom_bound, float(_pair_sums(iw, len(r)).max()))
-        else:           # the heaviest replica shares its GPU with at least the K - 1 lightest
-            dom_bound = max(dom_bound, float(iw[-1] + iw[:K - 1].sum()))
-    if use_cpsat and time_limit > 0 and gl.max() > dom_bound * CPSAT_MIN_GAP:
-
-        dom_max = np.array([gl[r].max() for r in ranks])
-        hot = set(np.flatnonzero(dom_max >= gl.max() * HOT_DOMAIN).tolist())   # only these set the balance
-        per = time_limit / len(hot)
-
-        def pack(d, ie, iw):
-            h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
-            if d not in hot:
-                return h, ("NOT_RUN", 0.0)
-            sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
-            return (sol if sol is not None else h), (st, bound)
-
-        cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
-        cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
-        lb = float(max(b for _, b in info) / gl.mean())
-        status = "OPTIMAL" if all(st in ("OPTIMAL", "NOT_RUN") for st, _ in info) else "FEASIBLE"
-        if cl.max() <= gl.max() + 1e-12:
-            phy = cand
-        else:
-            status += " (greedy kept)"
+    if (use_cpsat and time_limit > 0
+            and gl.max() > _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) * CPSAT_MIN_GAP):
+        phy, status, lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
+                                        time_limit, seed)
     moves = None
     if prev is not None:
         prev = np.asarray(prev, dtype=np.int64)

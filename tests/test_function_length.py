@@ -22,7 +22,6 @@ LIMIT = 100
 # the solver and search (speed), the CLI commands.
 OVER = {
     ("solver/cpsat.py", "_build"): 150,
-    ("solver/experts.py", "solve_layer"): 142,
     ("solver/bounded_cpsat.py", "solve_bounded"): 118,   # +1: the solve wrapped in solver.interrupt.stoppable (Ctrl-C)
     ("planner/search/bounds.py", "bound_factors"): 126,
 }
