@@ -332,6 +332,58 @@ def test_pair_sums_after_a_change_equal_sorting_the_changed_loads(others, k_old,
     assert got[0].tolist() == _pair_sums(np.sort(changed), m).tolist()
 
 
+def _pair_counts_by_full_scan(load, group_of, m, lw, ow, top, dispatch):
+    """pair_counts' rule priced plainly: every free slot, every candidate (expert among the ``top``
+    heaviest replicas, domain), every domain's loads rebuilt and sorted; the first best wins."""
+    from solver.experts import _pair_repair, _pair_sums, _start
+
+    D, P = len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, 2, True)
+    free = 2 * m - n.sum(axis=0)
+
+    def price(nx):
+        rep = load[:, None] * domain_share(nx, w, dispatch, home) / np.maximum(nx, 1)
+        peaks, costs = [], []
+        for d in range(D):
+            vals = [rep[e, d] for e in range(len(load)) for _ in range(nx[e, d])]
+            ps = _pair_sums(np.array(sorted(vals + [0.0] * (2 * m[d] - len(vals)))), m[d]) * P
+            peaks.append(ps.max())
+            costs.append(ps.max() + ow * np.maximum(ps - 1.0, 0.0).sum())
+        return max(peaks) + ow * (np.array(costs) - np.array(peaks)).sum(), rep
+
+    while free.sum() > 0:
+        _, rep = price(n)
+        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
+        best = None
+        for e, d in zip(*np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))):
+            e = heavy[e]
+            trial = n.copy()
+            trial[e, d] += 1
+            score = price(trial)[0] - lw * (load[e] * w[d] * D if n[e, d] == 0 else 0.0)
+            if best is None or score < best[0]:
+                best = (score, e, d)
+        n[best[1], best[2]] += 1
+        free[best[2]] -= 1
+    return _pair_repair(n, home, load, w, m, dispatch, ow), home
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(4, 4), (4, 4, 4), (3, 5), (4, 4, 4, 4), (2, 3, 3)]), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.4, 1.5]), st.sampled_from([4, 64]), st.sampled_from(["home", "even", "local"]))
+def test_pair_counts_equals_the_full_scan(m, seed, lw, top, dispatch):
+    """The incremental pricing (merges, kept prices, equal domains priced once) picks the slots the
+    plain full scan picks."""
+    from solver.experts import pair_counts
+
+    m = np.array(m)
+    E = int(m.sum())
+    load = np.random.default_rng(seed).zipf(1.6, E).astype(float)
+    group_of = np.arange(E) // 2
+    got = pair_counts(load, group_of, m, 2, dispatch, lw, 0.3, True, top=top)
+    want = _pair_counts_by_full_scan(load, group_of, m, lw, 0.3, top, dispatch)
+    assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+
+
 def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
     from solver.experts import pair_counts
 
