@@ -92,16 +92,22 @@ HOT_DOMAIN = 0.995
 # least 0.1% (chosen: smaller changes are rounding noise and would cycle).
 REFINE_MIN_GAIN = 0.999
 # Caps on the moves of each local search, which otherwise stops when no move helps (chosen: bounds
-# on the work per layer, not tuned), and the refinement's time budget (docs/experts.md step 2).
+# on the work per layer, not tuned; the refinement is bounded by its moves, not by the clock, so a
+# busy machine gets the same placement: docs/experts.md step 2).
 SINGLE_SWAPS = 40
 WATERFILL_SWAPS = 150
 PAIR_REPAIR_ITERS = 80
 PAIR_REPAIR_CANDIDATES = 4
 PACKING_ROUNDS = 200
 REFINE_ITERS = 40
-REFINE_SECONDS = 0.15
 # CP-SAT seconds per layer when the caller gives none (the CLI passes --time-limit).
 TIME_LIMIT_S = 2.0
+# CP-SAT stops on its deterministic time (the same search on a busy or an idle machine, so the same
+# placement), converted from the seconds asked for: one CPU second of CP-SAT on the build machine
+# counted 0.3-0.5 deterministic units on these packings (docs/speed.md); the wall clock stops it only
+# at CPSAT_WALL_CAP times the seconds asked for.
+CPSAT_DTIME_PER_S = 0.5
+CPSAT_WALL_CAP = 10.0
 
 
 @dataclass
@@ -704,7 +710,8 @@ def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, ma
             model.AddHint(y[k][g], bool(hint_y[k, g]))
     model.Minimize(z)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.max_deterministic_time = float(time_limit) * CPSAT_DTIME_PER_S
+    solver.parameters.max_time_in_seconds = float(time_limit) * CPSAT_WALL_CAP
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
     with stoppable(solver):
@@ -1090,7 +1097,7 @@ def _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
                 time_limit=TIME_LIMIT_S, seed=0, locality_weight=LOCALITY_WEIGHT, overload_weight=OVERLOAD_WEIGHT,
                 use_cpsat=True, refine=True, tokens=None, remote_weight=REMOTE_WEIGHT,
-                refine_s=REFINE_SECONDS) -> LayerResult:
+                refine_s=None) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
     ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU; ``tokens[T, k]``
     (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
@@ -1115,7 +1122,8 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     n, home, greedy, gl, start_label = _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens,
                                                    remote_weight)
     if refine:
-        n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=time.perf_counter() + refine_s)
+        n2 = refine_counts(n, home, norm, w, m, K, dispatch,
+                           deadline=None if refine_s is None else time.perf_counter() + refine_s)
         if (n2 != n).any():
             g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K, _greedy_pack(ranks, K))
             gl2 = gpu_loads(g2, rank_domain, K, norm, dispatch, home)
