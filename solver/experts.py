@@ -371,13 +371,6 @@ def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray
     return merged[:, m - 1::-1] + merged[:, m:]
 
 
-def _first_of_each(keys: np.ndarray) -> np.ndarray:
-    """True at the first occurrence of each value of ``keys``."""
-    first = np.zeros(len(keys), dtype=bool)
-    first[np.unique(keys, return_index=True)[1]] = True
-    return first
-
-
 def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: int, overload_weight: float):
     """One domain's sorted replica loads (free slots as 0), its busiest GPU and its cost (busiest +
     overload_weight x load above the mean, in units of the mean) under the best 2-slot packing."""
@@ -414,9 +407,8 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
     srt, peak0, cost = [None] * D, np.zeros(D), np.zeros(D)
     dirty = np.ones(D, dtype=bool)
     sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
-    even = bool((m == m[0]).all()) and D & (D - 1) == 0
-    known = np.zeros((D, E * (D + 1)), dtype=bool)    # [domain, expert * (D + 1) + new domain] priced
-    priced = (np.zeros((D, E * (D + 1))), np.zeros((D, E * (D + 1))))   # its busiest GPU and cost there
+    known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
+    priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
     while free.sum() > 0:
         known[dirty] = False
         for d in np.flatnonzero(dirty):
@@ -438,12 +430,8 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
         # replicas' loads there (and takes a free slot in its new domain); a pair priced before
         # keeps its price until its domain or its expert changes
         hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
-        # a pair's price depends on its new domain only through the load it brings (or takes from
-        # x): with equal domains every new domain but x itself prices x alike (key D); their
-        # shares 1/D are exact binary fractions when D is a power of two, so the loads are equal
-        key = ce[hc] * (D + 1) + np.where((cd[hc] == hx) | ~even, cd[hc], D)
+        key = ce[hc] * D + cd[hc]
         todo = ~known[hx, key]
-        todo[todo] = _first_of_each(hx[todo] * (E * (D + 1)) + key[todo])
         for size, doms in sizes:
             sel = np.flatnonzero(todo & (m[hx] == size))
             if len(sel) == 0:
@@ -468,7 +456,7 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
         dirty = row != rep[e]
         dirty[cd[k]] = True
         rep[e] = row
-        known[:, e * (D + 1):(e + 1) * (D + 1)] = False
+        known[:, e * D:(e + 1) * D] = False
     return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
 
 
