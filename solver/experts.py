@@ -605,30 +605,31 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
 
 # --------------------------------------------------------------------------- GPU-level packing
 def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
-    """Heaviest replica first to the lightest GPU with a free slot that lacks the expert.
-    Returns the GPU of every item. When the greedy corners itself, a swap repairs it."""
-    gpu_of = -np.ones(len(items_e), dtype=np.int64)
-    load = np.zeros(gpus)
-    fill = np.zeros(gpus, dtype=np.int64)
-    experts, eid = np.unique(items_e, return_inverse=True)
-    holds = np.zeros((gpus, len(experts)), dtype=bool)
-    for i in np.argsort(-items_w, kind="stable"):
-        ok = (fill < K) & ~holds[:, eid[i]]
-        if ok.any():
-            g = int(np.argmin(np.where(ok, load, np.inf)))
-        else:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
-            g_free = int(np.flatnonzero(fill < K)[0])
-            j = next(j for j in range(len(items_e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
-                     and not holds[g_free, eid[j]] and not holds[gpu_of[j], eid[i]])
-            g = int(gpu_of[j])
-            holds[g, eid[j]] = False; load[g] -= items_w[j]; fill[g] -= 1
+    """Heaviest replica first to the lightest GPU with a free slot that lacks the expert (the first
+    such GPU on ties). Returns the GPU of every item. When the greedy corners itself, a swap repairs
+    it. Plain Python: a domain has a few dozen GPUs, fewer than numpy pays off on per item."""
+    e, w = items_e.tolist(), items_w.tolist()
+    gpu_of = [-1] * len(e)
+    load, fill = [0.0] * gpus, [0] * gpus
+    holds = [set() for _ in range(gpus)]
+    for i in np.argsort(-items_w, kind="stable").tolist():
+        g, low = -1, math.inf
+        for h in range(gpus):
+            if fill[h] < K and load[h] < low and e[i] not in holds[h]:
+                g, low = h, load[h]
+        if g < 0:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
+            g_free = fill.index(next(f for f in fill if f < K))
+            j = next(j for j in range(len(e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
+                     and e[j] not in holds[g_free] and e[i] not in holds[gpu_of[j]])
+            g = gpu_of[j]
+            holds[g].discard(e[j]); load[g] -= w[j]; fill[g] -= 1
             gpu_of[j] = g_free
-            holds[g_free, eid[j]] = True; load[g_free] += items_w[j]; fill[g_free] += 1
+            holds[g_free].add(e[j]); load[g_free] += w[j]; fill[g_free] += 1
         gpu_of[i] = g
-        holds[g, eid[i]] = True
-        load[g] += items_w[i]
+        holds[g].add(e[i])
+        load[g] += w[i]
         fill[g] += 1
-    return gpu_of
+    return np.array(gpu_of, dtype=np.int64)
 
 
 def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=PACKING_ROUNDS):

@@ -384,6 +384,38 @@ def test_pair_counts_equals_the_full_scan(m, seed, lw, top, dispatch):
     assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 5), st.data())
+def test_greedy_packing_puts_each_replica_on_the_lightest_allowed_gpu(gpus, K, data):
+    """_pack_greedy's rule, checked step by step: replicas heaviest first (stable), each on the
+    lightest GPU (first on ties) with a free slot that lacks its expert, whenever one exists; the
+    result holds K replicas per GPU and no expert twice on a GPU."""
+    from solver.experts import _pack_greedy
+
+    counts = data.draw(st.lists(st.integers(1, gpus), min_size=K, max_size=3 * K + 3))
+    items_e = np.repeat(np.arange(len(counts)), counts)[:gpus * K]
+    if len(items_e) < gpus * K:
+        return
+    items_w = np.array(data.draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]) | st.floats(0.0, 1.0),
+                                          min_size=len(items_e), max_size=len(items_e))))
+    try:
+        got = _pack_greedy(items_e, items_w, gpus, K)
+    except StopIteration:          # no placement without an expert twice on a GPU
+        return
+    assert (np.bincount(got, minlength=gpus) == K).all()
+    assert len(set(zip(got.tolist(), items_e.tolist()))) == len(items_e)
+    load, fill, holds, want = np.zeros(gpus), np.zeros(gpus, int), [set() for _ in range(gpus)], {}
+    for i in np.argsort(-items_w, kind="stable"):
+        ok = [g for g in range(gpus) if fill[g] < K and items_e[i] not in holds[g]]
+        if not ok:                 # cornered: a repair swap moves an earlier item, not checked here
+            return
+        want[i] = g = min(ok, key=lambda g: (load[g], g))
+        load[g] += items_w[i]
+        fill[g] += 1
+        holds[g].add(items_e[i])
+    assert got.tolist() == [want[i] for i in range(len(items_e))]
+
+
 def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
     from solver.experts import pair_counts
 
