@@ -146,7 +146,7 @@ def _route(scores: np.ndarray, n_group: int, topk_group: int, top_k: int) -> np.
         top2 = min(2, size)
         gscore = np.partition(gs, size - top2, axis=2)[:, :, size - top2:].sum(axis=2)
         keep = np.sort(_topk(gscore, topk_group), axis=1)            # [T, topk_group]
-        sub = np.take_along_axis(gs, keep[:, :, None], axis=1).reshape(T, topk_group * size)
+        sub = gs[np.arange(T)[:, None], keep].reshape(T, topk_group * size)
         local = _topk(sub, top_k)
         return keep[np.arange(T)[:, None], local // size] * size + local % size
     return _topk(scores, top_k)
