@@ -265,33 +265,44 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     E, D, P = len(load), len(m), int(m.sum())
     load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
-    rows = np.arange(E)
+    cols = np.arange(D)
+    # every (expert, domain) candidate's counts, loads and replica loads with one more replica
+    # there; a row changes only when its expert gets a replica, so rows are kept and redone then
+    nn_all = np.repeat(n, D, axis=0)
+    nn_all[np.arange(E * D), np.tile(cols, E)] += 1
+
+    def priced(rows):
+        c = load[rows // D, None] * domain_share(nn_all[rows], w, dispatch, home[rows // D])
+        return c, np.where(nn_all[rows] > 0, c / np.maximum(nn_all[rows], 1), 0.0)
+
+    new_c_all, new_rep_all = priced(np.arange(E * D))
+    contrib = load[:, None] * domain_share(n, w, dispatch, home)
+    rep = np.where(n > 0, contrib / np.maximum(n, 1), 0.0)
+    small, dirty = np.zeros(D), np.ones(D, dtype=bool)
     while free.sum() > 0:
-        share = domain_share(n, w, dispatch, home)
-        contrib = load[:, None] * share
         L = contrib.sum(axis=0)
-        rep = np.where(n > 0, contrib / np.maximum(n, 1), 0.0)
-        # per-domain largest, second largest and smallest replica load
-        order = np.argsort(-rep, axis=0)
-        top1_e = order[0]
-        top1 = rep[top1_e, np.arange(D)]
-        top2 = rep[order[1], np.arange(D)] if E > 1 else np.zeros(D)
+        # per-domain largest and second largest replica load
+        top1_e = np.argmax(rep, axis=0)
+        top1 = rep[top1_e, cols]
+        if E > 1:
+            rest = rep.copy()
+            rest[top1_e, cols] = -np.inf
+            top2 = rest.max(axis=0)
+        else:
+            top2 = np.zeros(D)
         # the K - 1 lightest replicas of each domain (with multiplicity) share a GPU with the heaviest
-        small = np.zeros(D)
-        for d in range(D):
+        for d in np.flatnonzero(dirty):
             es = np.flatnonzero(n[:, d] > 0)
             vals = np.repeat(rep[es, d], n[es, d])
             small[d] = np.sort(vals)[:K - 1].sum() if K > 1 else 0.0
         ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
         if len(ce) == 0:
             raise ValueError("free slots left but no expert can take them (slots per GPU too large)")
-        nn = n[ce].copy()
-        nn[np.arange(len(ce)), cd] += 1
-        new_c = load[ce, None] * domain_share(nn, w, dispatch, home[ce])
+        idx = ce * D + cd
+        new_c, new_rep = new_c_all[idx], new_rep_all[idx]
         newL = L[None, :] + new_c - contrib[ce]
-        new_rep = new_c / np.maximum(nn, 1)
         excl = np.where(top1_e[None, :] == ce[:, None], top2[None, :], top1[None, :])
-        rmax = np.maximum(excl, np.where(nn > 0, new_rep, 0.0))
+        rmax = np.maximum(excl, new_rep)
         Jd = np.maximum(newL / m[None, :], rmax + small[None, :]) * P
         # the busiest domain first, then the total overload of all domains (so a slot of a hot
         # domain is not spent on another domain's load), then locality
@@ -300,6 +311,16 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
         k = int(np.argmin(Jd.max(axis=1) + overload_weight * over - locality_weight * gain))
         n[ce[k], cd[k]] += 1
         free[cd[k]] -= 1
+        # only this expert's row changes: its loads, its candidates, the domains it touches
+        e = ce[k]
+        rows = np.arange(e * D, (e + 1) * D)
+        nn_all[rows] = n[e]
+        nn_all[rows, cols] += 1
+        new_c_all[rows], new_rep_all[rows] = priced(rows)
+        contrib[e] = load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0]
+        row = np.where(n[e] > 0, contrib[e] / np.maximum(n[e], 1), 0.0)
+        dirty = (row != rep[e]) | (cols == cd[k])
+        rep[e] = row
     return n, home
 
 

@@ -416,6 +416,58 @@ def test_greedy_packing_puts_each_replica_on_the_lightest_allowed_gpu(gpus, K, d
     assert got.tolist() == [want[i] for i in range(len(items_e))]
 
 
+def _domain_counts_by_full_scan(load, group_of, m, K, lw, ow, spread, dispatch):
+    """domain_counts' rule priced plainly: for every free slot, every domain's load L_d and replica
+    loads from scratch, then every (expert, domain) candidate's counts rebuilt and its bound
+    J_d = max(L_d / m_d, heaviest replica + the K - 1 lightest before the slot) x P; the first best wins."""
+    from solver.experts import _start
+
+    E, D, P = len(load), len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, K, spread)
+    free = K * m - n.sum(axis=0)
+    while free.sum() > 0:
+        contrib = load[:, None] * domain_share(n, w, dispatch, home)
+        L = contrib.sum(axis=0)
+        small = [sum(sorted(contrib[e, d] / n[e, d] for e in range(E) for _ in range(n[e, d]))[:K - 1])
+                 for d in range(D)]
+        best = None
+        for e, d in zip(*np.nonzero((n < m[None, :]) & (free[None, :] > 0))):
+            trial = n.copy()
+            trial[e, d] += 1
+            new = load[e] * domain_share(trial[e:e + 1], w, dispatch, home[e:e + 1])[0]
+            Jd = []
+            for x in range(D):
+                reps = [contrib[f, x] / n[f, x] for f in range(E) if f != e and n[f, x] > 0]
+                if trial[e, x] > 0:
+                    reps.append(new[x] / trial[e, x])
+                Jd.append(max((L[x] + new[x] - contrib[e, x]) / m[x], max(reps) + small[x]) * P)
+            Jd = np.array(Jd)
+            gain = load[e] * w[d] * D if n[e, d] == 0 else 0.0
+            score = Jd.max() + ow * np.maximum(Jd - 1.0, 0.0).sum() - lw * gain
+            if best is None or score < best[0]:
+                best = (score, e, d)
+        n[best[1], best[2]] += 1
+        free[best[2]] -= 1
+    return n, home
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([(2, 2), (3, 3, 3), (2, 4), (4, 4, 4, 4)]), st.integers(2, 4), st.integers(0, 2**32 - 1),
+       st.booleans(), st.sampled_from(["home", "even", "local"]))
+def test_domain_counts_equals_the_full_scan(m, K, seed, spread, dispatch):
+    """The incremental slot filling (kept candidate rows, only the changed domains' lightest replicas
+    redone) picks the slots the plain full scan picks."""
+    from solver.experts import domain_counts
+
+    m = np.array(m)
+    E = int(m.sum()) + 2
+    load = np.random.default_rng(seed).zipf(1.7, E).astype(float)
+    group_of = np.arange(E) // 2
+    got, _ = domain_counts(load, group_of, m, K, dispatch, 0.05, 0.3, spread)
+    want, _ = _domain_counts_by_full_scan(load, group_of, m, K, 0.05, 0.3, spread, dispatch)
+    assert (got == want).all()
+
+
 def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():
     from solver.experts import pair_counts
 
