@@ -374,22 +374,18 @@ def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
 
 def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray, z: np.ndarray,
                      v_new: np.ndarray) -> np.ndarray:
-    """:func:`_pair_sums` after a change, without sorting: ``a[rows, 2m]`` sorted loads (one domain's
-    replicas, free slots as 0); per row ``k_old`` copies of ``v_old`` and ``z`` (0 or 1) zeros are
-    taken out and ``k_old + z`` copies of ``v_new`` put in. The changed row is the sorted rest with
-    the new copies merged in at their rank, so this equals ``_pair_sums`` of the changed rows sorted
-    (tests/test_experts.py checks it against that). Returns [rows, m]."""
-    k_new = k_old + z
+    """:func:`_pair_sums` after a change: ``a[rows, 2m]`` sorted loads (one domain's replicas, free
+    slots as 0); per row the ``k_old`` copies of ``v_old`` (contiguous in ``a``) and, when ``z`` is 1,
+    one free slot take the load ``v_new``; the rows are sorted again (nearly sorted already) and
+    paired. Equal to ``_pair_sums`` of the changed multiset (tests/test_experts.py). Returns [rows, m]."""
     lo = (a < v_old[:, None]).sum(axis=1)
-    # where the new copies start in the merged order: the loads below v_new that stay
-    p = (a < v_new[:, None]).sum(axis=1) - z * (v_new > 0) - k_old * (v_old < v_new)
     j = np.arange(2 * m)[None, :]
-    i = np.where(j < p[:, None], j, j - k_new[:, None])           # index into the rest
-    i = np.maximum(i, 0) + z[:, None]
-    i = i + np.where(i >= lo[:, None], k_old[:, None], 0)          # skip the removed copies
-    rest = np.take_along_axis(a, np.minimum(i, 2 * m - 1), axis=1)
-    merged = np.where((j >= p[:, None]) & (j < (p + k_new)[:, None]), v_new[:, None], rest)
-    return merged[:, m - 1::-1] + merged[:, m:]
+    out = np.where((j >= lo[:, None]) & (j < (lo + k_old)[:, None]), v_new[:, None], a)
+    r = np.flatnonzero(z)
+    # a free slot: the first 0 outside the replaced copies (they are the leading zeros when v_old is 0)
+    out[r, np.where(v_old[r] == 0, k_old[r], 0)] = v_new[r]
+    out.sort(axis=1)
+    return out[:, m - 1::-1] + out[:, m:]
 
 
 def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: int, overload_weight: float):

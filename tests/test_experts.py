@@ -313,9 +313,9 @@ def test_pair_sums_is_the_best_two_slot_packing(vals):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.0, 4.0), max_size=9),
        st.integers(0, 3), st.integers(0, 1), st.integers(0, 2),
-       st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0), st.sampled_from([0.5, 1.0, 3.0]))
+       st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0), st.sampled_from([0.0, 0.5, 1.0, 3.0]))
 def test_pair_sums_after_a_change_equal_sorting_the_changed_loads(others, k_old, z, zeros, v_new, v_old):
-    """pair_counts prices a candidate by merging it into the sorted loads; the oracle sorts the
+    """pair_counts prices a candidate by changing the sorted loads in place; the oracle sorts the
     changed multiset (k_old copies of v_old and z zeros out, k_old + z copies of v_new in)."""
     from solver.experts import _pair_sums, _pair_sums_after
 
