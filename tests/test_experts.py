@@ -310,7 +310,7 @@ def test_pair_sums_is_the_best_two_slot_packing(vals):
     assert ps.max() == pytest.approx(_best_pairing(list(vals)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.0, 4.0), max_size=9),
        st.integers(0, 3), st.integers(0, 1), st.integers(0, 2),
        st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0), st.sampled_from([0.0, 0.5, 1.0, 3.0]))
@@ -367,7 +367,7 @@ def _pair_counts_by_full_scan(load, group_of, m, lw, ow, top, dispatch):
     return _pair_repair(n, home, load, w, m, dispatch, ow), home
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.sampled_from([(4, 4), (4, 4, 4), (3, 5), (4, 4, 4, 4), (2, 3, 3)]), st.integers(0, 2**32 - 1),
        st.sampled_from([0.4, 1.5]), st.sampled_from([4, 64]), st.sampled_from(["home", "even", "local"]))
 def test_pair_counts_equals_the_full_scan(m, seed, lw, top, dispatch):
@@ -451,7 +451,7 @@ def _domain_counts_by_full_scan(load, group_of, m, K, lw, ow, spread, dispatch):
     return n, home
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(st.sampled_from([(2, 2), (3, 3, 3), (2, 4), (4, 4, 4, 4)]), st.integers(2, 4), st.integers(0, 2**32 - 1),
        st.booleans(), st.sampled_from(["home", "even", "local"]))
 def test_domain_counts_equals_the_full_scan(m, K, seed, spread, dispatch):
