@@ -153,8 +153,7 @@ def _layout_and_training(model, stack, precision, seq_len, gbs, from_files, gpus
     else:
         if gbs is None:
             raise InputError("--gbs: give the global batch (or --from megatron/args.txt of an emitted plan)")
-        *rest, dispatcher = layout
-        cfg = _config(*rest, dispatcher or prof.dispatcher)
+        cfg = _config(*layout)  # dispatcher None: the stack's, or alltoall where the fabric cannot run it (predict)
         try:
             training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs, recipe=recipe,
