@@ -413,8 +413,9 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
                     - locality_weight x (load that a new domain keeps local),
 
     free slots counting as empty (0) replicas. Incremental: a slot changes one expert's row, so
-    only the domains whose loads it changed are priced again, and every candidate's domains are
-    priced together (one merge per distinct domain size). Returns (n, home)."""
+    only the domains whose loads it changed are priced again (and only that expert's candidates'
+    loads are redone), and every candidate's domains are priced together (one call per distinct
+    domain size). Returns (n, home)."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
     E, D, P = len(load), len(m), int(m.sum())
@@ -426,6 +427,15 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
     sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
     known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
     priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
+    # every (expert, new domain) candidate's replica loads with one more replica there
+    cand_n = np.repeat(n, D, axis=0)
+    cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+
+    def cand_rep(rows):
+        e = rows // D
+        return load[e, None] * domain_share(cand_n[rows], w, dispatch, home[e]) / np.maximum(cand_n[rows], 1)
+
+    cand_rep_all = cand_rep(np.arange(E * D))
     while free.sum() > 0:
         known[dirty] = False
         for d in np.flatnonzero(dirty):
@@ -437,10 +447,7 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
             ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
-        C = np.arange(len(ce))
-        nn = n[ce].copy()
-        nn[C, cd] += 1
-        new_rep = load[ce, None] * domain_share(nn, w, dispatch, home[ce]) / np.maximum(nn, 1)
+        new_rep = cand_rep_all[ce * D + cd]
         new_cost = np.tile(cost, (len(ce), 1))
         peak = np.tile(peak0, (len(ce), 1))
         # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
@@ -474,6 +481,10 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
         dirty[cd[k]] = True
         rep[e] = row
         known[:, e * D:(e + 1) * D] = False
+        rows = np.arange(e * D, (e + 1) * D)
+        cand_n[rows] = n[e]
+        cand_n[rows, np.arange(D)] += 1
+        cand_rep_all[rows] = cand_rep(rows)
     return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
 
 
