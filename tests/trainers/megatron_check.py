@@ -128,6 +128,11 @@ CONFIG_FIELDS = (
     "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
     "yarn_mscale", "yarn_mscale_all_dim", "yarn_correction_range_round_to_int", "moe_router_enable_expert_bias",
     "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "activation_func",
+    # hybrid mixers (issue 23 hybrids): Gated DeltaNet, DeepSeek sparse attention, Mamba-2
+    "experimental_attention_variant", "linear_attention_freq", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim", "attention_output_gate",
+    "dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "is_hybrid_model", "mamba_state_dim",
+    "mamba_head_dim", "mamba_num_groups", "mamba_num_heads",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
@@ -143,6 +148,7 @@ ARG_FIELDS = (
     # what pretrain_gpt.py's model_provider hands GPTModel besides the TransformerConfig
     "position_embedding_type", "use_rope_scaling", "rope_scaling_factor", "rotary_seq_len_interpolation_factor",
     "untie_embeddings_and_output_weights", "vocab_size", "make_vocab_size_divisible_by",
+    "hybrid_layer_pattern",   # pretrain_hybrid.py's HybridModel reads it from the args
 )
 
 _recorded: list[tuple[str, list[int]]] = []
