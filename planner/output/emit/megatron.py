@@ -514,7 +514,7 @@ def parse_args_file(text: str) -> list[str]:
 def files(ctx: EmitContext) -> dict[str, str]:
     env = megatron_env(ctx)
     env_lines = [
-        "# Environment for megatron/args.txt (source it before pretrain_gpt.py).",
+        f"# Environment for megatron/args.txt (source it before {entry_script(ctx.model)}).",
         f"# Plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, {ctx.world} x {ctx.gpu}.",
     ]
     if not needs_max_connections(ctx):
