@@ -19,6 +19,9 @@ this runs, in one process (imports cost ~10 s, each check well under a second):
    first forward step; our forward_step_func raises a sentinel there, so reaching it means every
    step-start check passed. No layer runs: the stand-ins only carry the config.
 
+Each result also carries ``flops_per_token``: megatron's own ``num_floating_point_operations(args, 1)``
+(megatron/training/training.py, the figure behind its logged TFLOP/s) over the sequence length.
+
 RESULTS.json holds ``{"fields": {"model": TransformerConfig fields, "ddp": DistributedDataParallelConfig
 fields}, "results": [...]}`` with per job ``{"id", "ok", "stage", "error", "dp", "vpp",
 "groups": {axis: [[ranks]]}, "config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
@@ -98,6 +101,8 @@ import torch.distributed as dist  # noqa: E402
 from megatron.core import parallel_state as ps  # noqa: E402
 from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
 from megatron.training.arguments import parse_args, validate_args  # noqa: E402
+from megatron.core.tokenizers.utils.build_tokenizer import vocab_size_with_padding  # noqa: E402
+from megatron.training.training import num_floating_point_operations  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 GROUPS = {
@@ -255,6 +260,11 @@ def check(job: dict) -> dict:
         out["config"] = {f: _jsonable(getattr(cfg, f, None)) for f in CONFIG_FIELDS}
         out["dp"] = args.data_parallel_size
         out["vpp"] = args.virtual_pipeline_model_parallel_size
+        out["stage"] = "num_floating_point_operations"
+        # the FLOPs megatron logs as throughput (training.py), per token of one sequence; the padded
+        # vocabulary as its tokenizer setup pads it (build_tokenizer.py)
+        args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
+        out["flops_per_token"] = num_floating_point_operations(args, 1) / args.seq_length
         out["stage"] = "initialize_model_parallel"
         _recorded.clear()
         dist.init_process_group("fake", rank=0, world_size=args.world_size, store=FakeStore())

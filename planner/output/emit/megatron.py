@@ -234,6 +234,9 @@ def entry_script(m) -> str:
     return "pretrain_hybrid.py" if hybrid_pattern(m) else "pretrain_gpt.py"
 
 
+HYBRID_FLAG = "--hybrid-layer-pattern"
+
+
 def hybrid_pattern(m, stages=None) -> str | None:
     """Megatron's ``--hybrid-layer-pattern`` for a Mamba hybrid (Nemotron-H): one symbol per block, M
     Mamba, * attention, - MLP, E MoE (megatron/core/models/hybrid/hybrid_layer_allocation.py), with
@@ -272,7 +275,7 @@ def hybrid_args(m, stages=None) -> list[str]:
     a: list[str] = []
     pattern = hybrid_pattern(m, stages)
     if pattern:
-        a.extend(["--hybrid-layer-pattern", pattern])
+        a.extend([HYBRID_FLAG, pattern])
     if m.mamba is not None:
         mb = m.mamba
         a.extend(["--mamba-state-dim", str(mb.state_size), "--mamba-head-dim", str(mb.head_dim),

@@ -26,6 +26,8 @@ from planner.output.emit.megatron import (
     RECIPE_BOOLS,
     REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
+    HYBRID_FLAG,
+    hybrid_pattern,
     parse_args_file,
     rotary_base,
 )
@@ -94,6 +96,18 @@ def _pipeline(model, pp: int, text: str | None, seq_len: int, source: str):
                      f"makes (pp={pp}, vpp={vpp}); predict it with --pp/--vpp instead")
 
 
+def _hybrid_split(flags, model, pp: int, seq_len: int, source: str):
+    """(vpp, pp_first, pp_last) of a ``--hybrid-layer-pattern`` (its ``|`` segments are the pipeline stages);
+    the pattern must be the model's own."""
+    text = _one(flags, HYBRID_FLAG, "", str, source)
+    if text.replace("|", "") != (hybrid_pattern(model) or ""):
+        raise InputError(f"{source}: {HYBRID_FLAG} {text!r} is not --model {model.name}'s block pattern "
+                         f"{hybrid_pattern(model)!r}; give the model the files were written for")
+    if pp == 1 or "|" not in text:
+        return 1, None, None
+    return _split_of(model, pp, [len(seg) for seg in text.split("|")], seq_len, source)
+
+
 def _split_of(model, pp: int, counts: list[int], seq_len: int, source: str):
     """(vpp, pp_first, pp_last) whose planned layout has exactly these decoder layers per stage."""
     if len(counts) % pp:
@@ -130,7 +144,8 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
     seq = _one(flags, F["seq_len"], None, int, source)
     if gbs is None or seq is None:
         raise InputError(f"{source}: {F['gbs']} and {F['seq_len']} are needed to price a step; add them")
-    vpp, first, last = _pipeline(model, pp, _one(flags, F["layout"], None, str, source), seq, source)
+    vpp, first, last = _hybrid_split(flags, model, pp, seq, source) if HYBRID_FLAG in flags else \
+        _pipeline(model, pp, _one(flags, F["layout"], None, str, source), seq, source)
     gran = _one(flags, F["recompute_granularity"], None, str, source)
     recompute = "full" if gran == "full" else (
         "+".join(flags.get(F["recompute_modules"], ["core_attn"])) if gran == "selective" else "none")
