@@ -42,6 +42,9 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
 ``minimax_m2``,               family's own field
 ``hunyuan_v1_moe``
 ``ministral3``                Mistral 3's text model (in a ``mistral3`` wrapper): dense, as ``mistral``
+``qwen3_next``,               hybrids (:mod:`planner.model.hybrids`): per-layer ``mixers`` (Gated
+``nemotron_h``,               DeltaNet, Mamba-2, none) and ``mlp_layers`` with the widths of
+``deepseek_v32``              :mod:`planner.model.mixers`; DeepSeek-V3.2's sparse-attention indexer
 ============================  =====================================================================
 
 Besides the shape, a ModelSpec carries the hyperparameters the trainers must run as the config says
@@ -54,8 +57,8 @@ its transformers config class.
 
 A multimodal wrapper (Llama 4, Mistral 3, Kimi-K2.5) is read as its ``text_config``.
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
-a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
-hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict
+a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (pure Mamba,
+encoders). A config that lacks a field the cost model needs, or whose values contradict
 each other, is refused with an :class:`~planner.errors.InputError` that names the file and the
 field.
 """
