@@ -233,6 +233,10 @@ def hybrid_mismatches(cfg: dict, args: dict, c: dict, want) -> None:
                     "linear_conv_kernel_dim"):
             want(key, c[key], cfg[key])
         want("attention_output_gate", c["attention_output_gate"], True)
+        # Qwen3NextSparseMoeBlock's shared_expert_gate and Qwen3NextRMSNorm's (1 + weight): the modeling code's
+        # fixed traits of the family (no config field)
+        want("moe_shared_expert_gate", c["moe_shared_expert_gate"], True)
+        want("layernorm_zero_centered_gamma", c["layernorm_zero_centered_gamma"], True)
     if mt == "deepseek_v32":
         want("experimental_attention_variant", c["experimental_attention_variant"], "dsa")
         for key, field in (("index_n_heads", "dsa_indexer_n_heads"), ("index_head_dim", "dsa_indexer_head_dim"),

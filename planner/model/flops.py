@@ -275,6 +275,8 @@ def _layer_costs(model: ModelSpec, seq_len: int) -> tuple[LayerCost, ...]:
     h = model.hidden_size
     expert_p = _mlp_params(model, model.moe_ffn_hidden_size, model.mlp_bias) if model.num_experts else 0
     shared_p = _mlp_params(model, model.shared_ffn_hidden_size, False) if model.shared_ffn_hidden_size else 0
+    if shared_p and model.shared_expert_gate:
+        shared_p += h                         # the shared expert's gate, Linear(h, 1)
     dense_p = _mlp_params(model, model.ffn_hidden_size, model.mlp_bias) if model.ffn_hidden_size else 0
     router_p = model.num_experts * h + (model.num_experts if model.router_bias else 0)
     k = model.mlp_matrices

@@ -76,6 +76,8 @@ def _qwen3_next(cfg: dict, source: str) -> dict:
                     f"linear_num_key_heads ({out['_gdn'].num_key_heads})")
     out["_attention_output_gate"] = True      # Qwen3NextAttention: q_proj gives q and its gate
     out["qk_layernorm"] = True                # Qwen3NextAttention: q_norm, k_norm per head
+    out["_shared_expert_gate"] = True         # Qwen3NextSparseMoeBlock: shared_expert_gate Linear(h, 1)
+    out["_norm_zero_centered"] = True         # Qwen3NextRMSNorm: x * (1 + weight)
     return out
 
 
@@ -144,6 +146,7 @@ def spec_fields(cfg: dict) -> dict:
     out: dict[str, Any] = {}
     for key, field in (("_mixers", "mixers"), ("_mlp_layers", "mlp_layers"), ("_gdn", "gdn"), ("_mamba", "mamba"),
                        ("_dsa", "dsa"), ("_attention_output_gate", "attention_output_gate"),
+                       ("_shared_expert_gate", "shared_expert_gate"), ("_norm_zero_centered", "norm_zero_centered"),
                        ("_position_embedding", "position_embedding")):
         if cfg.get(key) is not None:
             v = cfg[key]

@@ -198,6 +198,8 @@ class ModelSpec(BaseModel):
     dsa: SparseIndexer | None = Field(None, description="DeepSeek sparse attention's indexer on every attention "
                                       "layer [index_*]; None = dense attention")
     attention_output_gate: bool = Field(False, description="sigmoid gate on the attention output (Qwen3-Next)")
+    shared_expert_gate: bool = Field(False, description="sigmoid gate (h -> 1) on the shared expert's output (Qwen3-Next)")
+    norm_zero_centered: bool = Field(False, description="norms scale by 1 + weight (zero-centered gamma, Qwen3-Next)")
     position_embedding: str = Field("rope", description="'rope' or 'none' (Nemotron-H's attention has none)")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 

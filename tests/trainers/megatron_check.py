@@ -137,7 +137,7 @@ CONFIG_FIELDS = (
     "experimental_attention_variant", "linear_attention_freq", "linear_key_head_dim", "linear_value_head_dim",
     "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim", "attention_output_gate",
     "dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "is_hybrid_model", "mamba_state_dim",
-    "mamba_head_dim", "mamba_num_groups", "mamba_num_heads",
+    "mamba_head_dim", "mamba_num_groups", "mamba_num_heads", "moe_shared_expert_gate", "layernorm_zero_centered_gamma",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)

@@ -166,6 +166,10 @@ def mixer_overrides(m) -> dict[str, object]:
                   "model.linear_conv_kernel_dim": g.conv_kernel})
     if m.attention_output_gate:
         o["model.attention_output_gate"] = True
+    if m.shared_expert_gate:
+        o["model.moe_shared_expert_gate"] = True
+    if m.norm_zero_centered:
+        o["model.layernorm_zero_centered_gamma"] = True
     if m.dsa is not None:
         o.update({"model.experimental_attention_variant": "dsa", "model.apply_rope_fusion": False,
                   "model.dsa_indexer_n_heads": m.dsa.n_heads, "model.dsa_indexer_head_dim": m.dsa.head_dim,

@@ -292,6 +292,10 @@ def hybrid_args(m, stages=None) -> list[str]:
                   "--dsa-indexer-head-dim", str(m.dsa.head_dim), "--dsa-indexer-topk", str(m.dsa.topk)])
     if m.attention_output_gate:
         a.append("--attention-output-gate")
+    if m.shared_expert_gate:
+        a.append("--moe-shared-expert-gate")
+    if m.norm_zero_centered:   # TransformerConfig.layernorm_zero_centered_gamma
+        a.append("--apply-layernorm-1p")
     return a
 
 
