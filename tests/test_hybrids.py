@@ -259,3 +259,17 @@ def test_any_bad_hybrid_field_is_a_one_line_input_error_never_a_crash(name, data
         spec_from_config(cfg, source="config.json")
     except InputError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("config.json")
+
+
+@pytest.mark.parametrize("name, script", [("nemotron-h-8b-base-8k", "pretrain_hybrid.py"),
+                                          ("qwen3-next-80b-a3b-instruct", "pretrain_gpt.py"),
+                                          ("deepseek-v3.2-exp", "pretrain_gpt.py")])
+def test_the_slurm_task_starts_megatrons_script_for_the_model(name, script):
+    """Megatron-LM builds a Mamba hybrid layer pattern with pretrain_hybrid.py (HybridModel) and the
+    experimental attention variants with pretrain_gpt.py (GPTModel)."""
+    m = _model(name)
+    doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1),
+                   ParallelConfig(tp=1, pp=1, ep=8 if m.num_experts else 1), Training(seq_len=4096, global_batch=64))
+    files = render_files(load_context(doc), ["megatron", "slurm"])
+    assert f"/{script}\"" in files["slurm/task.sh"]
+    assert script in files["megatron/env.sh"].splitlines()[0]
