@@ -145,24 +145,39 @@ def test_dsa_flops_by_hand_against_dense_deepseek_v3():
     assert diff == pytest.approx(6 * layers * per_layer, rel=1e-9)
 
 
-def test_recurrent_states_in_the_saved_activations():
-    """A Nemotron-H Mamba block saves, per token: its norm input, the in_proj input and output, the conv
-    output, the scan output (bf16), the gated norm's output (out_proj input) and one fp32 SSM state per
-    chunk of chunk_size tokens (by hand from the JSON fields)."""
+def test_recurrent_mixers_saved_activations_by_hand():
+    """A Nemotron-H Mamba block saves, per token (megatron-core's memory-efficient path: mamba_ssm keeps
+    zxbcdt and out_x and recomputes the convolution and the states): its norm input, the in_proj input
+    (bf16 here), the in_proj output, the scan output and the out_proj input; a Qwen3-Next GDN layer
+    (fla's chunk_gated_delta_rule saves q, k, v, g, beta and the WY matrix A of 64 per token and value
+    head) saves the in_proj input and output, the convolved q/k/v, A (bf16) with g and beta (fp32), the
+    rule's output and the out_proj input. Neither grows with the sequence."""
     n = _cfg("nemotron-h-8b-base-8k")
     m = _model("nemotron-h-8b-base-8k")
     H, nh, hd, N, G = n["hidden_size"], n["mamba_num_heads"], n["mamba_head_dim"], n["ssm_state_size"], n["n_groups"]
     d = nh * hd
-    per_token = (H * 2 + H * 2 + (2 * d + 2 * G * N + nh) * 2 + (d + 2 * G * N) * 2 + d * 2 + d * 2
-                 + d * N * 4 / n["chunk_size"])
     cfg = ParallelConfig(tp=1, pp=1, mbs=1)
-    t = Training(seq_len=4096, global_batch=64)
-    saved, full = layer_activation_bytes(m, layer_costs(m, 4096)[0], cfg, t)
-    assert saved == full == pytest.approx(per_token * 4096)
+    for s in (4096, 32768):
+        t = Training(seq_len=s, global_batch=64)
+        saved, full = layer_activation_bytes(m, layer_costs(m, s)[0], cfg, t)
+        assert saved == full == pytest.approx((H * 2 + H * 2 + (2 * d + 2 * G * N + nh) * 2 + d * 2 + d * 2) * s)
     # an MLP-only block saves no mixer tensors: norm, fc1 input, fc1 output, fc2 input (squared ReLU)
     F = n["intermediate_size"]
+    t = Training(seq_len=4096, global_batch=64)
     saved, _ = layer_activation_bytes(m, layer_costs(m, 4096)[1], cfg, t)
     assert saved == pytest.approx((H * 2 + H * 2 + F * 2 + F * 2) * 4096)
+    # Qwen3-Next: a GDN layer and an attention layer carry the same MoE terms, so their difference is the mixers'
+    q = _cfg("qwen3-next-80b-a3b-instruct")
+    qn = _model("qwen3-next-80b-a3b-instruct")
+    h, nv = q["hidden_size"], q["linear_num_value_heads"]
+    k, v = q["linear_num_key_heads"] * q["linear_key_head_dim"], nv * q["linear_value_head_dim"]
+    gdn = h * 2 + (2 * k + 2 * v + 2 * nv) * 2 + (2 * k + v) * 2 + nv * (64 * 2 + 8) + v * 2 + v * 2
+    nq, nkv, hdim = q["num_attention_heads"], q["num_key_value_heads"], q["head_dim"]
+    attn = h * 2 + (nq * hdim + 2 * nkv * hdim + nq * hdim) * 2 + nq * hdim * 2 + nq * 4   # q, k, v, gate; o; stats
+    costs = layer_costs(qn, 4096)
+    i_g, i_a = costs[0], next(c for c in costs if c.mixer == "attention")
+    diff = layer_activation_bytes(qn, i_g, cfg, t)[1] - layer_activation_bytes(qn, i_a, cfg, t)[1]
+    assert diff == pytest.approx((gdn - attn) * 4096)
 
 
 @pytest.fixture(scope="module")

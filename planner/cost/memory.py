@@ -157,6 +157,7 @@ WEIGHT_COPY_BYTES = {
 }
 
 RESERVE_GIB = 3.0
+GDN_CHUNK = 64   # fla's chunk_gated_delta_rule chunk length (its WY matrix A is [T, H, 64])
 FRAGMENTATION = 0.05
 
 
@@ -354,18 +355,28 @@ def _attention_act_terms(model: ModelSpec, cfg: ParallelConfig, q: float) -> dic
 
 
 def _recurrent_act_terms(model: ModelSpec, mixer: str, cfg: ParallelConfig, q: float, seq_len: int) -> dict[str, float]:
-    """Saved bytes per token of a Gated DeltaNet or Mamba-2 mixer: the in_proj input, its output, the
-    convolution's output, the gated norm's output (out_proj input) and the chunk states the chunked
-    scan keeps for its backward (one fp32 state per chunk of 64 (GDN) or ``chunk_size`` (Mamba-2)
-    tokens; fla's chunk_gated_delta_rule and mamba_ssm's mamba_chunk_scan_combined), heads split over TP."""
+    """Saved bytes per token of a Gated DeltaNet or Mamba-2 mixer, heads split over TP. Neither kernel
+    keeps its chunk states for the backward (both recompute them):
+
+    * Gated DeltaNet (fla ``ChunkGatedDeltaRuleFunction.save_for_backward``: q, k, v, g, beta and the WY
+      matrix A, [T, H, 64] in bf16): the in_proj input and output, the convolved q/k/v (bf16), A, g and
+      beta (fp32) per value head, the rule's output (the gated norm's input) and the norm's output
+      (out_proj input).
+    * Mamba-2 (megatron-core's memory-efficient path, mamba_ssm ``MambaSplitConv1dScanCombinedFn``:
+      zxbcdt, out_x, the norm's rstd; the convolution and states are recomputed): the in_proj input and
+      output, the scan's output and the out_proj input.
+
+    ``seq_len`` is unused: the saved bytes per token do not grow with the sequence."""
     h, tp = model.hidden_size, cfg.tp
-    m = model.gdn if mixer == "gdn" else model.mamba
-    inner = m.value_dim if mixer == "gdn" else m.inner
-    chunk = 64 if mixer == "gdn" else m.chunk_size
-    return {"attn_input": h * q / tp,
-            "recurrent": (m.in_width * 2 + m.conv_dim * 2 + inner * 2) / tp,
-            "attn_out": inner * q / tp,
-            "recurrent_states": m.state_elements() * 4 / (chunk * tp) if seq_len > chunk else 0.0}
+    if mixer == "gdn":
+        g = model.gdn
+        return {"attn_input": h * q / tp,
+                "recurrent": (g.in_width * 2 + g.conv_dim * 2 + g.num_value_heads * (GDN_CHUNK * 2 + 8)
+                              + g.value_dim * 2) / tp,
+                "attn_out": g.value_dim * q / tp}
+    mb = model.mamba
+    return {"attn_input": h * q / tp, "recurrent": (mb.in_width * 2 + mb.inner * 2) / tp,
+            "attn_out": mb.inner * q / tp}
 
 
 def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: float, seq_len: int = 0) -> dict[str, float]:
