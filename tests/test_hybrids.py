@@ -288,3 +288,26 @@ def test_the_slurm_task_starts_megatrons_script_for_the_model(name, script):
     files = render_files(load_context(doc), ["megatron", "slurm"])
     assert f"/{script}\"" in files["slurm/task.sh"]
     assert script in files["megatron/env.sh"].splitlines()[0]
+
+
+@pytest.mark.parametrize("name, flag, value", [
+    ("qwen3-next-80b-a3b-instruct", "--linear-num-value-heads", "16"),
+    ("qwen3-next-80b-a3b-instruct", "--attention-output-gate", None),
+    ("deepseek-v3.2-exp", "--dsa-indexer-topk", "1024"),
+    ("nemotron-h-8b-base-8k", "--mamba-state-dim", "64"),
+])
+def test_read_back_refuses_args_with_other_mixers(name, flag, value):
+    """``predict --from megatron/args.txt`` prices the files only when they build this model's mixers: a changed
+    width or a dropped flag names the flag."""
+    from planner.output.emit.megatron import megatron_args
+    from planner.output.emit.readback import megatron_setup
+
+    m = _model(name)
+    doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1),
+                   ParallelConfig(tp=1, pp=1, ep=8 if m.num_experts else 1), Training(seq_len=4096, global_batch=64))
+    args = megatron_args(load_context(doc))
+    megatron_setup(args, m, 8)                              # as written: read back
+    i = args.index(flag)
+    bad = args[:i] + args[i + 1:] if value is None else args[:i + 1] + [value] + args[i + 2:]
+    with pytest.raises(InputError, match=rf"{flag} is .* but --model"):
+        megatron_setup(bad, m, 8)

@@ -235,6 +235,12 @@ def entry_script(m) -> str:
 
 
 HYBRID_FLAG = "--hybrid-layer-pattern"
+# the flags hybrid_args writes for the mixers (read back and compared by planner.output.emit.readback)
+MIXER_FLAGS = ("--experimental-attention-variant", "--linear-attention-freq", "--linear-key-head-dim",
+               "--linear-value-head-dim", "--linear-num-key-heads", "--linear-num-value-heads",
+               "--linear-conv-kernel-dim", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
+               "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--mamba-num-heads",
+               "--attention-output-gate", "--moe-shared-expert-gate", "--apply-layernorm-1p")
 
 
 def hybrid_pattern(m, stages=None) -> str | None:

@@ -27,6 +27,8 @@ from planner.output.emit.megatron import (
     REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
     HYBRID_FLAG,
+    MIXER_FLAGS,
+    hybrid_args,
     hybrid_pattern,
     parse_args_file,
     rotary_base,
@@ -205,6 +207,20 @@ def _check_hyperparams(flags: dict, model, source: str) -> None:
     if model.num_experts and score is not None and score != model.router_score:
         raise InputError(f"{source}: --moe-router-score-function is {score} but --model {model.name} routes with "
                          f"{model.router_score} (scoring_func); emit the files again for this model")
+    _check_mixers(flags, model, source)
+
+
+def _check_mixers(flags: dict, model, source: str) -> None:
+    """The files build the model's token mixers: every mixer flag (``megatron.MIXER_FLAGS``) as the
+    emitter writes it for this model, none it would not write."""
+    want = {f: v for f, v in parse_flags(hybrid_args(model)).items() if f in MIXER_FLAGS}
+    for flag in MIXER_FLAGS:
+        given = flags.get(flag)
+        if given != want.get(flag):
+            def say(v):
+                return "absent" if v is None else (" ".join(v) or "set")
+            raise InputError(f"{source}: {flag} is {say(given)} but --model {model.name} needs {say(want.get(flag))}; "
+                             "the files build other token mixers: emit them again for this model")
 
 
 def read_args_file(path: Path) -> list[str]:
