@@ -12,7 +12,8 @@ The breakdown splits the same sum into terms (seconds, exposed part only): ``com
 ``terms/host.py``: host time to issue a layer's kernels that its GPU work does not cover), ``imbalance`` (slowest
 rank over the mean rank, and the busiest expert GPU over the mean), ``pp_bubble``, ``pp_p2p``,
 ``dp_comm``, ``optimizer``, ``offload`` (the wait for CPU activation offload copies, ``terms/offload.py``;
-0 without ``Recipe.cpu_offload_layers``). The terms add up to ``step_time_s``.
+0 without ``Recipe.cpu_offload_layers``), ``sync`` (the wait for the slowest of the world's GPUs, a share of
+the other terms, ``terms/sync.py``). The terms add up to ``step_time_s``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from planner.cost.terms import host as HOST
 from planner.cost.terms import offload as OFF
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
+from planner.cost.terms import sync as SYNC
 from planner.cost.terms import tensor_parallel as TP
 from planner.cost.terms import exposed
 from planner.model.flops import layer_costs
@@ -39,7 +41,7 @@ from planner.rules import TRAINER_KNOBS, effective_recipe, quantised_params_on
 from topologies.collectives import fabric_for as ff
 
 TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-         "imbalance", "other", "offload")
+         "imbalance", "other", "offload", "sync")
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
 
@@ -506,6 +508,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
     bd["other"] = m * mean["other"]
     bd["offload"] = m * mean["offload"]
+    bd["sync"] = SYNC.sync_time(sum(bd.values()), world)   # the slowest of the world's GPUs (terms/sync.py)
     total = sum(bd.values())
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,

@@ -43,6 +43,7 @@ from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.shape import shape_of_placement
+from planner.cost.terms import sync as SYNC
 from planner.cost.uncertainty import lead, safe_order
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import param_counts
@@ -536,6 +537,7 @@ def _entries(res, b, model, cluster, training, trainer, prof):
             shapes["ep"] = rm.worst_shape(e, cfg.ep, world)
             shapes["edp"] = rm.worst_shape(e * cfg.ep, cfg.edp_for(world), world)
         step_prog = sol.node_value / b.band_scale_of(sol.choice) / BUBBLE * NS
+        step_prog *= 1.0 + SYNC.sync_factor(world)   # the slowest GPU's share (terms/sync.py), not in the program
         if pred.step_time_s > 0:
             max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)
         entries.append(PlanEntry(cfg, pred, placement, world, gbs, shapes, step_prog))
