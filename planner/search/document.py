@@ -36,7 +36,7 @@ Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
 ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu", "goodput_tokens_per_s"]
 # The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
 Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-               "imbalance", "other", "offload"]
+               "imbalance", "other", "offload", "sync"]
 
 
 class _Strict(BaseModel):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from functools import reduce
 
 import numpy as np
 
@@ -58,6 +57,7 @@ from planner.cost.terms import data_parallel as DPc
 from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
+from planner.cost.terms import sync as SYNC
 from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
@@ -80,10 +80,6 @@ BAND_SCALE = 1000
 def _rc_arg(recompute: str):
     """What the compute and communication terms read of a recompute choice (``steptime.recompute_arg``)."""
     return recompute_arg(ParallelConfig(recompute=recompute))
-
-
-def _lcm(values) -> int:
-    return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
 
 
 def _rank_map(cluster, gpd) -> RankMap:
@@ -789,31 +785,26 @@ class ProgramBuilder:
         gbs_vals = vals["gbs"]
         if self.objective == "robust":   # tokens/s * exp(-h): minimise step * exp(h) / gbs
             total = P.product(total, self._band_factor())
-        if self.objective in ("throughput", "robust"):
-            # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
-            if len(gbs_vals) == 1:
-                P.minimize(total)
-                return
-            lcm = _lcm(gbs_vals)
-            if lcm <= 10 ** 6:
-                w = {(i,): lcm // g for i, g in enumerate(gbs_vals)}
-            else:
-                K = 10 ** 6 * max(gbs_vals)
-                w = {(i,): max(1, round(K / g)) for i, g in enumerate(gbs_vals)}
-                self.notes.append("global-batch weights rounded to 1e-6 relative")
-            P.minimize(total, self.idx("gbs"), w)
-            return
-        # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
-        fpt = {t: _flops_per_token(self.model, tr.seq_len, t, self.profile.flops_formula) for t in vals["tp"]}
-        ratios = {}
+        # the step also waits for the slowest of its W GPUs: (1 + sync_factor(W)) x the program's total
+        # (terms/sync.py; predict adds it as the breakdown's "sync"), a weight over tp, cp, pp, dp
+        sync = {}
         for ix, a in self.combos("tp", "cp", "pp", "dp", "gbs"):
-            w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
-            ratios[ix] = w / (a["gbs"] * fpt[a["tp"]])
+            sync[ix] = 1.0 + SYNC.sync_factor(a["tp"] * a["cp"] * a["pp"] * a["dp"])
+        if self.objective in ("throughput", "robust"):
+            # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (1 + sync) / gbs
+            ratios = {ix: f / vals["gbs"][ix[-1]] for ix, f in sync.items()}
+        else:
+            # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
+            fpt = {t: _flops_per_token(self.model, tr.seq_len, t, self.profile.flops_formula) for t in vals["tp"]}
+            ratios = {}
+            for ix, a in self.combos("tp", "cp", "pp", "dp", "gbs"):
+                w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
+                ratios[ix] = sync[ix] * w / (a["gbs"] * fpt[a["tp"]])
         lo = min(ratios.values())
         K = 10 ** 6 / lo
         P.minimize(total, self.idx("tp", "cp", "pp", "dp", "gbs"),
                    {k: max(1, round(r * K)) for k, r in ratios.items()})
-        self.notes.append("per-GPU objective weights rounded to 1e-6 relative")
+        self.notes.append("objective weights (global batch, world size, FLOPs) rounded to 1e-6 relative")
 
     # -- reading a solution ----------------------------------------------------------------------
     def assignment(self, choice) -> dict:

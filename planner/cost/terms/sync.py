@@ -25,7 +25,7 @@ from __future__ import annotations
 from functools import lru_cache
 from statistics import NormalDist
 
-SIGMA_GPU = 0.010   # relative spread of one GPU's speed (Sinha et al. SC'22: 8% range over ~4,000 GPUs)
+SIGMA_GPU = 0.015   # relative spread of one GPU's pace: between Sinha et al. (1.0%) and PRISM (2.0%); docstring
 
 
 @lru_cache(maxsize=4096)
