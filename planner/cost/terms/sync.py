@@ -6,7 +6,11 @@ Large-Scale, Accelerator-Rich Systems" (SC'22, arXiv:2208.11035v3) measured over
 clusters (Summit, Vortex, Frontera, Longhorn, Corona; thousands of GPUs each) running the same kernels:
 8% average performance variation between the fastest and slowest GPU of a cluster (max 22%), outliers
 aside. For n normal draws the expected range is about ``2 sqrt(2 ln n)`` standard deviations; with
-n ~ 4,000 GPUs that is 8.1 sigma, so sigma ~ 8% / 8.1 = 1.0% of a GPU's speed (``SIGMA_GPU``).
+n ~ 4,000 GPUs that is 8.1 sigma, so sigma ~ 8% / 8.1 = 1.0% of a GPU's speed. Golden et al., "PRISM:
+Probabilistic Runtime Insights and Scalable Performance Modeling for Large-Scale Distributed Training"
+(Meta, arXiv:2510.15596) measured up to 14% variation in GPU performance on GEMM workloads across current
+training hardware and deployments and 9% GPU time variability at 64K GPUs: sigma ~ 1-2%. ``SIGMA_GPU`` =
+1.5%, between the two (not fitted to the scaling series; bench/scaling.py would prefer 2.0%).
 
 Synchronous training joins every rank at least once a step (the data-parallel reduction, the pipeline's
 send/receive chain, TP and EP collectives inside each group), so the step runs at the pace of the slowest
@@ -25,7 +29,7 @@ from __future__ import annotations
 from functools import lru_cache
 from statistics import NormalDist
 
-SIGMA_GPU = 0.015   # relative spread of one GPU's pace: between Sinha et al. (1.0%) and PRISM (2.0%); docstring
+SIGMA_GPU = 0.015   # relative spread of one GPU's pace: between Sinha et al. (1.0%) and PRISM (~2%)
 
 
 @lru_cache(maxsize=4096)
