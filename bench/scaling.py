@@ -1,4 +1,4 @@
-"""Scaling retention, predicted against measured, per published series (bench/data/scaling.csv).
+"""Scaling retention, predicted against measured, per published series (bench/data/scaling/scaling.csv).
 
 Run: ``python bench/scaling.py [CSV]``
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT_CSV = ROOT / "bench" / "data" / "scaling.csv"
+DEFAULT_CSV = ROOT / "bench" / "data" / "scaling" / "scaling.csv"
 
 
 def main(argv: list[str]) -> int:

@@ -98,12 +98,12 @@ def test_ddp_buckets_follow_megatron_core():
 
 
 def test_scaling_series_retention():
-    """bench/data/scaling.csv: predicted against measured retention at each series' largest count."""
+    """bench/data/scaling/scaling.csv: predicted against measured retention at each series' largest count."""
     from pathlib import Path
 
     from planner.cost.retention import series_retention, summary
     from planner.cost.validate import read_rows
-    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling.csv"
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
     assert sm["series"] == 28

@@ -5,7 +5,7 @@ value: one model, GPU, stack and layout, run at several GPU counts (weak scaling
 with the GPUs; strong scaling: it does not). Retention at N GPUs is the per-GPU throughput at N over the
 per-GPU throughput at the series' smallest count, for the measured rows and for the step-time model's
 predictions of the same rows (``planner.cost.validate.validate_rows``). ``bench/scaling.py`` prints it;
-tests/test_scaling.py asserts it on ``bench/data/scaling.csv``.
+tests/test_scale_terms.py asserts it on ``bench/data/scaling/scaling.csv``.
 """
 
 from __future__ import annotations
