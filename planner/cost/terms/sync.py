@@ -20,7 +20,10 @@ the largest order statistic, ``Phi^-1((N - 0.375) / (N + 0.25))``; it grows as `
     t_sync = SIGMA_GPU * e(N) * t_step          (the step's other terms, one GPU's pace)
 
 It is 0 for one GPU and grows with the logarithm of N, not with the work per GPU: the term that bends
-retention for layouts whose communication is all hidden. The step-time model's other terms are fitted at
+retention for layouts whose communication is all hidden. Approximation: the share applies to the whole
+step, exposed communication included (a slow GPU delays the collectives it joins, but the transfer itself
+does not run slower); for communication-bound layouts it is a little pessimistic. It keeps the term a
+factor of the step, which the solver prices exactly as an objective weight over the world size. The step-time model's other terms are fitted at
 some N; retention compares e(N) with e(N0).
 """
 
