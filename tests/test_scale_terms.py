@@ -137,3 +137,27 @@ def test_scale_weak_and_gbs_range_refused(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "--weak" in err and "--gbs-range" in err and "Traceback" not in err
+
+
+def test_dp_leaving_the_scalable_unit_pays_the_spine_and_its_oversubscription():
+    """Llama 3.1 70B, TP4 PP4 CP2 weak-scaled on DGX H100 (SU = 32 nodes): inside one SU the DP group
+    stays on the rail (leaf) switches; at 2,048 GPUs it crosses the spine, where a 4:1 oversubscribed
+    spine quarters the per-GPU bandwidth, so the DP time and the retention lose to the 1:1 fabric."""
+    from planner.cost.placement import group_shapes, make_placement
+
+    model = load_model("llama3-70b")
+    cfg = ParallelConfig(tp=4, pp=4, vpp=5, cp=2, mbs=1)
+
+    def run(n, over):
+        cl = load_cluster("dgx-h100", gpus=n, oversubscription=over)
+        tr = Training(seq_len=8192, global_batch=2 * n, precision="bf16")
+        shape = group_shapes(cl, cfg, make_placement(cl, cfg, n))["dp"]
+        return predict(model, cl, cfg, tr), shape
+
+    small, s_shape = run(64, 1.0)
+    big1, b_shape = run(2048, 1.0)
+    big4, _ = run(2048, 4.0)
+    assert s_shape.tier == 0 and b_shape.tier >= 1       # rail-local in one SU, spine beyond it
+    assert run(64, 4.0)[0].step_time_s == pytest.approx(small.step_time_s)   # inside an SU: no spine
+    assert big4.breakdown["dp_comm"] > big1.breakdown["dp_comm"]
+    assert big4.tokens_per_s_per_gpu < big1.tokens_per_s_per_gpu < small.tokens_per_s_per_gpu
