@@ -161,3 +161,15 @@ def test_dp_leaving_the_scalable_unit_pays_the_spine_and_its_oversubscription():
     assert run(64, 4.0)[0].step_time_s == pytest.approx(small.step_time_s)   # inside an SU: no spine
     assert big4.breakdown["dp_comm"] > big1.breakdown["dp_comm"]
     assert big4.tokens_per_s_per_gpu < big1.tokens_per_s_per_gpu < small.tokens_per_s_per_gpu
+
+
+def test_retention_from_tflops_when_tokens_are_not_stated():
+    from planner.cost.retention import series_retention
+    from planner.cost.validate import read_rows
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
+    rows = [r for r in read_rows(path) if r["series"] == "dgxc-24.09-l70-bf16"]
+    with_tokens = series_retention(rows)[0]
+    without = series_retention([dict(r, tokens_per_s_per_gpu="") for r in rows])[0]
+    assert without.measured == pytest.approx(with_tokens.measured, rel=2e-3)   # the published figures, rounded
+    assert without.predicted == pytest.approx(with_tokens.predicted, rel=5e-4)   # validate rounds to 0.1

@@ -31,9 +31,11 @@ class SeriesRetention:
         return 100.0 * (self.predicted[-1] - self.measured[-1])
 
 
-def _per_gpu(row: dict, measured: bool) -> float:
-    """Tokens/s per GPU (the measured or the predicted figure) of a validated row."""
-    return row["measured_tokens_per_s_per_gpu" if measured else "predicted_tokens_per_s_per_gpu"]
+def _per_gpu(rows: list[dict], measured: bool) -> list[float]:
+    """Per-GPU throughput of validated rows, measured or predicted: tokens/s when every row states it,
+    else model TFLOP/s (one model and sequence length per series: the ratio is the same)."""
+    kind = "tokens_per_s_per_gpu" if all(r["measured_tokens_per_s_per_gpu"] for r in rows) else "tflops_per_gpu"
+    return [r[("measured_" if measured else "predicted_") + kind] for r in rows]
 
 
 def series_retention(rows: list[dict], profile=None, source: str = "CSV") -> list[SeriesRetention]:
@@ -54,8 +56,9 @@ def series_retention(rows: list[dict], profile=None, source: str = "CSV") -> lis
         if len(group) < 2:
             continue
         res = validate_rows(group, profile=profile, source=source)["rows"]
-        meas = [_per_gpu(r, True) for r in res]
-        pred = [_per_gpu(r, False) for r in res]
+        if any(r["refused"] for r in res):
+            continue   # a layout its trainer would not run: no prediction (validate's "refused")
+        meas, pred = _per_gpu(res, True), _per_gpu(res, False)
         out.append(SeriesRetention(
             s, res[0]["model"], res[0]["gpu"], res[0]["stack"], tuple(r["num_gpus"] for r in res),
             tuple(m / meas[0] for m in meas), tuple(p / pred[0] for p in pred)))
