@@ -54,6 +54,14 @@ def _kv_heads_div_tp(m, c, t, world):
         return f"num_query_groups ({m.num_kv_heads}) must be a multiple of tensor_model_parallel_size ({c.tp})"
 
 
+def _kv_heads_tp_megatron(m, c, t, world):
+    # megatron-core 0.19.2 transformer_config.py: the KV groups are split over TP, or each TP rank
+    # holds a replica of one group (TP a multiple of the groups, as AWS's Qwen3 TP8 runs use)
+    if m.num_kv_heads % c.tp and c.tp % m.num_kv_heads:
+        return (f"num_query_groups ({m.num_kv_heads}) must be a multiple or divisor of "
+                f"tensor_model_parallel_size ({c.tp})")
+
+
 def _experts_div_ep(m, c, t, world):
     if c.ep > 1 and not m.num_experts:
         return f"expert_model_parallel_size ({c.ep}) > 1 needs a MoE model (num_moe_experts is not set)"
@@ -627,7 +635,8 @@ RULES: tuple[Rule, ...] = (
     Rule("world_div_model_parallel", ("megatron", "torchtitan", "maxtext"), _world_div_model_parallel),
     Rule("dp_matches_world", ("megatron", "torchtitan", "maxtext"), _dp_matches),
     Rule("heads_div_tp", ("megatron", "torchtitan", "maxtext"), _heads_div_tp),
-    Rule("kv_heads_div_tp", ("megatron", "torchtitan", "maxtext"), _kv_heads_div_tp),
+    Rule("kv_heads_div_tp", ("torchtitan", "maxtext"), _kv_heads_div_tp),
+    Rule("kv_heads_tp_megatron", ("megatron",), _kv_heads_tp_megatron),
     Rule("experts_div_ep", ("megatron", "torchtitan", "maxtext"), _experts_div_ep),
     Rule("expert_grid_div_world", ("megatron",), _expert_grid),
     Rule("etp_only_for_moe", ("megatron",), _etp_only_for_moe),
