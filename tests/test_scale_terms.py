@@ -173,3 +173,21 @@ def test_retention_from_tflops_when_tokens_are_not_stated():
     without = series_retention([dict(r, tokens_per_s_per_gpu="") for r in rows])[0]
     assert without.measured == pytest.approx(with_tokens.measured, rel=2e-3)   # the published figures, rounded
     assert without.predicted == pytest.approx(with_tokens.predicted, rel=5e-4)   # validate rounds to 0.1
+
+
+def test_bucket_latency_on_efa_adds_the_transport_step():
+    """On EFA every NCCL network step is longer by EFA's step latency over InfiniBand's (fabrics.yaml:
+    17.4 - 5.0 = 12.4 us, fitted to nccl-tests on P6-B200): a 64-node ring reduce-scatter, one rank per
+    node, goes from 8.4 + 63 x 14 to 8.4 + 63 x 26.4 us a bucket."""
+    from topologies.collectives import fabric_for
+
+    shape = GroupShape(size=64, per_domain=1, domains=64, tier=1)
+    ib = fabric_for(load_cluster("dgx-h100", gpus=512))
+    efa = fabric_for(load_cluster("aws-p5", gpus=512))
+    assert ib.nccl_latency("reduce_scatter", shape) == pytest.approx(nccl_choice("reduce_scatter", shape)[1])
+    ring_efa = (8.4 + 63 * (14 + 12.4)) * 1e-6
+    pat_efa = (8.0 + 6 * (14 + 12.4) / 3.5 + 64 * 2.8) * 1e-6          # PAT is still the least (one rank a node)
+    assert efa.nccl_latency("reduce_scatter", shape) == pytest.approx(min(ring_efa, pat_efa))
+    two = GroupShape(size=128, per_domain=2, domains=64, tier=1)      # two ranks a node: ring only
+    assert efa.nccl_latency("all_gather", two) == pytest.approx((8.4 + 64 * 3.4 + 63 * 26.4) * 1e-6)
+    assert DP.bucket_latency(two, 4.4e9, efa)[0] == pytest.approx(35 * (8.4 + 64 * 3.4 + 63 * 26.4) * 1e-6)

@@ -527,6 +527,13 @@ class Fabric:
         t = p["p2p_base_us"] + self._step(tier) + _pipe(nbytes / self.net_bw(tier), self._pipe_net(tier))
         return self._low_latency(t, GroupShape(size=2, per_domain=1, domains=2, tier=tier), nbytes)
 
+    def nccl_latency(self, coll: str, shape: GroupShape) -> float:
+        """Seconds of NCCL latency for one latency-bound ``coll`` over ``shape`` on this fabric
+        (``nccl_choice``): NCCL's own constants, each network step longer by what this fabric kind's
+        step latency exceeds InfiniBand's (EFA, TCPXO: fabrics.yaml ``net_step_us``)."""
+        extra = max(0.0, self.kind.latency_us.get("net_step_us", PARAMS["net_step_us"]) - PARAMS["net_step_us"])
+        return nccl_choice(coll, shape, net_extra_us=extra)[1]
+
     # ---- by name --------------------------------------------------------------------------
     def time(self, kind: str, shape: GroupShape, nbytes: float, **kw) -> float:
         kinds = {
@@ -580,7 +587,8 @@ def _log2i(n: int) -> int:
     return max(int(n), 1).bit_length() - 1
 
 
-def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "simple") -> float | None:
+def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "simple",
+                    net_extra_us: float = 0.0) -> float | None:
     """NCCL's latency (us) of one ``coll`` ("all_reduce", "reduce_scatter", "all_gather") by ``algo``
     ("ring", "tree", "collnet", "nvls", "pat") over ``ranks`` ranks on ``nodes`` nodes, as its tuning
     model prices it (None where NCCL does not run that algorithm for that collective)::
@@ -594,14 +602,16 @@ def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "
 
     Ring latency grows linearly with the ranks, tree's and PAT's (nearly) with their logarithm: what makes
     a bandwidth-sized bucket latency-bound on thousands of GPUs. With one rank per node NCCL prices the
-    network step with the tree's NET latency (it is fully exposed)."""
+    network step with the tree's NET latency (it is fully exposed). ``net_extra_us``: what the transport
+    adds to every network step beyond the InfiniBand NCCL's constants assume (``Fabric.nccl_latency``:
+    the fabric kind's step latency over InfiniBand's, topologies/fabrics.py)."""
     p = NCCL_PROTOCOLS.index(proto)
     n, k = max(int(ranks), 1), max(int(nodes), 1)
     ppn = max(n // k, 1)
     if n <= 1:
         return 0.0
     intra = NCCL_HW_US["nvlink"][algo][p]
-    inter = NCCL_HW_US["net"]["tree" if ppn == 1 else algo][p]
+    inter = NCCL_HW_US["net"]["tree" if ppn == 1 else algo][p] + net_extra_us
     base = NCCL_BASE_US[algo][p]
     if algo == "ring":
         steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
@@ -623,7 +633,7 @@ def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "
 
 
 def nccl_choice(coll: str, shape: GroupShape, *, nvls: bool = False, collnet: bool = False,
-                pat: bool = True) -> tuple[str, float]:
+                pat: bool = True, net_extra_us: float = 0.0) -> tuple[str, float]:
     """(algorithm, latency in seconds) NCCL takes for a latency-bound ``coll`` over the group ``shape``:
     the least latency among the algorithms it may run there (ring always; tree for all-reduce; NVLS where
     the NVLink domain has NVLink SHARP, ``nvls``; CollNet where the switches run SHARP, ``collnet``; PAT
@@ -634,7 +644,7 @@ def nccl_choice(coll: str, shape: GroupShape, *, nvls: bool = False, collnet: bo
     algos = ["ring", "tree"] + (["nvls"] if nvls else []) + (["collnet"] if collnet else []) + (["pat"] if pat else [])
     best = None
     for a in algos:
-        lat = nccl_latency_us(coll, a, shape.size, shape.domains)
+        lat = nccl_latency_us(coll, a, shape.size, shape.domains, net_extra_us=net_extra_us)
         if lat is not None and (best is None or lat < best[1]):
             best = (a, lat)
     return best[0], best[1] * 1e-6

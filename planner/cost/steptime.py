@@ -89,6 +89,9 @@ class NetScaled:
         t = self.fabric.p2p(nbytes, tier)
         return t / self.scale if tier >= 0 else t
 
+    def nccl_latency(self, coll, shape):
+        return self.fabric.nccl_latency(coll, shape)   # latency: net.bw scales bandwidth only
+
 
 @dataclass
 class StepTime:

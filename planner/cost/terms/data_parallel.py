@@ -52,13 +52,15 @@ def ddp_buckets(param_count: float, dp_size: int) -> int:
     return math.ceil(param_count / max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * dp_size))
 
 
-def bucket_latency(shape, param_count: float) -> tuple[float, float]:
+def bucket_latency(shape, param_count: float, fabric=None) -> tuple[float, float]:
     """(reduce-scatter, all-gather) seconds of NCCL latency over all buckets of ``param_count``
-    parameters on the group ``shape`` (``topologies.collectives.nccl_choice``)."""
+    parameters on the group ``shape``: ``fabric.nccl_latency`` (the fabric kind's network steps), or
+    NCCL's own constants without a fabric (``topologies.collectives.nccl_choice``)."""
     if shape is None or shape.size <= 1 or param_count <= 0:
         return 0.0, 0.0
     b = ddp_buckets(param_count, shape.size)
-    return b * nccl_choice("reduce_scatter", shape)[1], b * nccl_choice("all_gather", shape)[1]
+    lat = fabric.nccl_latency if fabric is not None else (lambda c, sh: nccl_choice(c, sh)[1])
+    return b * lat("reduce_scatter", shape), b * lat("all_gather", shape)
 
 
 def param_gather_bytes(precision: str, quantised_params: bool) -> float:
@@ -83,7 +85,7 @@ def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_by
     """(reduce-scatter, all-gather) seconds for ``param_count`` parameters over the group ``shape``."""
     if shape is None or shape.size <= 1 or param_count <= 0:
         return 0.0, 0.0
-    lat_rs, lat_ag = bucket_latency(shape, param_count)
+    lat_rs, lat_ag = bucket_latency(shape, param_count, fabric)
     return (fabric.reduce_scatter(shape, param_count * grad_bytes) + lat_rs,
             fabric.all_gather(shape, param_count * param_bytes) + lat_ag)
 
