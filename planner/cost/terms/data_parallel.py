@@ -15,6 +15,9 @@ that micro-batch's compute::
 
     exposed = m * max((1-o) (2 AG + RS), 2 AG + RS - (t_f + t_b))
 
+This module gives the transfers (``dp_time``, ``param_gather_bytes``); how they are exposed is part of
+the step's composition, ``planner.cost.compose`` (``dp_exposed``, ``fsdp_exposed``).
+
 Buckets and NCCL latency: megatron-core reduces and gathers in buckets of ``max(40M, 1M x dp)``
 parameters (``distributed_data_parallel.py``: "larger DP sizes need larger buckets" so that NCCL's ring
 stays bandwidth-bound), one NCCL call each. Every call pays NCCL's latency for the group, which grows with
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import math
 
-from planner.cost.terms import exposed
 from topologies.collectives import nccl_choice
 
 # Megatron-Bridge's performance recipes reduce gradients in BF16: they set
@@ -88,13 +90,3 @@ def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_by
     lat_rs, lat_ag = bucket_latency(shape, param_count, fabric)
     return (fabric.reduce_scatter(shape, param_count * grad_bytes) + lat_rs,
             fabric.all_gather(shape, param_count * param_bytes) + lat_ag)
-
-
-def dp_exposed(t_rs: float, t_ag: float, overlap: float, t_bwd_mb: float, t_fwd_mb: float) -> float:
-    """Exposed DP time per step for the distributed optimizer."""
-    return exposed(t_rs, overlap, t_bwd_mb) + exposed(t_ag, overlap, t_fwd_mb)
-
-
-def fsdp_exposed(t_rs: float, t_ag: float, overlap: float, t_mb: float, microbatches: int) -> float:
-    """Exposed FSDP time per step: per micro-batch 2 all-gathers and a reduce-scatter."""
-    return microbatches * exposed(FSDP_GATHERS * t_ag + t_rs, overlap, t_mb)
