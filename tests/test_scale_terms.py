@@ -191,3 +191,13 @@ def test_bucket_latency_on_efa_adds_the_transport_step():
     two = GroupShape(size=128, per_domain=2, domains=64, tier=1)      # two ranks a node: ring only
     assert efa.nccl_latency("all_gather", two) == pytest.approx((8.4 + 64 * 3.4 + 63 * 26.4) * 1e-6)
     assert DP.bucket_latency(two, 4.4e9, efa)[0] == pytest.approx(35 * (8.4 + 64 * 3.4 + 63 * 26.4) * 1e-6)
+
+
+def test_nccl_nodes_are_the_even_split_of_the_group():
+    """An uneven placement's worst group may touch one more NVLink domain at its edges (256 ranks with at
+    most 72 in a rack over 5 racks); NCCL's ring over it is priced on ceil(256 / 72) = 4 domains, the
+    same for every worst group with that many ranks per domain (the solver's and predict's agree)."""
+    a = nccl_choice("reduce_scatter", GroupShape(size=256, per_domain=72, domains=5, tier=0))
+    b = nccl_choice("reduce_scatter", GroupShape(size=256, per_domain=72, domains=4, tier=1))
+    assert a == b
+    assert a[1] == pytest.approx(nccl_latency_us("reduce_scatter", "ring", 256, 4) * 1e-6)

@@ -637,14 +637,17 @@ def nccl_choice(coll: str, shape: GroupShape, *, nvls: bool = False, collnet: bo
     """(algorithm, latency in seconds) NCCL takes for a latency-bound ``coll`` over the group ``shape``:
     the least latency among the algorithms it may run there (ring always; tree for all-reduce; NVLS where
     the NVLink domain has NVLink SHARP, ``nvls``; CollNet where the switches run SHARP, ``collnet``; PAT
-    for all-gather / reduce-scatter with one rank per node, NCCL >= 2.23, ``pat``). ``shape.domains``
-    counts as NCCL's nodes."""
+    for all-gather / reduce-scatter with one rank per node, NCCL >= 2.23, ``pat``). An NVLink domain
+    counts as NCCL's node, and the group spans ``ceil(size / per_domain)`` of them: the even split of
+    its ranks (a worst group of an uneven placement may touch one more domain at its edges; the latency
+    follows the ring's length, and the solver's shape tables and ``predict``'s shapes agree on it)."""
     if shape.size <= 1:
         return "none", 0.0
+    nodes = -(-shape.size // max(shape.per_domain, 1))
     algos = ["ring", "tree"] + (["nvls"] if nvls else []) + (["collnet"] if collnet else []) + (["pat"] if pat else [])
     best = None
     for a in algos:
-        lat = nccl_latency_us(coll, a, shape.size, shape.domains, net_extra_us=net_extra_us)
+        lat = nccl_latency_us(coll, a, shape.size, nodes, net_extra_us=net_extra_us)
         if lat is not None and (best is None or lat < best[1]):
             best = (a, lat)
     return best[0], best[1] * 1e-6
