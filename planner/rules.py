@@ -54,6 +54,25 @@ def _kv_heads_div_tp(m, c, t, world):
         return f"num_query_groups ({m.num_kv_heads}) must be a multiple of tensor_model_parallel_size ({c.tp})"
 
 
+def _mixer_heads_div_tp(m, c, t, world):
+    """Gated DeltaNet and Mamba-2 split their heads over TP and CP (megatron-core 0.19.2
+    transformer_config.py:1375-1380 for GDN; ssm/mamba_mixer.py:260-268 and mamba_context_parallel.py:106
+    for Mamba). Models without these mixers pass."""
+    g, mb = getattr(m, "gdn", None), getattr(m, "mamba", None)
+    if g is not None:
+        for name, n in (("linear_num_key_heads", g.num_key_heads), ("linear_num_value_heads", g.num_value_heads)):
+            if n % (c.tp * c.cp):
+                return f"{name}={n} must be a multiple of tensor_model_parallel_size * context_parallel_size ({c.tp * c.cp})"
+    if mb is not None:
+        if mb.num_heads % (c.tp * c.cp):
+            return f"nheads ({mb.num_heads}) must be evenly divisible by tp_size * cp_size ({c.tp * c.cp})"
+        if mb.n_groups % c.tp:
+            return f"ngroups ({mb.n_groups}) must be evenly divisible by tp_size ({c.tp})"
+        local = mb.n_groups // c.tp
+        if c.cp > 1 and (c.cp % local if local < c.cp else local % c.cp):
+            return f"ngroups/tp_size ({local}) and cp_size ({c.cp}) must divide one another"
+
+
 def _kv_heads_tp_megatron(m, c, t, world):
     # megatron-core 0.19.2 transformer_config.py: the KV groups are split over TP, or each TP rank
     # holds a replica of one group (TP a multiple of the groups, as AWS's Qwen3 TP8 runs use)
@@ -637,6 +656,7 @@ RULES: tuple[Rule, ...] = (
     Rule("heads_div_tp", ("megatron", "torchtitan", "maxtext"), _heads_div_tp),
     Rule("kv_heads_div_tp", ("torchtitan", "maxtext"), _kv_heads_div_tp),
     Rule("kv_heads_tp_megatron", ("megatron",), _kv_heads_tp_megatron),
+    Rule("mixer_heads_div_tp_cp", ("megatron", "torchtitan", "maxtext"), _mixer_heads_div_tp),
     Rule("experts_div_ep", ("megatron", "torchtitan", "maxtext"), _experts_div_ep),
     Rule("expert_grid_div_world", ("megatron",), _expert_grid),
     Rule("etp_only_for_moe", ("megatron",), _etp_only_for_moe),

@@ -18,6 +18,7 @@ from math import gcd
 
 from planner.output.emit import EmitContext
 from planner.errors import InputError
+from planner.output.emit.support import maxtext_builtin
 
 # planner catalog name -> MaxText model_name (configs/models/<name>.yml)
 MODEL_NAMES = {
@@ -74,7 +75,7 @@ def split_mesh(deg: dict[str, int], per_slice: int) -> tuple[dict[str, int], dic
 
 
 def overrides(ctx: EmitContext) -> dict[str, object]:
-    name = MODEL_NAMES.get(ctx.model.name.lower())
+    name = MODEL_NAMES.get(ctx.model.name.lower()) or maxtext_builtin(ctx.model)
     n_slices, per_slice = slices(ctx)
     deg = degrees(ctx)
     ici, dcn = split_mesh(deg, per_slice)

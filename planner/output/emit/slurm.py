@@ -33,7 +33,7 @@ from planner.cost.shape import host_domains
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of
 from planner.output.emit.bridge import RECIPES
-from planner.output.emit.megatron import megatron_env
+from planner.output.emit.megatron import entry_script, megatron_env
 from topologies.gpus import get_gpu
 from topologies.hostlist import compress
 from topologies.presets import is_preset_host
@@ -305,7 +305,7 @@ def _task_trainers(ctx: EmitContext) -> str:
       local args
       if [ "${{TOPOPLAN_DATA_ARGS:-mock}}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
       else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
-      printf '%s %q %s %s\\n' "$2" "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}}/pretrain_gpt.py" "$args" "$data" ;;
+      printf '%s %q %s %s\\n' "$2" "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}}/{entry_script(ctx.model)}" "$args" "$data" ;;
     bridge)
       printf '%s %q --recipe {recipe}%s %s\\n' "$2" \\
         "${{MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}}/scripts/training/run_recipe.py" \\

@@ -26,8 +26,35 @@ MEGATRON_CANNOT = {
 }
 MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
                   "ministral3")
+# Hybrid families (issue 23): megatron-core 0.19.2 builds all three (Mamba hybrid layer pattern, gated_delta_net,
+# dsa). torchtitan 0.3.0's models are llama3, qwen3, qwen3_5, deepseek_v3, gpt_oss, kimi_k2_7 (+ flux, muse_glimmer).
+TORCHTITAN_CANNOT_HYBRID = {
+    "qwen3_next": "Qwen3-Next model (its Gated DeltaNet is inside the multimodal qwen3_5 model only, with M-RoPE "
+                  "and another layer layout)",
+    "nemotron_h": "Mamba-2 layer",
+    "deepseek_v32": "DeepSeek sparse attention (the lightning indexer; its deepseek_v3 model is dense MLA)",
+}
+MAXTEXT_CANNOT_HYBRID = {
+    "nemotron_h": "Mamba-2 decoder block",
+    "deepseek_v32": "full-size DeepSeek-V3.2 model (configs/models/deepseek3.2-671b.yml is a reduced test shape: "
+                    "1024 wide, 5 layers, index_topk 64)",
+}
+# a family MaxText builds only as its own model file: (configs/models/<name>.yml, the shape it fixes:
+# layers, hidden, experts, top-k); AI-Hypercomputer/maxtext src/MaxText/configs/models/qwen3-next-80b-a3b.yml
+MAXTEXT_BUILTIN = {"qwen3_next": ("qwen3-next-80b-a3b", (48, 2048, 512, 10))}
+
+
+def maxtext_builtin(model) -> str | None:
+    """MaxText's model_name for a config of a family MaxText builds only as its own model file, when the
+    config is that model's shape; None otherwise."""
+    name, shape = MAXTEXT_BUILTIN.get(model.family, (None, None))
+    if name and (model.num_layers, model.hidden_size, model.num_experts, model.top_k) == shape:
+        return name
+    return None
+
+
 _TRAINER = {"megatron": "Megatron-LM (megatron-core 0.19)", "bridge": "Megatron-Bridge (megatron-core 0.19)",
-            "maxtext": "MaxText"}
+            "maxtext": "MaxText", "torchtitan": "TorchTitan 0.3.0"}
 
 
 def _megatron_lacks(model, seq_len: int) -> str | None:
@@ -50,6 +77,14 @@ def check_family(model, emitter: str, seq_len: int = 0) -> None:
         why = f"it has no {lacks}"
     elif emitter == "maxtext" and family in MAXTEXT_CANNOT:
         why = "it has no decoder block for this family"
+    elif emitter == "maxtext" and family in MAXTEXT_BUILTIN and maxtext_builtin(model) is None:
+        name, shape = MAXTEXT_BUILTIN[family]
+        why = (f"it builds this family only as configs/models/{name}.yml (layers, hidden, experts, top-k {shape}), "
+               "and this config differs")
+    elif emitter == "maxtext" and family in MAXTEXT_CANNOT_HYBRID:
+        why = f"it has no {MAXTEXT_CANNOT_HYBRID[family]}"
+    elif emitter == "torchtitan" and family in TORCHTITAN_CANNOT_HYBRID:
+        why = f"it has no {TORCHTITAN_CANNOT_HYBRID[family]}"
     if why:
         raise InputError(f"--trainer {emitter}: {_TRAINER[emitter]} cannot build the {family} family "
                          f"({model.name}): {why}; its files would train a different model (plan without --emit, or emit "
