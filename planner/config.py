@@ -14,13 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from planner.trainers import DEFAULT, NAMES, TRAINERS as _BY_NAME, get_trainer
+
 PRECISIONS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
 Precision = Literal["bf16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
 
 # Megatron's --recompute-modules vocabulary (megatron-core 0.19.2).
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "layernorm", "shared_experts")
 DISPATCHERS = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
-TRAINERS = ("megatron", "torchtitan", "maxtext")
+TRAINERS = NAMES   # the trainer packages (planner.trainers); each owns its rules, recipe and files
 
 # -- memory headroom (issue 11 item 6) -------------------------------------------------------------
 # The share of HBM a plan leaves free for what planner.cost.memory does not model (docs/memory.md).
@@ -182,8 +184,6 @@ class ParallelConfig(BaseModel):
         return " ".join(parts)
 
 
-# The stack profile each trainer is priced with unless ``Training.stack`` says otherwise.
-DEFAULT_STACKS = {"megatron": "megatron-26.08", "torchtitan": "torchtitan", "maxtext": "maxtext"}
 # megatron-core 0.19.2 CudaGraphModule names (--cuda-graph-modules); empty = the whole layer.
 CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 
@@ -302,7 +302,7 @@ class Training(BaseModel):
     """The training setup a plan serves: sequence length, global batch (sequences), precision,
     software stack profile, the trainer the launch configs are for and its recipe settings.
 
-    ``stack`` defaults to the trainer's own profile (``DEFAULT_STACKS``). ``cuda_graphs=False`` is
+    ``stack`` defaults to the trainer's own profile (``Trainer.default_stack``, planner.trainers). ``cuda_graphs=False`` is
     the same as ``recipe.cuda_graph_impl="none"``; the two are kept consistent."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -310,8 +310,9 @@ class Training(BaseModel):
     seq_len: int = Field(4096, ge=1, description="sequence length in tokens")
     global_batch: int = Field(..., ge=1, description="global batch size in sequences")
     precision: Precision = Field("bf16", description="bf16 | fp8 | fp8-block | mxfp8 | nvfp4")
-    stack: str = Field("megatron-26.08", description="software stack profile name (default: the trainer's)")
-    trainer: str = Field("megatron", description="megatron | torchtitan | maxtext")
+    stack: str = Field(get_trainer(DEFAULT).default_stack,
+                       description="software stack profile name (default: the trainer's)")
+    trainer: str = Field(DEFAULT, description=" | ".join(NAMES))
     cuda_graphs: bool = Field(True, description="the recipe captures CUDA graphs and fuses its elementwise "
                               "ops (NVIDIA's current Megatron-Bridge recipes); False: it runs eagerly, "
                               "priced with the profile's mem.elementwise_eager (= recipe.cuda_graph_impl none)")
@@ -325,9 +326,10 @@ class Training(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        trainer = data.get("trainer") or "megatron"
+        trainer = data.get("trainer") or DEFAULT
+        owner = _BY_NAME.get(trainer, get_trainer(DEFAULT))   # an unknown name is refused by _trainer below
         if data.get("stack") is None:
-            data["stack"] = DEFAULT_STACKS.get(trainer, DEFAULT_STACKS["megatron"])
+            data["stack"] = owner.default_stack
         recipe = data.get("recipe")
         if recipe is None:
             recipe = Recipe()
@@ -340,23 +342,9 @@ class Training(BaseModel):
             recipe = recipe.model_copy(update={"cuda_graph_impl": "none"})
         elif impl == "none":
             data["cuda_graphs"] = False
-        if recipe.cpu_offload_layers and trainer != "megatron":
-            raise ValueError(f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {trainer} has no layer-wise "
-                             "activation offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
-        if recipe.fp8_param_gather and trainer != "megatron":
-            why = ("torchao's enable_fsdp_float8_all_gather casts FP32 shards to FP8 for the FSDP all-gather but keeps "
-                   "FP32 parameters, a different setting topoplan does not model"
-                   if trainer == "torchtitan" else "it has no FP8 parameter gather")
-            raise ValueError(f"recipe.fp8_param_gather=True: Megatron's --fp8-param-gather has no {trainer} "
-                             f"counterpart ({why}); leave it unset")
-        if recipe.torch_compile is not None and trainer != "torchtitan":
-            why = ("its fusions come from Transformer Engine and CUDA graphs (recipe.cuda_graph_impl)"
-                   if trainer == "megatron" else "XLA always compiles and fuses the step")
-            raise ValueError(f"recipe.torch_compile={recipe.torch_compile}: TorchTitan's model compile has no "
-                             f"{trainer} counterpart ({why}); leave it unset")
-        if recipe.fp4_param_gather and trainer != "megatron":
-            raise ValueError(f"recipe.fp4_param_gather=True: Megatron's --fp4-param-gather has no {trainer} "
-                             "counterpart (it has no NVFP4 parameter gather); leave it unset")
+        refusal = owner.refuse_recipe(recipe) if trainer in _BY_NAME else None
+        if refusal:
+            raise ValueError(refusal)
         data["recipe"] = recipe
         return data
 

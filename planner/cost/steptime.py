@@ -35,7 +35,8 @@ from planner.cost.terms import tensor_parallel as TP
 from planner.cost.terms import exposed
 from planner.model.flops import layer_costs
 from planner.model.pipeline import pipeline_layout
-from planner.rules import TRAINER_KNOBS, effective_recipe, quantised_params_on
+from planner.rules import effective_recipe, quantised_params
+from planner.trainers import get_trainer
 from topologies.collectives import fabric_for as ff
 
 TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
@@ -149,20 +150,14 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     TorchTitan with torch.compile of the model (``planner.rules.torch_compile_on``), whatever its CUDA
     graph switch (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``."""
     rec = effective_recipe(model, config, training)
-    knobs = TRAINER_KNOBS.get(training.trainer, ())
+    trainer = get_trainer(training.trainer)
     o_tp = profile.param("tp.overlap", arch)
     o_ep = profile.param("ep.overlap", arch)
-    if "tp_comm_overlap" in knobs and not rec.tp_comm_overlap:
+    if trainer.has("tp_comm_overlap") and not rec.tp_comm_overlap:
         o_tp = 0.0
-    if "overlap_moe_expert_parallel_comm" in knobs and not rec.overlap_moe_expert_parallel_comm:
+    if trainer.has("overlap_moe_expert_parallel_comm") and not rec.overlap_moe_expert_parallel_comm:
         o_ep = 0.0
-    if training.trainer == "megatron":
-        fused = rec.cuda_graph_impl != "none"
-    elif training.trainer == "torchtitan":
-        fused = bool(rec.torch_compile)   # torch.compile of the blocks fuses; TorchTitan's CUDA graphs are not priced
-    else:
-        fused = training.cuda_graphs      # MaxText: XLA always fuses (its eager factor equals the fused one)
-    return o_tp, o_ep, fused
+    return o_tp, o_ep, trainer.pricing.fused(rec, training.cuda_graphs)
 
 
 def host_regime(model, config: ParallelConfig, training: Training) -> tuple[tuple, bool]:
@@ -171,7 +166,7 @@ def host_regime(model, config: ParallelConfig, training: Training) -> tuple[tupl
     eager layer, ``()``; a full-iteration graph, or a graph of the whole layer (modules ``()``), is
     ``HOST.WHOLE_LAYER``; partial graphs name their modules, and capture the expert launches only
     when they graph the MoE block. Megatron only: other trainers have no host floor."""
-    if training.trainer != "megatron":
+    if not get_trainer(training.trainer).pricing.host_floor:
         return HOST.WHOLE_LAYER, False
     rec = effective_recipe(model, config, training)
     impl, mods = rec.cuda_graph_impl, rec.cuda_graph_modules
@@ -405,7 +400,7 @@ def _data_parallel(model, config, training, fabric, shapes, par, crit, m) -> tup
     dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
     edp_shape = shapes.get("edp")
     grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
-    param_b = DP.param_gather_bytes(training.precision, quantised_params_on(model, config, training))   # FP8 1, NVFP4 0.5
+    param_b = DP.param_gather_bytes(training.precision, quantised_params(effective_recipe(model, config, training)))   # FP8 1, NVFP4 0.5
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, crit["dense_params"], grad_bytes=grad_b, param_bytes=param_b)
     rs_e, ag_e = DP.dp_time(fabric, edp_shape, crit["expert_params"], grad_bytes=grad_b, param_bytes=param_b)
     ov = par("dp.overlap")

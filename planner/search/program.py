@@ -62,7 +62,8 @@ from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
 from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
-from planner.rules import offload_layers, quantised_params_on
+from planner.rules import effective_recipe, offload_layers, quantised_params
+from planner.trainers import get_trainer
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
 from solver.layout import Program, evaluate_many
@@ -611,9 +612,9 @@ class ProgramBuilder:
             ids_by_pp.setdefault(la["pp"], []).append(lix)
         o_dp, grad_b, q = self.par("dp.overlap"), self.par("dp.grad_bytes"), self.q
         # bytes per gathered parameter (terms.data_parallel.param_gather_bytes): quantised parameters depend
-        # on the layout only through FSDP (planner.rules.quantised_params_on: torch FSDP2 turns FP8 ones off)
-        pb_of = {f: DPc.param_gather_bytes(self.training.precision,
-                                           quantised_params_on(model, ParallelConfig(fsdp=f), self.training))
+        # on the layout only through FSDP (planner.rules.quantised_params: torch FSDP2 turns FP8 ones off)
+        pb_of = {f: DPc.param_gather_bytes(self.training.precision, quantised_params(
+                     effective_recipe(model, ParallelConfig(fsdp=f), self.training)))
                  for f in vals["fsdp"]}
 
         @functools.lru_cache(maxsize=None)
@@ -707,7 +708,7 @@ class ProgramBuilder:
         ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
         P, vals, model, tr = self.prog, self.vals, self.model, self.training
         opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
-        megatron = tr.trainer == "megatron"
+        megatron = get_trainer(tr.trainer).pricing.master_weights   # BF16 weights, distributed optimizer
         pc = param_counts(model)
         # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
         expert_total = float(pc.experts) if model.is_moe else 0.0
@@ -722,9 +723,9 @@ class ProgramBuilder:
         # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
         # everything only under FSDP
         wb, gb, optb = state_bytes(opt, megatron)
-        # FP8 / NVFP4 parameters (planner.rules.quantised_params_on, per FSDP value) drop the BF16 weight of the
+        # FP8 / NVFP4 parameters (planner.rules.quantised_params, per FSDP value) drop the BF16 weight of the
         # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
-        qparams = any(quantised_params_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
+        qparams = any(quantised_params(effective_recipe(model, ParallelConfig(fsdp=f), tr)) for f in vals["fsdp"])
         state = linear_weight_bytes(wb, qparams) + gb
         buf = fsdp_buffer_bytes(opt, megatron, q, qparams)
         lb1, lb2 = {}, {}

@@ -39,7 +39,7 @@ import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
-from planner.output.emit.bridge import RECIPES
+from planner.trainers.megatron.bridge import RECIPES
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, multi_node_nvlink,
                                        nccl_env, placeholder, site_settings, trainer_shell)
 

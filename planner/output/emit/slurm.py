@@ -32,8 +32,8 @@ from pathlib import Path
 from planner.cost.shape import host_domains
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of
-from planner.output.emit.bridge import RECIPES
-from planner.output.emit.megatron import megatron_env
+from planner.trainers.megatron.bridge import RECIPES
+from planner.trainers.megatron.emit import megatron_env
 from topologies.gpus import get_gpu
 from topologies.hostlist import compress
 from topologies.presets import is_preset_host
@@ -264,7 +264,7 @@ def trainer_shell(ctx: EmitContext) -> str:
     """The shell functions that set up and print the command line of an emitted trainer (``trainer_cmd
     TRAINER PREFIX``): slurm/task.sh and the Kubernetes pods' launch.sh share them."""
     mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
-    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
+    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.trainers.megatron.emit)
   case "$1" in
     megatron|bridge) export {mega_env} ;;
     torchtitan) export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}" ;;

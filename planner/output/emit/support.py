@@ -2,55 +2,25 @@
 at emit, in one line naming the trainer, the family and what the trainer lacks (the files would train
 a different model from the one planned).
 
-Megatron-LM and Megatron-Bridge build models with megatron-core 0.19 (its TransformerConfig has no
-activation clamp on q/k/v, no q/k norm spanning all heads, no LongRoPE, no granite multipliers, and
-refuses an expert bias on a softmax router); MaxText 0.x has decoder blocks for none of the families
-below; torchtitan refuses every family outside its own list in ``torchtitan.model_entry``.
+Each trainer package's ``families`` part says what it cannot build (``planner.trainers.megatron.families``:
+megatron-core 0.19, for Megatron-LM and Megatron-Bridge; ``planner.trainers.maxtext.families``); torchtitan
+refuses every family outside its own list in ``torchtitan.model_entry`` (its emitter).
 """
 
 from __future__ import annotations
 
 from planner.errors import InputError
-
-_QK_ALL_HEADS = ("q/k RMSNorm over all heads at once (megatron-core's qk_layernorm normalises each head "
-                 "on its own)")
-# family (HF model_type) -> what megatron-core lacks to build it as its config says
-MEGATRON_CANNOT = {
-    "dbrx": "clip_qkv (q/k/v activations clamped to +-clip_qkv)",
-    "olmoe": _QK_ALL_HEADS,
-    "minimax_m2": _QK_ALL_HEADS,
-    "phimoe": "LongRoPE (rope_scaling type longrope) nor the SparseMixer router",
-    "granitemoe": "embedding, attention, residual or logits multipliers (granite muP scaling)",
-    "ernie4_5_moe": "aux-loss-free expert bias (moe_use_aux_free) on a softmax router: megatron-core allows "
-                    "that bias only with a sigmoid router",
-}
-MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
-                  "ministral3")
-_TRAINER = {"megatron": "Megatron-LM (megatron-core 0.19)", "bridge": "Megatron-Bridge (megatron-core 0.19)",
-            "maxtext": "MaxText"}
-
-
-def _megatron_lacks(model, seq_len: int) -> str | None:
-    if model.family in MEGATRON_CANNOT:
-        return MEGATRON_CANNOT[model.family]
-    orig = model.rope_scaling.original_max_position_embeddings if model.rope_scaling else None
-    if model.family == "ministral3" and orig and seq_len > orig:
-        # Ministral3Attention scales q by 1 + llama_4_scaling_beta * log(1 + floor(pos / orig)): 1 up to orig
-        return (f"Llama-4 attention temperature scaling (rope llama_4_scaling_beta), which changes positions "
-                f"beyond original_max_position_embeddings {orig} (seq {seq_len}); plan with --seq-len {orig} or less")
-    return None
+from planner.trainers import owner_of
 
 
 def check_family(model, emitter: str, seq_len: int = 0) -> None:
     """InputError when trainer ``emitter`` cannot build ``model``'s family as its config says."""
-    family = model.family
-    why = None
-    lacks = _megatron_lacks(model, seq_len) if emitter in ("megatron", "bridge") else None
-    if lacks:
-        why = f"it has no {lacks}"
-    elif emitter == "maxtext" and family in MAXTEXT_CANNOT:
-        why = "it has no decoder block for this family"
+    owner = owner_of(emitter)
+    if owner is None or "families" not in owner.parts:
+        return
+    families = owner.part("families")
+    why = families.why_not(model, seq_len)
     if why:
-        raise InputError(f"--trainer {emitter}: {_TRAINER[emitter]} cannot build the {family} family "
+        raise InputError(f"--trainer {emitter}: {families.TITLES[emitter]} cannot build the {model.family} family "
                          f"({model.name}): {why}; its files would train a different model (plan without --emit, or emit "
                          f"for a trainer that builds it: docs/models.md)")

@@ -18,7 +18,8 @@ from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
-from planner.rules import effective_recipe, reuse_grad_buf_for_mxfp8
+from planner.rules import effective_recipe
+from planner.trainers.megatron.rules import reuse_grad_buf_for_mxfp8
 
 # Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).
 PRECISION_FLAGS = {
@@ -70,7 +71,7 @@ RECIPE_FLAGS = {
     "fp4_param_gather": "--fp4-param-gather",
 }
 # arguments.py:2927; written with --fp8-param-gather for MXFP8 under the distributed optimizer
-# (planner.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
+# (planner.trainers.megatron.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
 REUSE_GRAD_BUF_FLAG = "--reuse-grad-buf-for-mxfp8-param-ag"
 RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
                 "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias", "fp8_param_gather",

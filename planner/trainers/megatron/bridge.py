@@ -15,7 +15,7 @@ from __future__ import annotations
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.output.emit.megatron import megatron_env, mla_yarn_unexpressed, recipe_of
+from planner.trainers.megatron.emit import megatron_env, mla_yarn_unexpressed, recipe_of
 
 # catalog model -> Bridge recipe function (megatron.bridge.recipes)
 RECIPES = {

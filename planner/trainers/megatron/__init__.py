@@ -1,0 +1,37 @@
+"""Megatron-LM and Megatron-Bridge (megatron-core 0.19.2): rules, recipe, emitters, read-back, log parser.
+
+Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules`` (its layout and recipe
+rules, ``effective_recipe``), ``emit`` (Megatron-LM's args.txt / env.sh) and ``bridge`` (Megatron-Bridge's
+overrides), ``readback`` (args.txt back into a layout), ``logs`` (rank logs).
+"""
+
+from __future__ import annotations
+
+from planner.trainers.base import Pricing, Search, Trainer, foreign_knob
+
+NAME = "megatron"
+
+
+def refuse_recipe(recipe) -> str | None:
+    if recipe.torch_compile is not None:
+        return foreign_knob("torch_compile", recipe.torch_compile, "TorchTitan", "model compile", NAME,
+                            "its fusions come from Transformer Engine and CUDA graphs (recipe.cuda_graph_impl)")
+    return None
+
+
+TRAINER = Trainer(
+    name=NAME, title="Megatron-LM", default_stack="megatron-26.08",
+    knobs=("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
+           "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
+           "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers", "fp8_param_gather",
+           "fp4_param_gather"),
+    # Megatron-Bridge's performance recipes (the runs in calibration.csv): grad_reduce_in_fp32=False, so
+    # gradients are bf16; BF16 weights with FP32 master copies in the distributed optimizer.
+    pricing=Pricing(grad_bytes=2.0, master_weights=True, fusion="cuda_graphs", host_floor=True, graph_buffers=True),
+    search=Search(selective_recompute=True, flex_dispatchers=True, expert_tp=True, fsdp=(False, True),
+                  equal_slices=False),
+    emitters={"megatron": "emit", "bridge": "bridge"},
+    refuse_recipe=refuse_recipe,
+    parts=("rules", "families", "emit", "bridge", "readback", "logs"),
+    aliases={"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge"},
+)
