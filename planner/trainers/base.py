@@ -63,6 +63,17 @@ class Search:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """How slurm/task.sh and the Kubernetes pods start one emitter's files (planner.output.emit.slurm, k8s);
+    the command line itself is the emitter module's ``task_command(ctx)``."""
+
+    home: tuple[str, str] | None = None   # (variable naming its installation, what that is); None: a package
+    per_host: bool = False                # one process per host (JAX), not one per GPU; no torchrun
+    mock_data: str = ""                   # the argument that selects synthetic data, when it needs one
+    node_env: str = ""                    # shell that a per-host process needs before it starts
+
+
+@dataclass(frozen=True)
 class Trainer:
     name: str                                  # Training.trainer, plan.json training.trainer
     title: str                                 # for messages: "Megatron-LM"
@@ -74,6 +85,7 @@ class Trainer:
     refuse_recipe: Callable[[object], str | None] = field(repr=False)   # a Recipe it cannot run, or None
     parts: tuple[str, ...] = ("rules", "emit", "logs")
     aliases: dict[str, str] = field(default_factory=dict)   # other spellings of its emitters on --trainer
+    launch: dict[str, Launch] = field(default_factory=dict)  # emitter -> how Slurm / k8s start its files
 
     @property
     def package(self) -> str:

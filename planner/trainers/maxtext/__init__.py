@@ -5,7 +5,7 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, 
 
 from __future__ import annotations
 
-from planner.trainers.base import Pricing, Search, Trainer, foreign_knob
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
 
 NAME = "maxtext"
 
@@ -37,4 +37,10 @@ TRAINER = Trainer(
     emitters={"maxtext": "emit"},
     refuse_recipe=refuse_recipe,
     parts=("rules", "families", "emit", "logs"),
+    launch={"maxtext": Launch(
+        home=("MAXTEXT_TRAIN", "MaxText's train command up to its base config, e.g. "
+                               "'python3 -m maxtext.trainers.pre_train.train /path/to/configs/base.yml'"),
+        per_host=True, mock_data="dataset_type=synthetic",
+        # MaxText's GPU initialisation (max_utils.initialize_jax_for_gpu)
+        node_env='export JAX_COORDINATOR_IP="$MASTER_ADDR" JAX_COORDINATOR_PORT="$MASTER_PORT" NNODES NODE_RANK')},
 )

@@ -7,7 +7,7 @@ overrides), ``readback`` (args.txt back into a layout), ``logs`` (rank logs).
 
 from __future__ import annotations
 
-from planner.trainers.base import Pricing, Search, Trainer, foreign_knob
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
 
 NAME = "megatron"
 
@@ -34,4 +34,7 @@ TRAINER = Trainer(
     refuse_recipe=refuse_recipe,
     parts=("rules", "families", "emit", "bridge", "readback", "logs"),
     aliases={"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge"},
+    launch={"megatron": Launch(home=("MEGATRON_LM", "Megatron-LM checkout (the directory holding pretrain_gpt.py)")),
+            "bridge": Launch(home=("MEGATRON_BRIDGE", "Megatron-Bridge checkout (the directory holding "
+                                                      "scripts/training/run_recipe.py)"))},
 )

@@ -12,6 +12,7 @@ own ``parse_args`` / ``validate_args`` / ``TransformerConfig`` / ``initialize_mo
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.errors import InputError
@@ -460,3 +461,36 @@ def files(ctx: EmitContext) -> dict[str, str]:
 def _num(x) -> str:
     f = float(x)
     return str(int(f)) if f.is_integer() and abs(f) >= 1 else repr(f)
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted args.txt under ``directory`` runs ``iters`` iterations, logging each one
+    (throughput, and the memory report once, at the end)."""
+    p = Path(directory) / "megatron" / "args.txt"
+    lines = [ln.rstrip().removesuffix("\\").rstrip() for ln in p.read_text().strip().splitlines()]
+    set_flags = {"--train-iters": str(iters), "--log-interval": "1", "--log-memory-interval": str(iters)}
+    out, seen = [], set()
+    for ln in lines:
+        flag = ln.split(" ", 1)[0]
+        if flag in set_flags:
+            ln = f"{flag} {set_flags[flag]}"
+            seen.add(flag)
+        out.append(ln)
+    out += [f"{f} {v}" for f, v in set_flags.items() if f not in seen]
+    out += [f for f in ("--log-throughput", "--log-device-memory-used") if f not in lines]
+    p.write_text(" \\\n".join(out) + "\n")
+
+
+# -- slurm/task.sh and the Kubernetes pods (planner.output.emit.slurm.trainer_shell) ----------------------
+
+def task_env(ctx: EmitContext) -> str:
+    """The shell that sets the environment megatron-core asserts or reads (``megatron_env``)."""
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints Megatron-LM's command line ($2: python or the torchrun prefix)."""
+    return """      local args
+      if [ "${TOPOPLAN_DATA_ARGS:-mock}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
+      else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
+      printf '%s %q %s %s\\n' "$2" "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "$args" "$data" ;;"""

@@ -5,7 +5,7 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, 
 
 from __future__ import annotations
 
-from planner.trainers.base import Pricing, Search, Trainer, foreign_knob
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
 
 NAME = "torchtitan"
 
@@ -38,4 +38,5 @@ TRAINER = Trainer(
     refuse_recipe=refuse_recipe,
     parts=("rules", "emit", "readback", "logs"),
     aliases={"titan": "torchtitan"},
+    launch={"torchtitan": Launch()},   # a pip package: no installation to name
 )

@@ -628,3 +628,34 @@ def _toml(v) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     return str(v)
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted command line (and job.toml) under ``directory`` run ``iters`` steps,
+    logging each one and printing the config."""
+    d = Path(directory) / "torchtitan"
+    extra = f"--training.steps {iters} --metrics.log_freq 1 --debug.print_config"
+    out = []
+    for ln in (d / "command.txt").read_text().splitlines():
+        if ln.startswith("python ") or "torchtitan.train" in ln and not ln.startswith("#"):
+            words = ln.split(" ")
+            sub = next((i for i, w in enumerate(words) if re.fullmatch(r"[a-z][a-z0-9-]*:[a-z0-9-]+", w)), len(words))
+            ln = " ".join(words[:sub] + extra.split(" ") + words[sub:])
+        out.append(ln)
+    (d / "command.txt").write_text("\n".join(out) + "\n")
+    toml = d / "job.toml"
+    if toml.exists():
+        text = re.sub(r"(?m)^\[training\]\n", f"[training]\nsteps = {iters}\n", toml.read_text(), count=1)
+        toml.write_text(text.rstrip("\n") + "\n\n[metrics]\nlog_freq = 1\n\n[debug]\nprint_config = true\n")
+
+
+# -- slurm/task.sh and the Kubernetes pods (planner.output.emit.slurm.trainer_shell) ----------------------
+
+def task_env(ctx: EmitContext) -> str:
+    """The emitted registry module (torchtitan/) on the path."""
+    return 'export PYTHONPATH="$ROOT/torchtitan${PYTHONPATH:+:$PYTHONPATH}"'
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints torchtitan.train with the emitted arguments."""
+    return """      printf '%s -m torchtitan.train %s %s\\n' "$2" "$(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")" "$data" ;;"""
