@@ -632,6 +632,7 @@ def memory_per_gpu(
     layout: PipelineLayout | None = None,
     options: MemoryOptions | None = None,
     expert_balance=None,
+    recipe=None,
 ) -> MemoryEstimate:
     """Peak memory per GPU of ``config`` (see the module docstring for every formula).
 
@@ -639,6 +640,7 @@ def memory_per_gpu(
     (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec`` is
     accepted for the caller's ``fits(gpu_spec.hbm_gib)``; the estimate itself does not depend on it.
     ``expert_balance``: busiest expert GPU / mean (a float or an ``ExpertBalance``; None = 1.0).
+    ``recipe``: the effective recipe (``planner.rules.effective_recipe``) when the caller resolved it.
     """
     opt = options or options_for(training)
     pp, vpp, tp, cp = config.pp, config.vpp, config.tp, config.cp
@@ -656,7 +658,7 @@ def memory_per_gpu(
     mtp = [c for c in costs if c.kind == "mtp"]
     q = WEIGHT_COPY_BYTES[training.precision]
     master = get_trainer(training.trainer).pricing.master_weights
-    qparams = quantised_params(effective_recipe(model, config, training))   # FP8 or NVFP4 parameters
+    qparams = quantised_params(recipe or effective_recipe(model, config, training))   # FP8 or NVFP4 parameters
     fsdp = config.fsdp
     graphs = graphs_apply(training)
     bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
