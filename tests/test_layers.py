@@ -21,7 +21,7 @@ BASE = ("planner.config", "planner.rules", "planner.errors", "planner.io")
 # and families are vocabulary, its log parser is cost (calibration reads it), its emitters and read-back
 # are output. The Trainer object loads the heavier parts by name on first use (planner/trainers/base.py).
 TRAINERS = "planner.trainers"
-TRAINER_PARTS = {"rules": "planner.base", "families": "planner.base", "logs": "planner.cost",
+TRAINER_PARTS = {"recipe": "planner.base", "rules": "planner.base", "families": "planner.base", "logs": "planner.cost",
                  "emit": "planner.output", "bridge": "planner.output", "readback": "planner.output"}
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("solver", ("solver",)),

@@ -26,7 +26,8 @@ from planner.cost.steptime import step_time
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import ALL, EMITTERS
-from planner.trainers import EMITTER_OWNER, LAUNCH, NAMES, TRAINERS, get_trainer, needs_equal_slices, owner_of
+from planner.trainers import (EMITTER_OWNER, LAUNCH, NAMES, RECIPE_FIELDS, TRAINERS, get_trainer, needs_equal_slices,
+                              owner_of)
 from planner.trainers.base import Pricing
 from test_layers import TRAINER_PARTS, layer_of
 from topologies.loader import load_cluster
@@ -34,9 +35,9 @@ from topologies.loader import load_cluster
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER_WORDS = frozenset(NAMES) | frozenset(EMITTER_OWNER)   # megatron, torchtitan, maxtext, bridge
 
-# The only trainer-looking names left outside planner/trainers/, with why they stay. Megatron-FSDP is an FSDP
-# flavour (Recipe.fsdp_impl: megatron | torch), not the trainer.
-ALLOWED = {("planner/config.py", "megatron"): 2}
+# Trainer-looking names allowed outside planner/trainers/, with why they stay: none (the registry and the
+# CLI's choice lists are built from planner.trainers.NAMES and EMITTER_OWNER).
+ALLOWED: dict[tuple[str, str], int] = {}
 
 
 def trainer_names(source: str) -> list[tuple[int, str]]:
@@ -122,7 +123,7 @@ def test_each_trainer_checks_the_rules_it_checked_before_in_that_order(name):
 def test_parts_sit_in_their_layer_and_have_their_functions(name):
     """The Trainer object loads its parts by name (no import statement the layer check reads), so each part
     is checked here: it exists, sits in its layer (tests/test_layers.py), and has what callers ask of it."""
-    want = {"rules": ("RULES", "effective_recipe"), "families": ("why_not", "TITLES"),
+    want = {"recipe": ("FIELDS",), "rules": ("RULES", "effective_recipe"), "families": ("why_not", "TITLES"),
             "emit": ("files", "task_env", "task_command", "for_trial"), "bridge": ("files", "task_env", "task_command",
                                                                                   "for_trial", "unlaunchable"),
             "readback": ("claims", "read"), "logs": ("detect", "parse", "run_fields")}
@@ -161,9 +162,15 @@ def test_a_trainer_runs_without_the_knobs_it_lacks(name, model, tp, pp, ep, fsdp
 
 
 def test_recipe_fields_are_every_knob():
-    """Every knob a trainer names is a Recipe field, and every Recipe field is some trainer's knob."""
+    """Every knob a trainer names is a Recipe field, and every Recipe field is some trainer's knob; Recipe is
+    assembled from the fields each package declares (a package's own fields are among its knobs)."""
     knobs = {k for t in TRAINERS.values() for k in t.knobs}
     assert knobs == set(Recipe.model_fields) == set(OFF)
+    assert list(Recipe.model_fields) == list(RECIPE_FIELDS)
+    assert all(set(t.recipe_fields) <= set(t.knobs) for t in TRAINERS.values())
+    assert Recipe(cuda_graph_modules="moe_router,attn").cuda_graph_modules == ("attn", "moe_router")
+    with pytest.raises(ValueError, match="unknown CUDA graph module 'mlpp'"):
+        Recipe(cuda_graph_modules=["mlpp"])
 
 
 @pytest.mark.parametrize("name, recipe, words", [

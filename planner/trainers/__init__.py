@@ -17,10 +17,12 @@ DEFAULT = megatron.TRAINER.name
 # every emitter a trainer owns (--trainer / --emit names), and the trainer whose rules its files satisfy
 EMITTER_OWNER: dict[str, Trainer] = {e: t for t in TRAINERS.values() for e in t.emitters}
 EMITTER_ALIASES: dict[str, str] = {a: e for t in TRAINERS.values() for a, e in t.aliases.items()}
+# planner.config.Recipe's fields, each declared by the trainer package that owns the setting
+RECIPE_FIELDS: dict = {k: v for t in TRAINERS.values() for k, v in t.recipe_fields.items()}
 # how Slurm and Kubernetes start each emitter's files, in the order a default is picked
 LAUNCH: dict[str, Launch] = {e: t.launch[e] for t in TRAINERS.values() for e in t.emitters}
 
-__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "TRAINERS", "Launch", "Pricing",
+__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "RECIPE_FIELDS", "TRAINERS", "Launch", "Pricing",
            "Search", "Trainer", "get_trainer",
            "needs_equal_slices", "owner_of"]
 

@@ -86,6 +86,8 @@ class Trainer:
     parts: tuple[str, ...] = ("rules", "emit", "logs")
     aliases: dict[str, str] = field(default_factory=dict)   # other spellings of its emitters on --trainer
     launch: dict[str, Launch] = field(default_factory=dict)  # emitter -> how Slurm / k8s start its files
+    # the planner.config.Recipe fields it owns: name -> (type, pydantic Field), from its ``recipe`` module
+    recipe_fields: dict = field(default_factory=dict, repr=False)
 
     @property
     def package(self) -> str:

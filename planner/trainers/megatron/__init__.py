@@ -8,6 +8,7 @@ overrides), ``readback`` (args.txt back into a layout), ``logs`` (rank logs).
 from __future__ import annotations
 
 from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
+from planner.trainers.megatron.recipe import FIELDS
 
 NAME = "megatron"
 
@@ -32,7 +33,8 @@ TRAINER = Trainer(
                   equal_slices=False),
     emitters={"megatron": "emit", "bridge": "bridge"},
     refuse_recipe=refuse_recipe,
-    parts=("rules", "families", "emit", "bridge", "readback", "logs"),
+    parts=("recipe", "rules", "families", "emit", "bridge", "readback", "logs"),
+    recipe_fields=FIELDS,
     aliases={"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge"},
     launch={"megatron": Launch(home=("MEGATRON_LM", "Megatron-LM checkout (the directory holding pretrain_gpt.py)")),
             "bridge": Launch(home=("MEGATRON_BRIDGE", "Megatron-Bridge checkout (the directory holding "

@@ -6,6 +6,7 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, 
 from __future__ import annotations
 
 from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
+from planner.trainers.torchtitan.recipe import FIELDS
 
 NAME = "torchtitan"
 
@@ -36,7 +37,8 @@ TRAINER = Trainer(
                   equal_slices=False),
     emitters={"torchtitan": "emit"},
     refuse_recipe=refuse_recipe,
-    parts=("rules", "emit", "readback", "logs"),
+    parts=("recipe", "rules", "emit", "readback", "logs"),
+    recipe_fields=FIELDS,
     aliases={"titan": "torchtitan"},
     launch={"torchtitan": Launch()},   # a pip package: no installation to name
 )
