@@ -26,7 +26,7 @@ from planner.cost.steptime import step_time
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import ALL, EMITTERS
-from planner.trainers import (EMITTER_OWNER, LAUNCH, NAMES, RECIPE_FIELDS, TRAINERS, get_trainer, needs_equal_slices,
+from planner.trainers import (EMITTER_OWNER, LAUNCH, NAMES, RECIPE_FIELDS, RECIPE_OFF, TRAINERS, get_trainer, needs_equal_slices,
                               owner_of)
 from planner.trainers.base import Pricing
 from test_layers import TRAINER_PARTS, layer_of
@@ -168,6 +168,7 @@ def test_recipe_fields_are_every_knob():
     assert knobs == set(Recipe.model_fields) == set(OFF)
     assert list(Recipe.model_fields) == list(RECIPE_FIELDS)
     assert all(set(t.recipe_fields) <= set(t.knobs) for t in TRAINERS.values())
+    assert RECIPE_OFF == OFF   # each owner's "off" values, as written out above
     assert Recipe(cuda_graph_modules="moe_router,attn").cuda_graph_modules == ("attn", "moe_router")
     with pytest.raises(ValueError, match="unknown CUDA graph module 'mlpp'"):
         Recipe(cuda_graph_modules=["mlpp"])

@@ -19,10 +19,12 @@ EMITTER_OWNER: dict[str, Trainer] = {e: t for t in TRAINERS.values() for e in t.
 EMITTER_ALIASES: dict[str, str] = {a: e for t in TRAINERS.values() for a, e in t.aliases.items()}
 # planner.config.Recipe's fields, each declared by the trainer package that owns the setting
 RECIPE_FIELDS: dict = {k: v for t in TRAINERS.values() for k, v in t.recipe_fields.items()}
+# every field as a trainer without that knob runs it: the start of each trainer's effective recipe
+RECIPE_OFF: dict = {k: v for t in TRAINERS.values() for k, v in t.recipe_off.items()}
 # how Slurm and Kubernetes start each emitter's files, in the order a default is picked
 LAUNCH: dict[str, Launch] = {e: t.launch[e] for t in TRAINERS.values() for e in t.emitters}
 
-__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "RECIPE_FIELDS", "TRAINERS", "Launch", "Pricing",
+__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "RECIPE_FIELDS", "RECIPE_OFF", "TRAINERS", "Launch", "Pricing",
            "Search", "Trainer", "get_trainer",
            "needs_equal_slices", "owner_of"]
 

@@ -88,6 +88,7 @@ class Trainer:
     launch: dict[str, Launch] = field(default_factory=dict)  # emitter -> how Slurm / k8s start its files
     # the planner.config.Recipe fields it owns: name -> (type, pydantic Field), from its ``recipe`` module
     recipe_fields: dict = field(default_factory=dict, repr=False)
+    recipe_off: dict = field(default_factory=dict, repr=False)   # each of those fields as a trainer without it runs
 
     @property
     def package(self) -> str:

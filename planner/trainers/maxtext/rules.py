@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from planner.config import Recipe
 from planner.rules import SHARED_DEGREES, SHARED_SCHEDULE, Rule
+from planner.trainers import RECIPE_OFF
 
 
 def _maxtext_ep_in_dp(m, c, t, world):
@@ -20,12 +21,7 @@ def _maxtext_ep_in_dp(m, c, t, world):
 
 def effective_recipe(model, config, training) -> Recipe:
     """MaxText has no recipe knob topoplan writes: every setting off, no CUDA graphs (XLA fuses the step)."""
-    return Recipe(
-        cuda_graph_impl="none", cuda_graph_modules=(), overlap_moe_expert_parallel_comm=False,
-        delay_wgrad_compute=False, tp_comm_overlap=False, moe_permute_fusion=False, moe_router_fusion=False,
-        cross_entropy_loss_fusion=False, moe_router_enable_expert_bias=False, fsdp_impl="megatron",
-        cpu_offload_layers=None, fp8_param_gather=False, torch_compile=None, fp4_param_gather=False,
-    )
+    return Recipe(**RECIPE_OFF)
 
 
 RULES: tuple[Rule, ...] = SHARED_DEGREES + SHARED_SCHEDULE + (

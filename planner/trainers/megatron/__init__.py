@@ -8,7 +8,7 @@ overrides), ``readback`` (args.txt back into a layout), ``logs`` (rank logs).
 from __future__ import annotations
 
 from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
-from planner.trainers.megatron.recipe import FIELDS
+from planner.trainers.megatron.recipe import FIELDS, OFF
 
 NAME = "megatron"
 
@@ -34,7 +34,7 @@ TRAINER = Trainer(
     emitters={"megatron": "emit", "bridge": "bridge"},
     refuse_recipe=refuse_recipe,
     parts=("recipe", "rules", "families", "emit", "bridge", "readback", "logs"),
-    recipe_fields=FIELDS,
+    recipe_fields=FIELDS, recipe_off=OFF,
     aliases={"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge"},
     launch={"megatron": Launch(home=("MEGATRON_LM", "Megatron-LM checkout (the directory holding pretrain_gpt.py)")),
             "bridge": Launch(home=("MEGATRON_BRIDGE", "Megatron-Bridge checkout (the directory holding "

@@ -66,3 +66,11 @@ FIELDS = {
                           "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
                           "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")),
 }
+
+# Each field as a trainer without the knob runs it (planner.trainers.RECIPE_OFF): the effective recipe of
+# TorchTitan and MaxText holds these values.
+OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_parallel_comm": False,
+       "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
+       "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
+       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False}
+

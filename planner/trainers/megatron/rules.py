@@ -15,6 +15,7 @@ from __future__ import annotations
 from planner.config import Recipe
 from planner.rules import (SHARED_DEGREES, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
                            offload_layers)
+from planner.trainers import RECIPE_OFF
 from planner.trainers.megatron import NAME
 
 
@@ -297,7 +298,7 @@ def effective_recipe(model, config, training) -> Recipe:
     impl, modules = _graph_setting(m, c, t)
     a2a = _auto(r.overlap_moe_expert_parallel_comm, _a2a_overlap_problem(m, c, t, impl, modules))
     moe = bool(m.num_experts)
-    return Recipe(
+    own = dict(
         cuda_graph_impl=impl, cuda_graph_modules=modules, overlap_moe_expert_parallel_comm=a2a,
         delay_wgrad_compute=_auto(r.delay_wgrad_compute, _delay_wgrad_problem(m, c, t, a2a, impl, modules)),
         tp_comm_overlap=_auto(r.tp_comm_overlap, _tp_overlap_problem(m, c, t)),
@@ -308,9 +309,9 @@ def effective_recipe(model, config, training) -> Recipe:
         fsdp_impl=r.fsdp_impl if c.fsdp else "megatron",
         cpu_offload_layers=offload_layers(t) or None,
         fp8_param_gather=fp8_param_gather_on(m, c, t),
-        torch_compile=None,
         fp4_param_gather=fp4_param_gather_on(m, c, t),
     )
+    return Recipe(**{**RECIPE_OFF, **own})   # the other trainers' settings off
 
 
 def _explicit(t, name):

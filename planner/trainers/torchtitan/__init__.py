@@ -6,7 +6,7 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, 
 from __future__ import annotations
 
 from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
-from planner.trainers.torchtitan.recipe import FIELDS
+from planner.trainers.torchtitan.recipe import FIELDS, OFF
 
 NAME = "torchtitan"
 
@@ -38,7 +38,7 @@ TRAINER = Trainer(
     emitters={"torchtitan": "emit"},
     refuse_recipe=refuse_recipe,
     parts=("recipe", "rules", "emit", "readback", "logs"),
-    recipe_fields=FIELDS,
+    recipe_fields=FIELDS, recipe_off=OFF,
     aliases={"titan": "torchtitan"},
     launch={"torchtitan": Launch()},   # a pip package: no installation to name
 )

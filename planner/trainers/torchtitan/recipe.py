@@ -14,3 +14,6 @@ FIELDS = {
                           "others compile at most the loss: planner.trainers.torchtitan.rules.TORCHTITAN_COMPILED). Independent of CUDA "
                           "graphs (training.disable_cuda_graphs). TorchTitan only: Megatron and MaxText refuse it")),
 }
+
+OFF = {"torch_compile": None}   # planner.trainers.RECIPE_OFF: not a setting of the other trainers
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from planner.config import Recipe
 from planner.rules import SHARED_DEGREES, SHARED_SCHEDULE, Rule, num_microbatches
+from planner.trainers import RECIPE_OFF
 from planner.trainers.torchtitan import NAME
 
 
@@ -106,13 +107,8 @@ def graph_impl(m, c, t) -> str:
 def effective_recipe(model, config, training) -> Recipe:
     """The recipe as TorchTitan runs ``config`` (``planner.rules.effective_recipe``): its CUDA graphs and
     torch.compile resolved; Megatron's knobs off."""
-    return Recipe(
-        cuda_graph_impl=graph_impl(model, config, training), cuda_graph_modules=(),
-        overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False, tp_comm_overlap=False,
-        moe_permute_fusion=False, moe_router_fusion=False, cross_entropy_loss_fusion=False,
-        moe_router_enable_expert_bias=False, fsdp_impl="megatron", cpu_offload_layers=None,
-        fp8_param_gather=False, torch_compile=torch_compile_on(model, config, training), fp4_param_gather=False,
-    )
+    return Recipe(**{**RECIPE_OFF, "cuda_graph_impl": graph_impl(model, config, training),
+                     "torch_compile": torch_compile_on(model, config, training)})
 
 
 def _r_graphs(m, c, t, world):
