@@ -73,7 +73,7 @@ print(json.dumps(out))
 
 @pytest.mark.trainers
 def test_base_compile_is_what_torchtitans_registry_functions_do():
-    """BASE_COMPILE / DEFAULT_COMPILE and planner.rules.TORCHTITAN_COMPILED against torchtitan 0.3.0's own
+    """BASE_COMPILE / DEFAULT_COMPILE and planner.trainers.torchtitan.rules.TORCHTITAN_COMPILED against torchtitan 0.3.0's own
     registry functions (every function a launch starts from)."""
     functions = sorted({(m, f) for m, f, _ in MODELS.values() if f} | set(USER_FAMILIES.values())
                        | {(m, f) for m, f in BASE_CONFIG.items()})

@@ -147,7 +147,7 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     trainer without the knob keeps the profile's fitted overlap, which its measured runs reached
     without it. The third value says whether elementwise traffic is fused: ``mem.elementwise``, else
     ``mem.elementwise_eager``. Megatron fuses with CUDA graphs (``cuda_graph_impl`` not none);
-    TorchTitan with torch.compile of the model (``planner.rules.torch_compile_on``), whatever its CUDA
+    TorchTitan with torch.compile of the model (``planner.trainers.torchtitan.rules.torch_compile_on``), whatever its CUDA
     graph switch (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``.
     ``recipe``: the effective recipe when the caller resolved it (``predict`` does, once)."""
     rec = recipe or effective_recipe(model, config, training)
