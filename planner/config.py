@@ -245,7 +245,7 @@ class Training(BaseModel):
     """The training setup a plan serves: sequence length, global batch (sequences), precision,
     software stack profile, the trainer the launch configs are for and its recipe settings.
 
-    ``stack`` defaults to the trainer's own profile (``Trainer.default_stack``, planner.trainers). ``cuda_graphs=False`` is
+    ``stack`` defaults to the trainer's own profile (``Trainer.default_stack``). ``cuda_graphs=False`` is
     the same as ``recipe.cuda_graph_impl="none"``; the two are kept consistent."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -146,9 +146,10 @@ def recipe_pricing(model, config: ParallelConfig, training: Training, profile, a
     switches off (by the user, or by a trainer rule for this layout) hides nothing: overlap 0. A
     trainer without the knob keeps the profile's fitted overlap, which its measured runs reached
     without it. The third value says whether elementwise traffic is fused: ``mem.elementwise``, else
-    ``mem.elementwise_eager``. Megatron fuses with CUDA graphs (``cuda_graph_impl`` not none);
-    TorchTitan with torch.compile of the model (``planner.trainers.torchtitan.rules.torch_compile_on``), whatever its CUDA
-    graph switch (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``.
+    ``mem.elementwise_eager``: the trainer's ``Pricing.fused`` (planner.trainers). Megatron fuses with CUDA
+    graphs (``cuda_graph_impl`` not none); TorchTitan with torch.compile of the model
+    (``planner.trainers.torchtitan.rules.torch_compile_on``), whatever its CUDA graph switch
+    (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``.
     ``recipe``: the effective recipe when the caller resolved it (``predict`` does, once)."""
     rec = recipe or effective_recipe(model, config, training)
     trainer = get_trainer(training.trainer)

@@ -24,9 +24,8 @@ RECIPE_OFF: dict = {k: v for t in TRAINERS.values() for k, v in t.recipe_off.ite
 # how Slurm and Kubernetes start each emitter's files, in the order a default is picked
 LAUNCH: dict[str, Launch] = {e: t.launch[e] for t in TRAINERS.values() for e in t.emitters}
 
-__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "RECIPE_FIELDS", "RECIPE_OFF", "TRAINERS", "Launch", "Pricing",
-           "Search", "Trainer", "get_trainer",
-           "needs_equal_slices", "owner_of"]
+__all__ = ["DEFAULT", "EMITTER_ALIASES", "EMITTER_OWNER", "LAUNCH", "NAMES", "RECIPE_FIELDS", "RECIPE_OFF",
+           "TRAINERS", "Launch", "Pricing", "Search", "Trainer", "get_trainer", "needs_equal_slices", "owner_of"]
 
 
 def get_trainer(name: str | Trainer | None = None) -> Trainer:

@@ -24,7 +24,7 @@ from planner.errors import InputError
 from planner.model.flops import flops_per_token, param_counts
 from planner.model.spec import catalog, load_model
 from planner.trainers import TRAINERS, get_trainer
-from planner.trainers.logs import MIN_ITERS, gpu_key, warmup_iters  # noqa: F401 (MIN_ITERS, warmup_iters: the docstring's names)
+from planner.trainers.logs import MIN_ITERS, gpu_key, warmup_iters  # noqa: F401 (the docstring's names)
 
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 
