@@ -104,13 +104,15 @@ def main(argv: list[str]) -> int:
 
 def hopper_bands() -> None:
     """The published H100 Megatron rows (bench/data, calibration.csv) predicted with the default stack,
-    fitted on Blackwell rows only: each against its band (issue 21 item 3; tests/test_generations.py)."""
+    whose Hopper parameters are fitted to these rows (bench/hopper.py; leave-one-table-out there): each
+    against its band (issue 21 item 3; tests/test_generations.py)."""
     from planner.cost.profiles import DEFAULT_STACK, load_profile
     from planner.cost.validate import predict_case, read_rows, row_case
 
     prof = load_profile(DEFAULT_STACK)
     print()
-    print(f"published H100 runs predicted with the default stack {DEFAULT_STACK} (no Hopper row fitted), "
+    print(f"published H100 runs predicted with the default stack {DEFAULT_STACK} (its @hopper parameters fitted to these rows, "
+          "bench/hopper.py), "
           "model TFLOP/s per GPU:")
     inside = n = 0
     for path in sorted((ROOT / "bench" / "data").glob("*.csv")) + [DEFAULT_CSV]:

@@ -124,15 +124,17 @@ def quantised_params(recipe: Recipe) -> bool:
     return bool(recipe.fp8_param_gather or recipe.fp4_param_gather)
 
 
-# The rules every trainer checks, in two groups so that a trainer's own rules on the same degrees can sit
+# The rules every trainer checks, in groups so that a trainer's own rules on the same degrees can sit
 # between them (the first broken rule is the one reported).
 SHARED_DEGREES: tuple[Rule, ...] = (
     Rule("world_div_model_parallel", _world_div_model_parallel),
     Rule("dp_matches_world", _dp_matches),
     Rule("heads_div_tp", _heads_div_tp),
-    Rule("kv_heads_div_tp", _kv_heads_div_tp),
-    Rule("experts_div_ep", _experts_div_ep),
 )
+# TorchTitan's and MaxText's KV rule (Megatron has its own, planner.trainers.megatron.rules), and the
+# experts rule every trainer checks after it
+KV_HEADS_DIV_TP = Rule("kv_heads_div_tp", _kv_heads_div_tp)
+EXPERTS_DIV_EP = Rule("experts_div_ep", _experts_div_ep)
 SHARED_SCHEDULE: tuple[Rule, ...] = (
     Rule("pipeline_stages", _pipeline_stages),
     Rule("seq_div_2cp", _seq_div_cp),
@@ -149,10 +151,6 @@ def effective_recipe(model, config, training) -> Recipe:
     return get_trainer(training.trainer).effective_recipe(model, config, training)
 
 
-def resolved(model, config, training) -> Training:
-    """``training`` holding its effective recipe for ``config``: resolved once (``predict``), passed down, and
-    resolving it again changes nothing (the effective recipe is idempotent)."""
-    return training.model_copy(update={"recipe": effective_recipe(model, config, training)})
 
 
 def violations(model, config: ParallelConfig, training: Training, world: int,

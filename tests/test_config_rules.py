@@ -50,8 +50,17 @@ def test_megatron_rejections_from_trainers_md(cfg, rule):
 
 def test_gqa_groups_must_divide_tp():
     cfg = ParallelConfig(tp=16)
-    assert "kv_heads_div_tp" in names(violations(LLAMA70, cfg, T, 256))
-    assert "kv_heads_div_tp" not in names(violations(LLAMA70, ParallelConfig(tp=8), T, 256))
+    assert "kv_heads_div_tp" in names(violations(LLAMA70, cfg, T, 256, trainer="torchtitan"))
+    assert "kv_heads_div_tp" not in names(violations(LLAMA70, ParallelConfig(tp=8), T, 256, trainer="torchtitan"))
+
+
+def test_megatron_gqa_groups_multiple_or_divisor_of_tp():
+    """megatron-core 0.19.2 (transformer_config.py) takes TP a multiple of the KV groups (each rank
+    holds a replica of one group) as well as a divisor; 6 groups on TP4 is neither."""
+    assert not names(violations(LLAMA70, ParallelConfig(tp=16), T, 256)) & {"kv_heads_tp_megatron"}
+    six = SimpleNamespace(**{**vars(LLAMA70), "num_kv_heads": 6})
+    assert "kv_heads_tp_megatron" in names(violations(six, ParallelConfig(tp=4), T, 256))
+    assert "kv_heads_tp_megatron" not in names(violations(six, ParallelConfig(tp=2), T, 256))
 
 
 def test_seq_must_divide_by_2cp():

@@ -209,9 +209,10 @@ class Cluster(BaseModel):
     tiers: list[Tier] | None = Field(None, description="scale-out tiers, lowest first; omitted = one flat "
                                      "non-blocking tier at the GPU's NIC rate (always a list after validation)")
     health: Health = Field(default_factory=Health)
-    fabric: Literal["infiniband", "roce"] | None = Field(
-        None, description="scale-out network kind: infiniband or roce (RDMA over Converged Ethernet); omitted = "
-        "infiniband, as in the presets. The Slurm emitter picks the NCCL settings from it")
+    fabric: Literal["infiniband", "roce", "efa", "tcpxo"] | None = Field(
+        None, description="scale-out network kind: infiniband, roce (RDMA over Converged Ethernet), efa (AWS "
+        "Elastic Fabric Adapter, SRD) or tcpxo (GCP GPUDirect-TCPXO); omitted = infiniband. Sets the collective "
+        "latencies (topologies/data/fabrics.yaml), the MoE dispatchers the search offers and the Slurm NCCL settings")
     calibration: Calibration | None = Field(
         None, description="link figures fitted to nccl-tests / DeepEP runs (topoplan topology calibrate); "
         "topologies.collectives.Fabric uses them in place of the catalog figures")

@@ -47,6 +47,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+from topologies.fabrics import fabric_kind
+
 __all__ = [
     "GroupShape", "shape_of", "Fabric", "fabric_for", "collective_time", "distinct_destinations",
     "NET_EFF_NCCL", "NET_EFF_DEEPEP", "PARAMS",
@@ -73,6 +75,7 @@ PARAMS = {
     "pipe_net_us": 45.0,      # pipeline per-chunk latency, network
     "a2a_base_us": 10.0,      # all-to-all / DeepEP kernel launch floor
     "a2a_ll_us": 40.0,        # DeepEP low-latency kernels: fixed cost, fitted to the V1 H800 LL table (s2.3)
+    "a2a_net_us": 10.0,       # all-to-all that leaves the NVLink domain (per fabric kind: fabrics.yaml)
     "p2p_base_us": 5.0,       # a send/recv pair
 }
 
@@ -297,7 +300,10 @@ class Fabric:
         self.tier_oversub = over
         self.domain_sizes = cluster.domain_sizes()
         self.num_tiers = len(tiers)
-        p = PARAMS
+        # the fabric kind (InfiniBand, RoCE, EFA, TCPXO) replaces the network latency figures
+        # (topologies/fabrics.py; InfiniBand's are PARAMS' own)
+        self.kind = fabric_kind(getattr(cluster, "fabric", None))
+        p = {**PARAMS, **self.kind.latency_us}
         self._p = {k: v * 1e-6 for k, v in p.items()}
         self._memo: dict = {}
         # per tier: fitted NCCL and DeepEP bandwidths (B/s), step and pipeline latencies (s); None = model
@@ -484,7 +490,7 @@ class Fabric:
             t = (p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]) + x
         else:
             x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
-            t = p["a2a_base_us"] + _pipe(x, self._pipe_net(shape.tier))
+            t = p["a2a_net_us"] + _pipe(x, self._pipe_net(shape.tier))
         t = max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
         return self._low_latency(t, shape, (n - 1) / n * S) if impl == "nccl" else t
 

@@ -1,4 +1,6 @@
-"""Built-in clusters shaped like NVIDIA's DGX SuperPOD reference architectures (hardware.md s5).
+"""Built-in clusters: NVIDIA's DGX SuperPOD reference architectures (hardware.md s5) and the cloud
+instances users train on (``CLOUD_PRESETS``: AWS, GCP, Azure, OCI; docs/cloud.md), each with its fabric
+kind (InfiniBand, RoCE, EFA, TCPXO: topologies/fabrics.py).
 
 | preset        | GPU   | host names              | NVLink domain        | scale-out per GPU | SU (non-blocking) |
 |---------------|-------|-------------------------|----------------------|-------------------|-------------------|
@@ -62,6 +64,8 @@ class Preset:
     source: str
     switch_ports: int = NDR_PORTS   # ports of the fabric's switches
     planes: int = 1                 # independent fabric planes (h800: one per NIC)
+    fabric: str | None = None       # Cluster.fabric (None = infiniband); topologies/fabrics.py
+    nic_gbps: float | None = None   # scale-out Gb/s per GPU when the instance differs from the GPU catalog
 
     @property
     def max_gpus(self) -> int:
@@ -93,6 +97,54 @@ PRESETS: dict[str, Preset] = {
                f"{_SP} and s1: 72 CX8 800 Gb/s per rack; SU of 8 racks as for GB200", switch_ports=XDR_PORTS),
     )
 }
+
+
+# Cloud instances (docs/cloud.md). Each network figure is the cloud's own page; no cloud publishes its
+# non-blocking unit or switch radix, so the tiers are those of the DGX SuperPOD of the same GPU (assumed).
+_AWS_P5 = "aws.amazon.com/ec2/instance-types/p5/"
+_AWS_P6 = "aws.amazon.com/ec2/instance-types/p6/"
+_GCP_NET = "cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
+_AZ = "learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/"
+_OCI = "docs.oracle.com/iaas/Content/Compute/References/computeshapes.htm (bare metal GPU shapes)"
+_TIERS = "; tiers as the DGX SuperPOD of the GPU (assumed: unpublished)"
+CLOUD_PRESETS = (
+    Preset("aws-p5", "h100", False, 256, 2048, "AWS p5.48xlarge: 8 H100, 3,200 Gb/s EFA v2 (SRD) per node",
+           f"{_AWS_P5}: p5.48xlarge 8 H100, 3,200 Gbps EFAv2 (400 Gb/s per GPU){_TIERS}", fabric="efa"),
+    Preset("aws-p5en", "h200", False, 256, 2048, "AWS p5en.48xlarge: 8 H200, 3,200 Gb/s EFA v3 (SRD) per node",
+           f"{_AWS_P5}: p5en.48xlarge 8 H200, 3,200 Gbps EFAv3{_TIERS}", fabric="efa"),
+    Preset("aws-p6-b200", "b200", False, 256, 2048, "AWS p6-b200.48xlarge: 8 B200, 3,200 Gb/s EFA v4 per node",
+           f"{_AWS_P6}: p6-b200.48xlarge 8 B200, 3.2 Tbps EFAv4{_TIERS}", fabric="efa"),
+    Preset("aws-p6-b300", "b300", False, 576, None, "AWS p6-b300.48xlarge: 8 B300, 6,400 Gb/s EFA v4 per node",
+           f"{_AWS_P6}: p6-b300.48xlarge 8 B300, 6.4 Tbps EFAv4 (800 Gb/s per GPU; 16 EFA devices per node in "
+           f"awslabs/awsome-distributed-ai qwen3-235b RESULTS.md){_TIERS}", switch_ports=XDR_PORTS, fabric="efa"),
+    Preset("aws-p6e-gb200", "gb200", True, 576, 4608,
+           "AWS P6e-GB200 UltraServers: 72 GB200 in one NVLink domain, 28.8 Tb/s EFA v4 per UltraServer",
+           f"{_AWS_P6}: u-p6e-gb200x72 UltraServer, 72 GPUs, 28.8 Tbps EFAv4 (400 Gb/s per GPU){_TIERS}",
+           fabric="efa"),
+    Preset("gcp-a3-mega", "h100", False, 256, 2048, "GCP a3-megagpu-8g: 8 H100, 8 x 200 Gb/s GPUDirect-TCPXO",
+           f"{_GCP_NET}: A3 Mega, eight NICs, 1,600 Gbps for GPU traffic with GPUDirect-TCPXO{_TIERS}",
+           fabric="tcpxo", nic_gbps=200.0),
+    Preset("gcp-a3-ultra", "h200", False, 256, 2048, "GCP a3-ultragpu-8g: 8 H200, 8 CX-7 RoCE, 3,200 Gb/s",
+           f"{_GCP_NET}: A3 Ultra, eight ConnectX-7 NICs (RDMA over RoCE), 3,200 Gbps, one per GPU{_TIERS}",
+           fabric="roce"),
+    Preset("gcp-a4", "b200", False, 256, 2048, "GCP a4-highgpu-8g: 8 B200, 8 CX-7 RoCE, 3,200 Gb/s",
+           f"{_GCP_NET}: A4, eight ConnectX-7 NICs (RoCE), 3,200 Gbps for GPU-to-GPU traffic{_TIERS}",
+           fabric="roce"),
+    Preset("gcp-a4x", "gb200", True, 576, 4608, "GCP a4x-highgpu-4g: GB200 NVL72 racks, 4 CX-7 RoCE per 4 GPUs",
+           f"{_GCP_NET}: A4X, four ConnectX-7 NICs, 1,600 Gbps per 4-GPU VM (400 Gb/s per GPU), "
+           f"72-GPU NVLink domain{_TIERS}", fabric="roce"),
+    Preset("azure-nd-h100-v5", "h100", False, 256, 2048, "Azure ND H100 v5: 8 H100, 8 x 400 Gb/s NDR InfiniBand",
+           f"{_AZ}nd-h100-v5-series: 8 H100, one 400 Gb/s ConnectX-7 NDR InfiniBand per GPU{_TIERS}",
+           fabric="infiniband"),
+    Preset("azure-nd-gb200-v6", "gb200", True, 576, 4608, "Azure ND GB200 v6: GB200 NVL72 racks, 4 x 400 Gb/s NDR per VM",
+           f"{_AZ}nd-gb200-v6-series: 4 B200 per VM, 4 x 400 Gb/s Quantum-2 CX7 InfiniBand, 18 VMs per NVL72 "
+           f"rack{_TIERS}", fabric="infiniband"),
+    Preset("oci-h100", "h100", False, 256, 2048, "OCI BM.GPU.H100.8: 8 H100, 16 x 200 Gb/s RoCE (3,200 Gb/s)",
+           f"{_OCI}: BM.GPU.H100.8, 8 H100, 16 x 200 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce"),
+    Preset("oci-b200", "b200", False, 256, 2048, "OCI BM.GPU.B200.8: 8 B200, 8 x 400 Gb/s RoCE (3,200 Gb/s)",
+           f"{_OCI}: BM.GPU.B200.8, 8 B200, 8 x 400 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce"),
+)
+PRESETS.update({p.name: p for p in CLOUD_PRESETS})
 
 
 def preset_names() -> list[str]:
@@ -145,7 +197,7 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
         what = "4-GPU trays" if p.nvl72 else f"{per}-GPU nodes"
         alt = f"{lo} or {hi}" if lo else f"{hi}"
         raise InputError(f"--gpus {n}: {p.name} is sized in whole {what}; use {alt}")
-    tiers = _tiers(p, spec.nic_gbps, oversubscription)
+    tiers = _tiers(p, p.nic_gbps or spec.nic_gbps, oversubscription)
     if not p.nvl72:
         if usable_per_domain is not None and usable_per_domain != per:
             raise InputError(
@@ -155,7 +207,7 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
         prefix = f"{p.gpu}-n"
         width = max(4, len(str(n // per)))
         nodes = [{"name": f"{prefix}{str(i + 1).zfill(width)}", "gpus": per} for i in range(n // per)]
-        return Cluster(name=f"{p.name}-{n}", gpu=p.gpu, nodes=nodes, domains=None, tiers=tiers)
+        return Cluster(name=f"{p.name}-{n}", gpu=p.gpu, nodes=nodes, domains=None, tiers=tiers, fabric=p.fabric)
     dmax = spec.nvlink_domain_max
     k = dmax if usable_per_domain is None else int(usable_per_domain)
     if k <= 0 or k > dmax or k % per:
@@ -179,6 +231,6 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
         left -= use
     return Cluster(
         name=f"{p.name}-{n}" + (f"-u{k}" if k != dmax else ""),
-        gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers,
+        gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers, fabric=p.fabric,
         health={"spare_trays": spare},
     )

@@ -110,7 +110,7 @@ def predict_cmd(
     else:
         if gbs is None:
             raise InputError("--gbs: give the global batch (or --from megatron/args.txt of an emitted plan)")
-        cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher or prof.dispatcher)
+        cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher)  # None: the stack's, or alltoall where the fabric cannot run it (predict)
         try:
             training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
                                 trainer=prof.trainer, cuda_graphs=cuda_graphs,

@@ -16,6 +16,7 @@ from planner.output.explain import figure_table
 from planner.search.plan import gpd_options
 from topologies import importers
 from topologies.calibrate import TARGET, fit_fabric, observations, predict
+from topologies.fabrics import fabric_kind
 from topologies.cluster import cluster_from_dict
 from topologies.collectives import fabric_for
 from topologies.gpus import GPUS
@@ -52,6 +53,7 @@ def cluster_summary(cluster) -> dict:
         "health_counts": {k: len(v) for k, v in cluster.health.model_dump().items()},
         "nvlink_gbps_uni": spec.nvlink_gbps_uni,
         "nic_gbps": spec.nic_gbps,
+        "fabric": cluster.fabric or "infiniband",
     }
 
 
@@ -80,7 +82,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
     """
     presets = [
         {"name": p.name, "gpu": p.gpu, "nvlink_domain": GPUS[p.gpu].nvlink_domain_max,
-         "nic_gbps": GPUS[p.gpu].nic_gbps, "su_gpus": p.su_gpus, "description": p.description}
+         "nic_gbps": p.nic_gbps or GPUS[p.gpu].nic_gbps, "fabric": p.fabric or "infiniband",
+         "su_gpus": p.su_gpus, "description": p.description, "source": p.source}
         for p in PRESETS.values()
     ]
     gpus = [
@@ -94,11 +97,12 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON inst
         return
     con = Console()
     t = figure_table("Cluster presets (topoplan topology show NAME --gpus N)",
-                     ("preset", "GPU", "domain", "NIC Gb/s", "SU GPUs", "description"),
-                     [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", str(p["su_gpus"]),
+                     ("preset", "GPU", "domain", "NIC Gb/s", "fabric", "description"),
+                     [(p["name"], p["gpu"], str(p["nvlink_domain"]), f"{p['nic_gbps']:g}", p["fabric"],
                        p["description"]) for p in presets],
-                     wrap=("description",), right=("domain", "NIC Gb/s", "SU GPUs"),
-                     caption="domain: GPUs per NVLink domain; NIC Gb/s per GPU; SU: scalable unit")
+                     wrap=("description",), right=("domain", "NIC Gb/s"),
+                     caption="domain: GPUs per NVLink domain; NIC Gb/s per GPU; fabric: infiniband, roce, efa (AWS "
+                             "SRD), tcpxo (GCP GPUDirect-TCPXO); sources: --json, docs/cloud.md")
     con.print(t)
     g = figure_table("GPU catalog (dense peaks; NVLink per direction)",
                      ("GPU", "BF16 TF", "FP8 TF", "FP4 TF", "HBM GiB", "HBM TB/s", "NVLink GB/s", "domain", "NIC Gb/s"),
@@ -149,6 +153,11 @@ def show_cmd(
     con.print(figure_table("scale-out tiers (lowest first)",
                            ("tier", "Gb/s per GPU", "latency us", "oversubscription", "unit"), rows,
                            wrap=("tier",), right=("Gb/s per GPU", "latency us", "oversubscription")))
+    kind = fabric_kind(c.fabric)
+    lat = kind.latency_us
+    con.print(f"fabric: {kind.name} ({kind.status}: base {lat['net_base_us']:g} us, {lat['net_step_us']:g} us per "
+              f"network step, all-to-all floor {lat['a2a_net_us']:g} us; docs/cloud.md)"
+              + ("" if kind.gpu_initiated_rdma else "; no GPU-initiated RDMA: DeepEP/HybridEP only inside one NVLink domain"))
     con.print(doc["job_text"])
     h = c.health
     failed = len(h.failed_nodes) + len(h.failed_trays) + len(h.spare_trays) + len(h.failed_gpus)

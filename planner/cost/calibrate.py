@@ -251,7 +251,9 @@ def base_profile(stack: str) -> Profile:
     doc = yaml.safe_load(path.read_text()) or {}
     overrides = {}
     for key, spec in (doc.get("params") or {}).items():
-        if (key in PRIORS or key in VARIANTS) and isinstance(spec, dict) and "prior" in spec:
+        # a generation variant of a known parameter counts too (host.launch_us@hopper, set by bench/hopper.py)
+        if (key in PRIORS or key in VARIANTS or key.partition("@")[0] in PRIORS) and isinstance(spec, dict) \
+                and "prior" in spec:
             prior = float(spec["prior"])
             overrides[key] = dict(value=prior, min=float(spec["min"]), max=float(spec["max"]), prior=prior,
                                   fit=bool(spec.get("fit", True)), source=str(spec["source"]))

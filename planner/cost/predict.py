@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
+from planner.cost.dispatch_fabric import dispatcher_problem
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import Placement, default_gpus_per_domain, group_shapes, make_placement
 from planner.cost.profiles import load_profile
@@ -115,7 +116,8 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     ``to_dict()["dispatcher"]``) report the dispatcher that was priced.
     """
     prof = load_profile(profile if profile is not None else training.stack)
-    if config.dispatcher is None:  # None = the stack profile's default dispatcher
+    stack_dispatcher = config.dispatcher is None
+    if stack_dispatcher:  # None = the stack profile's default dispatcher
         config = config.model_copy(update={"dispatcher": prof.dispatcher})
     # the job's world: dp when set, else the ranks of a given placement, else every healthy GPU
     world = config.world(placement.world if placement is not None else cluster.num_gpus)
@@ -133,6 +135,13 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
     if placement is None:
         gpd = default_gpus_per_domain(cluster.domain_sizes(), config, world)
         placement = make_placement(cluster, config, world, gpus_per_domain=gpd)
+    gpus = cluster.gpus()
+    problem = dispatcher_problem(cluster, config, world, placement.order,
+                                 [gpus[g].domain for g in placement.rank_to_gpu])
+    if problem and stack_dispatcher:   # the stack's flex dispatcher cannot cross this fabric: NCCL's all-to-all
+        config = config.model_copy(update={"dispatcher": "alltoall"})
+    elif problem:
+        raise InputError(problem)
     shapes = group_shapes(cluster, config, placement)
     layout = pipeline_layout(model, config.pp, config.vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
     recipe = effective_recipe(model, config, training)   # resolved once; step time and memory read it

@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.config import ParallelConfig, Training
 from planner.cost.goodput import Resilience, plan_goodput
+from planner.cost.dispatch_fabric import dispatcher_problem, fabric_note
 from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
 from planner.cost.placement import make_placement
@@ -475,8 +476,25 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
                                              [gpus[g].domain for g in placement.rank_to_gpu])
         return None if hybridep_ok[key] else hybridep_vars
 
+    rdma_ok: dict = {}
+    note = fabric_note(cluster)
+    if note and any(d.startswith("flex") for d in b.vals.get("dispatcher", ())):
+        b.notes.append(note)
+
+    def rdma_accept(choice):  # issue 21 item 2: DeepEP / HybridEP across domains need GPU-initiated RDMA
+        cfg, world, _, gpd, _ = b.config_of(choice)
+        if not note or not cfg.dispatcher.startswith("flex") or not model.num_experts:
+            return None
+        key = tuple(choice[i] for i in hybridep_vars)
+        if key not in rdma_ok:
+            placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
+            gpus = cluster.gpus()
+            rdma_ok[key] = dispatcher_problem(cluster, cfg, world, placement.order,
+                                              [gpus[g].domain for g in placement.rank_to_gpu]) is None
+        return None if rdma_ok[key] else hybridep_vars
+
     def accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
-        cut = memory_accept(choice) or hybridep_accept(choice)
+        cut = memory_accept(choice) or hybridep_accept(choice) or rdma_accept(choice)
         if cut is not None or not equal_slices:
             return cut
         cfg, world, _, gpd, _ = b.config_of(choice)

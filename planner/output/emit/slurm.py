@@ -101,7 +101,7 @@ def default_launcher(trainer: str) -> str:
 
 
 def fabric(ctx: EmitContext) -> str:
-    """``infiniband`` or ``roce``: the cluster file's ``fabric`` (omitted = infiniband)."""
+    """``infiniband``, ``roce``, ``efa`` or ``tcpxo``: the cluster file's ``fabric`` (omitted = infiniband)."""
     return getattr(ctx.cluster, "fabric", None) or "infiniband"
 
 
@@ -138,9 +138,10 @@ def site_settings(ctx: EmitContext, names: list[str]) -> list[tuple[str, str]]:
                                "HuggingFaceTokenizer --tokenizer-model /models/tok"),
     ]
     s += [TRAINER_HOME[t] for t in names if t in TRAINER_HOME]
-    s += [("NCCL_IB_HCA", "HCAs NCCL may use, e.g. =mlx5_0,mlx5_1,mlx5_4,mlx5_5 (ibv_devinfo lists them); "
-                          "auto lets NCCL choose"),
-          ("NCCL_SOCKET_IFNAME", "interface for NCCL's bootstrap (TCP) traffic, e.g. =eth0 or ib (prefix); auto")]
+    if fabric(ctx) in ("infiniband", "roce"):
+        s.append(("NCCL_IB_HCA", "HCAs NCCL may use, e.g. =mlx5_0,mlx5_1,mlx5_4,mlx5_5 (ibv_devinfo lists them); "
+                                 "auto lets NCCL choose"))
+    s.append(("NCCL_SOCKET_IFNAME", "interface for NCCL's bootstrap (TCP) traffic, e.g. =eth0 or ib (prefix); auto"))
     if fabric(ctx) == "roce":
         s.append(("NCCL_IB_GID_INDEX", "RoCE v2 GID index of the HCAs (show_gids / ibv_devinfo -v; often 3); "
                                        "auto lets NCCL (>= 2.21) pick it"))
@@ -167,6 +168,15 @@ def fabric_exports(ctx: EmitContext) -> list[str]:
     """Comment and export lines for what the plan itself fixes about the network."""
     out = []
     env = nccl_env(ctx)
+    if fabric(ctx) == "efa":
+        out += ["# AWS EFA: NCCL reaches the network through the aws-ofi-nccl plug-in over libfabric's efa provider",
+                "# (the plan's collective times assume it, topologies/data/fabrics.yaml); NCCL_DEBUG=INFO must show",
+                "# 'NET/OFI Selected provider is efa', not NET/Socket.",
+                "export FI_PROVIDER=efa"]
+    if fabric(ctx) == "tcpxo":
+        out += ["# GCP GPUDirect-TCPXO: NCCL needs Google's TCPXO net plug-in and the variables its image's",
+                "# nccl-env-profile.sh exports (source it through TOPOPLAN_ENV_ACTIVATE); without them NCCL falls",
+                "# back to plain sockets and the plan's collective times do not hold."]
     if "NCCL_NVLS_ENABLE" in env:
         out += ["# NVLink SHARP: NCCL's default (2 = use when the NVSwitches offer it). The plan's all-reduce times",
                 "# assume it (topologies/collectives.py); an image that sets NCCL_NVLS_ENABLE=0 would slow them.",

@@ -13,10 +13,18 @@ and the step time prices that.
 from __future__ import annotations
 
 from planner.config import Recipe
-from planner.rules import (SHARED_DEGREES, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
+from planner.rules import (EXPERTS_DIV_EP, SHARED_DEGREES, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
                            offload_layers)
 from planner.trainers import RECIPE_OFF
 from planner.trainers.megatron import NAME
+
+
+def _kv_heads_tp_megatron(m, c, t, world):
+    # megatron-core 0.19.2 transformer_config.py: the KV groups are split over TP, or each TP rank
+    # holds a replica of one group (TP a multiple of the groups, as AWS's Qwen3 TP8 runs use)
+    if m.num_kv_heads % c.tp and c.tp % m.num_kv_heads:
+        return (f"num_query_groups ({m.num_kv_heads}) must be a multiple or divisor of "
+                f"tensor_model_parallel_size ({c.tp})")
 
 
 def _expert_grid(m, c, t, world):
@@ -386,6 +394,8 @@ RECIPE_RULES: tuple[Rule, ...] = (
 )
 
 RULES: tuple[Rule, ...] = SHARED_DEGREES + (
+    Rule("kv_heads_tp_megatron", _kv_heads_tp_megatron),
+    EXPERTS_DIV_EP,
     Rule("expert_grid_div_world", _expert_grid),
     Rule("etp_only_for_moe", _etp_only_for_moe),
 ) + SHARED_SCHEDULE + (

@@ -1,0 +1,70 @@
+"""Published A/B sweeps on AWS EFA (bench/data/clouds/ab_efa.csv): measured vs predicted iteration time and
+how many pairs of each group the model orders as measured.
+
+    python bench/ab_efa.py
+
+Rows whose dispatcher is a patched transport (UCCL-EP, NVSHMEM over libfabric) are listed but not
+predicted: stock Megatron cannot run DeepEP between EFA nodes (planner/cost/dispatch_fabric.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+from topologies.loader import load_cluster
+
+from planner import predict
+from planner.config import ParallelConfig, Training
+from planner.model.spec import load_model
+
+CSV = Path(__file__).parent / "data" / "clouds" / "ab_efa.csv"
+STOCK = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
+
+
+def rows() -> list[dict]:
+    return list(csv.DictReader(CSV.open()))
+
+
+def predicted_step(r: dict, stack: str = "megatron-26.08") -> float:
+    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe)."""
+    g = int(r["gpus"])
+    cfg = ParallelConfig(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]), etp=int(r["etp"]),
+                         mbs=int(r["mbs"]), dp=g // (int(r["tp"]) * int(r["pp"])), recompute=r["recompute"],
+                         dispatcher=r["dispatcher"])
+    tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
+                  recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on"})
+    return predict(load_model(r["model"]), load_cluster(r["cluster"], gpus=g), cfg, tr).step_time_s
+
+
+def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dict, bool]]:
+    """Every pair of the group's stock-dispatcher rows measured more than ``min_gap`` apart (relative):
+    (a, b, ordered as measured)."""
+    out = []
+    for a, b in itertools.combinations([r for r in group if r["dispatcher"] in STOCK], 2):
+        ma, mb = float(a["iter_s"]), float(b["iter_s"])
+        if max(ma, mb) / min(ma, mb) - 1.0 <= min_gap:
+            continue
+        pa, pb = predicted_step(a), predicted_step(b)
+        out.append((a, b, (pa < pb) == (ma < mb)))
+    return out
+
+
+def main() -> None:
+    data = rows()
+    print(f"{'group':<20} {'layout':<32} {'measured s':>10} {'predicted s':>11}")
+    for r in data:
+        lay = f"TP{r['tp']} PP{r['pp']} EP{r['ep']} MBS{r['mbs']} ovl {r['a2a_overlap']} {r['dispatcher']}"
+        pred = f"{predicted_step(r):.2f}" if r["dispatcher"] in STOCK else "-"
+        print(f"{r['group']:<20} {lay:<32} {float(r['iter_s']):>10.2f} {pred:>11}")
+    for name, grp in itertools.groupby(data, key=lambda r: r["group"]):
+        pairs = pair_orders(list(grp))
+        far = [p for p in pairs if max(float(p[0]["iter_s"]), float(p[1]["iter_s"]))
+               / min(float(p[0]["iter_s"]), float(p[1]["iter_s"])) > 1.2]
+        print(f"{name}: {sum(p[2] for p in pairs)}/{len(pairs)} pairs ordered as measured; "
+              f"{sum(p[2] for p in far)}/{len(far)} of those > 20% apart")
+
+
+if __name__ == "__main__":
+    main()

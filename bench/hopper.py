@@ -1,0 +1,113 @@
+"""Hopper fitted from Hopper runs (issue 21 item 3): the default stack's ``@hopper`` parameters fitted to
+the published Megatron H100 rows only (bench/data/*.csv and calibration.csv), and the leave-one-table-out
+error of that fit (each container's table predicted by a fit to the other tables).
+
+    python bench/hopper.py            # in-sample and leave-one-table-out errors, the fitted values
+
+The fit starts from the shipped profile, fits only the parameters the Hopper rows inform, each as its
+``name@hopper`` variant (``calibrate_rows(identify=True, by_generation=True)``), so no Blackwell
+prediction moves. Its output is what planner/data/profiles/megatron-26.08.yaml carries.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner.cost.profiles import CALIBRATION_CSV, DEFAULT_STACK, load_profile
+from planner.cost.validate import predict_case, read_rows, row_case
+
+ROOT = Path(__file__).resolve().parents[1]
+# the Hopper parameters: the GPU's sustained speed and one MoE term (chosen by leave-one-table-out error
+# among the candidates main() prints with --candidates)
+HOPPER_PARAMS = ("gpu.speed", "host.launch_us")
+CANDIDATES = (("gpu.speed",), ("host.launch_us",), ("ep.overlap", "host.launch_us"), ("gpu.speed", "gemm.grouped_m_half"), ("gpu.speed", "host.launch_us"),
+              ("gpu.speed", "ep.overlap"), ("gpu.speed", "mem.elementwise"))
+PRIOR_WEIGHT = 0.1
+
+
+def hopper_rows() -> list[dict]:
+    """Every published Megatron H100 row, tagged with its table, as the default stack's rows."""
+    out = []
+    for path in sorted((ROOT / "bench" / "data").glob("*.csv")) + [Path(CALIBRATION_CSV)]:
+        for r in read_rows(path):
+            if r["gpu"].strip().upper() == "H100" and (r.get("stack") or "").startswith("megatron"):
+                out.append(dict(r, table=f"{path.stem}:{r['stack']}", stack=DEFAULT_STACK))
+    return out
+
+
+def errors(rows: list[dict], prof) -> list[tuple[str, float]]:
+    """(id, predicted/measured - 1 in %) of each row under ``prof``."""
+    out = []
+    for r in rows:
+        p = predict_case(row_case(r, DEFAULT_STACK, r["table"], profile=prof), prof)
+        out.append((f"{r['table']}/{r['id']}", 100 * (p.tflops_per_gpu / float(r["model_tflops_per_gpu"]) - 1)))
+    return out
+
+
+def unfitted(prof):
+    """``prof`` without its ``@hopper`` variants: every Hopper prediction from the shared values."""
+    return prof.model_copy(update={"params": {k: v for k, v in prof.params.items() if not k.endswith("@hopper")}})
+
+
+def fit(rows: list[dict], names=HOPPER_PARAMS, start=None):
+    """The default stack's profile with the ``names@hopper`` parameters fitted to ``rows`` (least squares
+    on log error with the profile's bounds and a weak pull to the prior, as calibrate does), starting
+    from the profile without any ``@hopper`` variant (so the shipped fit is reproduced from itself)."""
+    base = unfitted(start or load_profile(DEFAULT_STACK))
+    keys = [f"{n}@hopper" for n in names]
+    params = dict(base.params)
+    for n, k in zip(names, keys):
+        if k not in params:
+            params[k] = base.params[n].model_copy(update={"source": f"{base.params[n].source} [Hopper only]"})
+    base = base.model_copy(update={"params": params})
+    cases = [row_case(r, DEFAULT_STACK, r["table"], profile=base) for r in rows]
+    meas = np.array([float(r["model_tflops_per_gpu"]) for r in rows])
+    lo = np.array([params[k].min for k in keys])
+    hi = np.array([params[k].max for k in keys])
+    prior = np.array([params[k].prior if params[k].prior is not None else params[k].value for k in keys])
+
+    def resid(x):
+        prof = base.with_values(dict(zip(keys, x)))
+        pred = np.array([predict_case(c, prof).tflops_per_gpu for c in cases])
+        return np.concatenate([np.log(pred / meas), PRIOR_WEIGHT * np.log(x / prior)])
+
+    sol = least_squares(resid, x0=np.clip(prior, lo, hi), bounds=(lo, hi), diff_step=1e-3)
+    return base.with_values(dict(zip(keys, sol.x))), {"fitted": keys}
+
+
+def leave_one_table_out(rows: list[dict], names=HOPPER_PARAMS, start=None) -> list[tuple[str, float]]:
+    out = []
+    for table in sorted({r["table"] for r in rows}):
+        prof, _ = fit([r for r in rows if r["table"] != table], names, start)
+        out += errors([r for r in rows if r["table"] == table], prof)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    rows = hopper_rows()
+    if "--candidates" in argv:
+        for names in CANDIDATES:
+            e = [abs(x) for _, x in leave_one_table_out(rows, names)]
+            print(f"{'+'.join(names):40s} leave-one-table-out MAPE {statistics.mean(e):6.2f}%  worst {max(e):6.1f}%")
+        return 0
+    start = load_profile(argv[0]) if argv else None
+    base = unfitted(load_profile(DEFAULT_STACK) if start is None else start)
+    prof, info = fit(rows, HOPPER_PARAMS, start)
+    hopper = {k: v.value for k, v in prof.params.items() if k.endswith("@hopper")}
+    print(f"{len(rows)} Hopper rows from {len({r['table'] for r in rows})} tables; fitted: {info.get('fitted')}")
+    print("fitted @hopper values:", {k: round(v, 4) for k, v in hopper.items()})
+    for name, errs in (("no @hopper parameter", errors(rows, base)), ("Hopper fitted (in sample)", errors(rows, prof)),
+                       ("leave one table out", leave_one_table_out(rows, HOPPER_PARAMS, start))):
+        e = [abs(x) for _, x in errs]
+        worst = max(errs, key=lambda x: abs(x[1]))
+        print(f"{name:28s} MAPE {statistics.mean(e):6.2f}%  worst {worst[0]} {worst[1]:+.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
