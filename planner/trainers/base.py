@@ -113,6 +113,10 @@ class Trainer:
     def has(self, knob: str) -> bool:
         return knob in self.knobs
 
+    def cannot_build(self, model, seq_len: int = 0) -> str | None:
+        """Why the trainer cannot build ``model``'s family as its config says (its ``families`` part), or None."""
+        return self.part("families").why_not(model, seq_len) if "families" in self.parts else None
+
     # -- launch files (output) -----------------------------------------------------------------
     def emitter(self, name: str | None = None) -> ModuleType:
         """The module that writes emitter ``name``'s files (default: the trainer's own)."""

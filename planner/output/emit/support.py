@@ -16,11 +16,8 @@ from planner.trainers import owner_of
 def check_family(model, emitter: str, seq_len: int = 0) -> None:
     """InputError when trainer ``emitter`` cannot build ``model``'s family as its config says."""
     owner = owner_of(emitter)
-    if owner is None or "families" not in owner.parts:
-        return
-    families = owner.part("families")
-    why = families.why_not(model, seq_len)
+    why = owner.cannot_build(model, seq_len) if owner is not None else None
     if why:
-        raise InputError(f"--trainer {emitter}: {families.TITLES[emitter]} cannot build the {model.family} family "
+        raise InputError(f"--trainer {emitter}: {owner.part('families').TITLES[emitter]} cannot build the {model.family} family "
                          f"({model.name}): {why}; its files would train a different model (plan without --emit, or emit "
                          f"for a trainer that builds it: docs/models.md)")
