@@ -82,6 +82,17 @@ def normalize_recompute(value: str) -> str:
     return "+".join(parts)
 
 
+def data_parallel(world: int, tp: int, cp: int, pp: int) -> int:
+    """Data parallel degree on the attention grid, world / (tp * cp * pp): the one formula
+    (``ParallelConfig.dp_for`` and the rank-order strides, ``planner.cost.placement.axis_strides``)."""
+    return world // (tp * cp * pp)
+
+
+def expert_data_parallel(world: int, etp: int, ep: int, pp: int) -> int:
+    """Expert data parallel degree on Megatron's expert grid, world / (etp * ep * pp)."""
+    return world // (etp * ep * pp)
+
+
 class ParallelConfig(BaseModel):
     """One parallel layout. ``etp`` None means the trainer default (Megatron: ETP = TP).
 
@@ -146,11 +157,11 @@ class ParallelConfig(BaseModel):
     def dp_for(self, world: int) -> int:
         """Data parallel degree on the attention grid: world / (tp * cp * pp). The one formula (with
         ``edp_for``); ``on(world)`` checks that the grids fill the world."""
-        return world // self.model_parallel
+        return data_parallel(world, self.tp, self.cp, self.pp)
 
     def edp_for(self, world: int) -> int:
         """Expert data parallel degree on Megatron's expert grid: world / (etp * ep * pp)."""
-        return world // (self.etp_eff * self.ep * self.pp)
+        return expert_data_parallel(world, self.etp_eff, self.ep, self.pp)
 
     def on(self, world: int) -> "Layout":
         """This layout on ``world`` GPUs, with its derived degrees (ValueError if a grid does not fill

@@ -44,6 +44,83 @@ def _bounds(prog: Program) -> list[tuple[int, int]]:
     return b
 
 
+def _argmax(m, k: int, nd, nv, bounds):
+    """The index variable of an argmax node: the first present key that equals the max of the present keys."""
+    n = len(nd.args) // 2
+    ks, ps = [nv[a] for a in nd.args[:n]], [nv[a] for a in nd.args[n:]]
+    klo = min(bounds[a][0] for a in nd.args[:n])
+    khi = max(bounds[a][1] for a in nd.args[:n])
+    top = m.NewIntVar(klo, khi, f"n{k}_max")
+    pres = []
+    for i in range(n):
+        p = m.NewBoolVar(f"n{k}_p{i}")
+        m.Add(ps[i] == 1).OnlyEnforceIf(p)
+        m.Add(ps[i] == 0).OnlyEnforceIf(p.Not())
+        pres.append(p)
+    m.AddBoolOr(pres)
+    # top = max over present keys; attain[i] <=> present_i and key_i == top
+    attain = []
+    for i in range(n):
+        m.Add(top >= ks[i]).OnlyEnforceIf(pres[i])
+        a = m.NewBoolVar(f"n{k}_a{i}")
+        m.Add(ks[i] == top).OnlyEnforceIf(a)
+        m.AddImplication(a, pres[i])
+        m.Add(ks[i] <= top - 1).OnlyEnforceIf([pres[i], a.Not()])
+        attain.append(a)
+    m.AddBoolOr(attain)
+    # first[i] <=> attain[i] and no earlier attain: the first maximal key wins
+    t = m.NewIntVar(0, n - 1, f"n{k}")
+    seen = None
+    firsts = []
+    for i in range(n):
+        f = m.NewBoolVar(f"n{k}_f{i}")
+        if seen is None:
+            m.Add(f == attain[i])
+        else:
+            m.AddBoolAnd([attain[i], seen.Not()]).OnlyEnforceIf(f)
+            m.AddBoolOr([attain[i].Not(), seen, f])
+            m.AddImplication(f, attain[i])
+        nseen = m.NewBoolVar(f"n{k}_s{i}")
+        if seen is None:
+            m.Add(nseen == attain[i])
+        else:
+            m.AddMaxEquality(nseen, [seen, attain[i]])
+        seen = nseen
+        firsts.append(f)
+        m.Add(t == i).OnlyEnforceIf(f)
+    m.AddExactlyOne(firsts)
+    return t
+
+
+def _objective(m, prog: Program, xs, zs, obj_node, obj_bounds) -> None:
+    """Objective: weight(x) * node(x), linearised over the distinct weight values."""
+    olo, ohi = obj_bounds
+    if prog.weight is None:
+        m.Minimize(obj_node)
+        return
+    wvars, wtable = prog.weight
+    terms = []
+    sel = []
+    for w in sorted(set(wtable.values())):
+        b = m.NewBoolVar(f"w={w}")
+        keys = [k for k, v in wtable.items() if v == w]
+        # b <=> the weight variables take one of the tuples with weight w
+        if len(wvars) == 1:
+            lits = [zs[wvars[0]][k[0]] for k in keys]
+            m.Add(sum(lits) == b)
+        else:
+            m.AddAllowedAssignments([xs[v] for v in wvars] + [b],
+                                    [k + (1,) for k in keys]
+                                    + [k + (0,) for k, v in wtable.items() if v != w])
+        y = m.NewIntVar(min(0, olo), max(0, ohi), f"obj_w{w}")
+        m.Add(y == obj_node).OnlyEnforceIf(b)
+        m.Add(y == 0).OnlyEnforceIf(b.Not())
+        terms.append(w * y)
+        sel.append(b)
+    m.AddExactlyOne(sel)
+    m.Minimize(sum(terms))
+
+
 def _build(prog: Program):
     if prog.objective is None:
         raise ValueError("the program has no objective")
@@ -117,82 +194,13 @@ def _build(prog: Program):
             m.Add(idx < len(nd.args))
             m.AddElement(idx, [nv[a] for a in nd.args], t)
         elif nd.kind == "argmax":
-            n = len(nd.args) // 2
-            ks, ps = [nv[a] for a in nd.args[:n]], [nv[a] for a in nd.args[n:]]
-            klo = min(bounds[a][0] for a in nd.args[:n])
-            khi = max(bounds[a][1] for a in nd.args[:n])
-            top = m.NewIntVar(klo, khi, f"n{k}_max")
-            pres = []
-            for i in range(n):
-                p = m.NewBoolVar(f"n{k}_p{i}")
-                m.Add(ps[i] == 1).OnlyEnforceIf(p)
-                m.Add(ps[i] == 0).OnlyEnforceIf(p.Not())
-                pres.append(p)
-            m.AddBoolOr(pres)
-            # top = max over present keys; attain[i] <=> present_i and key_i == top
-            attain = []
-            for i in range(n):
-                m.Add(top >= ks[i]).OnlyEnforceIf(pres[i])
-                a = m.NewBoolVar(f"n{k}_a{i}")
-                m.Add(ks[i] == top).OnlyEnforceIf(a)
-                m.AddImplication(a, pres[i])
-                m.Add(ks[i] <= top - 1).OnlyEnforceIf([pres[i], a.Not()])
-                attain.append(a)
-            m.AddBoolOr(attain)
-            # first[i] <=> attain[i] and no earlier attain: the first maximal key wins
-            t = m.NewIntVar(0, n - 1, f"n{k}")
-            seen = None
-            firsts = []
-            for i in range(n):
-                f = m.NewBoolVar(f"n{k}_f{i}")
-                if seen is None:
-                    m.Add(f == attain[i])
-                else:
-                    m.AddBoolAnd([attain[i], seen.Not()]).OnlyEnforceIf(f)
-                    m.AddBoolOr([attain[i].Not(), seen, f])
-                    m.AddImplication(f, attain[i])
-                nseen = m.NewBoolVar(f"n{k}_s{i}")
-                if seen is None:
-                    m.Add(nseen == attain[i])
-                else:
-                    m.AddMaxEquality(nseen, [seen, attain[i]])
-                seen = nseen
-                firsts.append(f)
-                m.Add(t == i).OnlyEnforceIf(f)
-            m.AddExactlyOne(firsts)
+            t = _argmax(m, k, nd, nv, bounds)
         nv.append(t)
 
     for n, bnd in prog.limits:
         m.Add(nv[n] <= bnd)
 
-    # Objective: weight(x) * node(x), linearised over the distinct weight values.
-    obj_node = nv[prog.objective]
-    olo, ohi = bounds[prog.objective]
-    if prog.weight is None:
-        m.Minimize(obj_node)
-    else:
-        wvars, wtable = prog.weight
-        distinct = sorted(set(wtable.values()))
-        terms = []
-        sel = []
-        for w in distinct:
-            b = m.NewBoolVar(f"w={w}")
-            keys = [k for k, v in wtable.items() if v == w]
-            # b <=> the weight variables take one of the tuples with weight w
-            if len(wvars) == 1:
-                lits = [zs[wvars[0]][k[0]] for k in keys]
-                m.Add(sum(lits) == b)
-            else:
-                m.AddAllowedAssignments([xs[v] for v in wvars] + [b],
-                                        [k + (1,) for k in keys]
-                                        + [k + (0,) for k, v in wtable.items() if v != w])
-            y = m.NewIntVar(min(0, olo), max(0, ohi), f"obj_w{w}")
-            m.Add(y == obj_node).OnlyEnforceIf(b)
-            m.Add(y == 0).OnlyEnforceIf(b.Not())
-            terms.append(w * y)
-            sel.append(b)
-        m.AddExactlyOne(sel)
-        m.Minimize(sum(terms))
+    _objective(m, prog, xs, zs, nv[prog.objective], bounds[prog.objective])
     return m, xs, zs, nv
 
 

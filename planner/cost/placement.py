@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from planner.config import ParallelConfig
+from planner.config import ParallelConfig, data_parallel, expert_data_parallel
 from planner.errors import InfeasibleError, InputError
 from topologies.collectives import fabric_for, shape_of
 
@@ -55,26 +55,26 @@ def _prefix_product(a, init=1):
     return out
 
 
-def _decompose(index, shape):
-    stride = _prefix_product(shape)
-    return [(index // d) % s for s, d in zip(shape, stride)]
+def _offsets(index: np.ndarray, axes: list[tuple[int, int]]) -> np.ndarray:
+    """Rank offsets of ``index`` decomposed over ``axes`` ((size, stride) pairs, first axis fastest)."""
+    out = np.zeros(len(index), dtype=np.int64)
+    for size, stride in axes:
+        out += (index % size) * stride
+        index = index // size
+    return out
 
 
 def masked_orthogonal_groups(world: int, sizes: list[int], mask: list[bool]) -> list[list[int]]:
-    """Megatron's ``generate_masked_orthogonal_rank_groups``: the groups spanned by the masked axes."""
-    masked_shape = [s for s, m in zip(sizes, mask) if m]
-    unmasked_shape = [s for s, m in zip(sizes, mask) if not m]
+    """Megatron's ``generate_masked_orthogonal_rank_groups``: the groups spanned by the masked axes
+    (group g's base from g decomposed over the unmasked axes, member r's offset from r over the masked
+    ones, both first axis fastest, as Megatron's ``decompose``)."""
     stride = _prefix_product(sizes)
-    masked_stride = [d for d, m in zip(stride, mask) if m]
-    unmasked_stride = [d for d, m in zip(stride, mask) if not m]
-    group_size = _prefix_product(masked_shape)[-1]
-    groups = []
-    for g in range(world // group_size):
-        gi = _decompose(g, unmasked_shape)
-        base = sum(i * d for i, d in zip(gi, unmasked_stride))
-        groups.append([base + sum(i * d for i, d in zip(_decompose(r, masked_shape), masked_stride))
-                       for r in range(group_size)])
-    return groups
+    masked = [(s, d) for s, d, m in zip(sizes, stride, mask) if m]
+    unmasked = [(s, d) for s, d, m in zip(sizes, stride, mask) if not m]
+    group_size = _prefix_product([s for s, _ in masked])[-1]
+    base = _offsets(np.arange(world // group_size, dtype=np.int64), unmasked)
+    offs = _offsets(np.arange(group_size, dtype=np.int64), masked)
+    return (base[:, None] + offs[None, :]).tolist()
 
 
 def _check_order(order: str) -> list[str]:
@@ -84,16 +84,23 @@ def _check_order(order: str) -> list[str]:
     return tokens
 
 
+def _grid(tp: int, cp: int, ep: int, etp: int, pp: int, world: int, expert: bool) -> dict:
+    """Sizes of the rank-order tokens on the dense grid (tp x cp x dp x pp, ep 1) or the expert grid
+    (etp x ep x edp x pp, cp 1)."""
+    if expert:
+        return {"tp": etp, "cp": 1, "ep": ep, "dp": expert_data_parallel(world, etp, ep, pp), "pp": pp}
+    return {"tp": tp, "cp": cp, "ep": 1, "dp": data_parallel(world, tp, cp, pp), "pp": pp}
+
+
 @lru_cache(maxsize=4096)
 def _groups_cached(tp, cp, ep, etp, pp, world, axis, order):
     tokens = _check_order(order)
     parts = axis.split("-")
     if all(p in _DENSE_AXES for p in parts):
-        sizes = {"tp": tp, "cp": cp, "ep": 1, "dp": ParallelConfig(tp=tp, cp=cp, pp=pp).dp_for(world), "pp": pp}
+        sizes = _grid(tp, cp, ep, etp, pp, world, expert=False)
         names = [_DENSE_AXES[p] for p in parts]
     elif all(p in _EXPERT_AXES for p in parts):
-        edp = ParallelConfig(tp=etp, ep=ep, etp=etp, pp=pp).edp_for(world)
-        sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+        sizes = _grid(tp, cp, ep, etp, pp, world, expert=True)
         names = [_EXPERT_AXES[p] for p in parts]
     else:
         raise InputError(f"axis {axis!r}: use tp, cp, dp, pp (dense grid) or etp, ep, edp, pp (expert grid)")
@@ -197,24 +204,43 @@ def _worse(a, b):
     return (a.tier, a.domains, -a.per_domain) > (b.tier, b.domains, -b.per_domain)
 
 
-def axis_stride_size(config: ParallelConfig, world: int, axis: str, order: str = DEFAULT_ORDER) -> tuple[int, int]:
-    """(stride, size) of a single axis on its grid: a group is ``base + k * stride`` for k < size."""
+@lru_cache(maxsize=65536)
+def axis_strides(tp: int, cp: int, ep: int, etp: int, pp: int, world: int, axis: str,
+                 order: str = DEFAULT_ORDER) -> tuple[tuple[int, int], ...]:
+    """The one derivation of the rank-order strides: ``((stride, size), ...)`` of ``axis`` (one of
+    ``AXES``) on its grid, a group being ``base + sum_j k_j * stride_j`` for ``k_j < size_j``. A single
+    axis has one part; ``dp-cp`` has cp's and dp's, merged into one when they are adjacent in
+    ``order`` (the default: stride tp, size cp * dp). ``dp`` and ``edp`` are what is left of ``world``
+    (``ParallelConfig.dp_for`` / ``edp_for``). Used by ``group_shapes``, ``rank`` groups of the launch
+    shape (``planner.cost.shape``) and the solver's shape tables (``planner.search.program``)."""
+    if axis == "dp-cp":
+        (s1, n1), (s2, n2) = (axis_strides(tp, cp, ep, etp, pp, world, a, order)[0] for a in ("cp", "dp"))
+        return ((s1, n1 * n2),) if s2 == s1 * n1 else ((s1, n1), (s2, n2))
     tokens = _check_order(order)
     if axis in _DENSE_AXES:
-        sizes = {"tp": config.tp, "cp": config.cp, "ep": 1, "dp": config.dp_for(world), "pp": config.pp}
-        name = _DENSE_AXES[axis]
+        sizes, name = _grid(tp, cp, ep, etp, pp, world, expert=False), _DENSE_AXES[axis]
     elif axis in _EXPERT_AXES:
-        sizes = {"tp": config.etp_eff, "cp": 1, "ep": config.ep,
-                 "dp": config.edp_for(world), "pp": config.pp}
-        name = _EXPERT_AXES[axis]
+        sizes, name = _grid(tp, cp, ep, etp, pp, world, expert=True), _EXPERT_AXES[axis]
     else:
         raise InputError(f"axis {axis!r}: use one of {', '.join(AXES)}")
     stride = 1
     for t in tokens:
         if t == name:
-            return stride, sizes[t]
+            return ((stride, sizes[t]),)
         stride *= sizes[t]
     raise AssertionError(axis)  # pragma: no cover
+
+
+def axis_parts(config: ParallelConfig, world: int, axis: str, order: str = DEFAULT_ORDER) -> tuple[tuple[int, int], ...]:
+    """``axis_strides`` of ``config`` on ``world`` ranks."""
+    return axis_strides(config.tp, config.cp, config.ep, config.etp_eff, config.pp, world, axis, order)
+
+
+def axis_stride_size(config: ParallelConfig, world: int, axis: str, order: str = DEFAULT_ORDER) -> tuple[int, int]:
+    """(stride, size) of a single axis on its grid: a group is ``base + k * stride`` for k < size."""
+    if axis == "dp-cp":
+        raise InputError("axis 'dp-cp' has two strides: use axis_parts")
+    return axis_parts(config, world, axis, order)[0]
 
 
 def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
@@ -236,15 +262,13 @@ def group_shapes(cluster, config: ParallelConfig, placement: Placement) -> dict:
     ranks = np.arange(world)
     out = {}
     for axis in AXES:
-        if axis == "dp-cp":
-            (s1, n1), (s2, n2) = (axis_stride_size(config, world, a, placement.order) for a in ("cp", "dp"))
-            bases = ranks[((ranks // s1) % n1 == 0) & ((ranks // s2) % n2 == 0)]
-            offs = (np.arange(n1)[:, None] * s1 + np.arange(n2)[None, :] * s2).ravel()
-            members = bases[:, None] + offs[None, :]
-        else:
-            stride, size = axis_stride_size(config, world, axis, placement.order)
-            bases = ranks[(ranks // stride) % size == 0]
-            members = bases[:, None] + np.arange(size)[None, :] * stride
+        parts = axis_parts(config, world, axis, placement.order)
+        base = np.ones(world, dtype=bool)
+        offs = np.zeros(1, dtype=np.int64)
+        for stride, size in parts:
+            base &= (ranks // stride) % size == 0
+            offs = (offs[:, None] + np.arange(size)[None, :] * stride).ravel()
+        members = ranks[base][:, None] + offs[None, :]
         d = np.sort(rdom[members], axis=1)
         change = np.ones_like(d, dtype=bool)
         change[:, 1:] = d[:, 1:] != d[:, :-1]

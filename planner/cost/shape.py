@@ -18,7 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.config import ParallelConfig
-from planner.cost.placement import AXES, DEFAULT_ORDER, axis_stride_size
+from planner.cost.placement import AXES, DEFAULT_ORDER, axis_parts
 
 
 class DomainSlot(BaseModel):
@@ -60,10 +60,7 @@ def domain_local_axes(config: ParallelConfig, world: int, rank_domains, order: s
     built from the axis stride (and ``dp-cp`` from both)."""
     out = {}
     for axis in AXES:
-        if axis == "dp-cp":
-            parts = [axis_stride_size(config, world, a, order) for a in ("cp", "dp")]
-        else:
-            parts = [axis_stride_size(config, world, axis, order)]
+        parts = axis_parts(config, world, axis, order)
         size = 1
         for _, n in parts:
             size *= n

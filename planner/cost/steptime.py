@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from planner.config import ParallelConfig, Training
+from planner.cost import compose as K
+from planner.cost.compose import FLOAT as F
 from planner.cost.memory import offloaded_layer_bytes
 from planner.cost.terms import compute as C
 from planner.cost.terms import context_parallel as CP
@@ -32,15 +34,15 @@ from planner.cost.terms import offload as OFF
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
 from planner.cost.terms import tensor_parallel as TP
-from planner.cost.terms import exposed
 from planner.model.flops import layer_costs
 from planner.model.pipeline import pipeline_layout
 from planner.rules import effective_recipe, quantised_params
 from planner.trainers import get_trainer
 from topologies.collectives import fabric_for as ff
 
-TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-         "imbalance", "other", "offload")
+_BASE_TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
+               "imbalance", "other", "offload")
+TERMS = _BASE_TERMS + tuple(dict.fromkeys(t.name for t in K.EXTRA_TERMS if t.name not in _BASE_TERMS))
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
 
@@ -369,7 +371,7 @@ def rank_inventory(model, layout, seq_len: int, pp: int) -> tuple:
     return tuple(out)
 
 
-_RANK_KEYS = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")
+_RANK_KEYS = ("compute", "fwd", "bwd", "expert_excess", "tp", "ep", "cp", "other")   # per_kind's first 8
 
 
 def _rank_microbatch(inv, per_kind, head, mtp_extra, tp, expert_shards, offload) -> dict:
@@ -392,8 +394,20 @@ def _rank_microbatch(inv, per_kind, head, mtp_extra, tp, expert_shards, offload)
     acc["dense_params"] = inv.dense_params / tp
     acc["expert_params"] = inv.expert_params / expert_shards
     acc["offload"] = offload
-    acc["t_mb"] = acc["compute"] + acc["tp"] + acc["ep"] + acc["cp"] + acc["other"] + acc["offload"]
+    parts = [(n, per_kind[kind][-1]) for kind, n in inv.kinds]
+    parts += [(inv.mtp, mtp_extra.total)] if inv.mtp else []
+    parts += [(1, head.total)] if inv.loss else []
+    acc["t_mb"] = K.rank_time(F, parts + ([(1, offload)] if offload else []))
     return acc
+
+
+def _term_values(term, config: ParallelConfig, training: Training, world: int, dispatcher) -> dict:
+    """The values of ``term.reads`` (``compose.StepTerm``) for one layout, as the solver's variables
+    hold them (``dispatcher``: the one the step runs, the profile's when the layout names none)."""
+    known = dict(tp=config.tp, cp=config.cp, pp=config.pp, vpp=config.vpp, dp=config.dp_for(world), ep=config.ep,
+                 etp=config.etp, mbs=config.mbs, gbs=training.global_batch, recompute=config.recompute,
+                 dispatcher=dispatcher, fsdp=config.fsdp, world=world)
+    return {n: known[n] for n in term.reads}
 
 
 def _data_parallel(config, training, recipe, fabric, shapes, par, crit, m) -> tuple[float, ...]:
@@ -405,12 +419,33 @@ def _data_parallel(config, training, recipe, fabric, shapes, par, crit, m) -> tu
     param_b = DP.param_gather_bytes(training.precision, quantised_params(recipe))   # FP8 1, NVFP4 0.5
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, crit["dense_params"], grad_bytes=grad_b, param_bytes=param_b)
     rs_e, ag_e = DP.dp_time(fabric, edp_shape, crit["expert_params"], grad_bytes=grad_b, param_bytes=param_b)
-    ov = par("dp.overlap")
+    keep = 1.0 - par("dp.overlap")
+    rs, ag = rs_d + rs_e, ag_d + ag_e
     if config.fsdp:
-        dp_x = DP.fsdp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["compute"], int(round(m)))
+        dp_x = K.fsdp_exposed(F, rs, ag, keep * rs, keep * ag, crit["compute"], int(round(m)), DP.FSDP_GATHERS)
     else:
-        dp_x = DP.dp_exposed(rs_d + rs_e, ag_d + ag_e, ov, crit["bwd"], crit["fwd"])
+        dp_x = K.dp_exposed(F, rs, ag, keep * rs, keep * ag, crit["bwd"], crit["fwd"])
     return dp_x, rs_d, rs_e, ag_d, ag_e
+
+
+def _breakdown(m, mean, bubble, t_mb_max, p2p, dp_x, t_opt, extra) -> "OrderedDict[str, float]":
+    """The step split into ``TERMS`` (exposed seconds; they add up to the step): the mean rank's
+    micro-batches by term, the slowest rank's lead over it, the bubble, and the step-level terms."""
+    bd = OrderedDict()
+    bd["compute"] = m * mean["compute"]
+    bd["tp_comm"] = m * mean["tp"]
+    bd["ep_a2a"] = m * mean["ep"]
+    bd["pp_bubble"] = bubble
+    bd["pp_p2p"] = p2p
+    bd["dp_comm"] = dp_x
+    bd["cp_comm"] = m * mean["cp"]
+    bd["optimizer"] = t_opt
+    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
+    bd["other"] = m * mean["other"]
+    bd["offload"] = m * mean["offload"]
+    for term, v in zip(K.EXTRA_TERMS, extra):
+        bd[term.name] = bd.get(term.name, 0.0) + v
+    return bd
 
 
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
@@ -452,6 +487,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     t_cp_layer = cp_layer_time(fabric, shapes["cp"].tier if shapes.get("cp") else -1, model, cp, mbs, s, tp)
     balance = 1.0 if expert_balance is None else max(1.0, float(expert_balance.balance))
     launch = par("other.layer_us") * 1e-6
+    o_cp = par("cp.overlap")
 
     graphed, experts_launched = host_regime(model, config, training, rec)
     call_us = par("host.launch_us")
@@ -461,14 +497,16 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
         lt = layer_times[kind] = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
         w_tp, w_ep, w_cp = windows(lt, ep_sms)
-        tp_x = TP.tp_exposed(t_tp_layer, o_tp, w_tp)
-        a2a_x = EA.a2a_exposed(t_a2a_layer, o_ep, w_ep) if kind[0] == "moe" else 0.0   # o_ep, w_ep net of SMs
-        cp_x = CP.cp_exposed(t_cp_layer, par("cp.overlap"), w_cp)
-        # host floor (terms/host.py): the host time that the layer's GPU work does not cover
-        floor = max(HOST.host_exposed(kind_host_time(model, kind, ep, graphed, experts_launched, call_us),
-                                      lt.total + tp_x + a2a_x + cp_x),
-                    kind_sync_time(model, kind, ep, lt, experts_launched, recompute, call_us))
-        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x, launch + floor)
+        tp_x = K.exposed(F, t_tp_layer, (1.0 - o_tp) * t_tp_layer, w_tp)
+        a2a_x = K.exposed(F, t_a2a_layer, (1.0 - o_ep) * t_a2a_layer, w_ep) if kind[0] == "moe" else 0.0   # net of SMs
+        cp_x = K.exposed(F, t_cp_layer, (1.0 - o_cp) * t_cp_layer, w_cp)
+        comm = (tp_x, a2a_x, cp_x) if kind[0] == "moe" else (tp_x, cp_x)
+        t = K.layer_time(F, lt.total, comm, launch,
+                         kind_host_time(model, kind, ep, graphed, experts_launched, call_us),
+                         kind_sync_time(model, kind, ep, lt, experts_launched, recompute, call_us))
+        # "other": the launch overhead and the host floor (terms/host.py), what the layer adds to its GPU time
+        per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x,
+                          t - (lt.total + tp_x + a2a_x + cp_x), t)
     head = head_time(eff, model, s, mbs, tp, cp, False)
     mtp_extra = head_time(eff, model, s, mbs, tp, cp, True) if model.mtp_layers else None
 
@@ -479,33 +517,22 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
              for inv in inventory]
     n = len(ranks)
     mean = {k: sum(r[k] for r in ranks) / n for k in ("compute", "tp", "ep", "cp", "other", "offload", "t_mb")}
-    crit = max(ranks, key=lambda r: r["t_mb"] + r["expert_excess"])
-    t_mb_max = crit["t_mb"] + crit["expert_excess"]
+    ci, t_mb_max = K.critical(F, [r["t_mb"] + r["expert_excess"] for r in ranks])
+    crit = ranks[ci]
 
-    # --- pipeline --------------------------------------------------------------------------------
-    bubble = PPL.bubble_time(pp, vpp, t_mb_max)
+    # --- pipeline, data parallel, optimizer: the step ---------------------------------------------
     pp_shape = shapes.get("pp")
-    p2p = PPL.p2p_time(fabric, p2p_bytes(mbs, s, cp, tp, h), pp_shape.tier if pp_shape else -1, pp, vpp, int(round(m)),
-                       par("pp.overlap")) if pp > 1 else 0.0
-
-    # --- data parallel and optimizer -------------------------------------------------------------
+    p2p_one = fabric.p2p(p2p_bytes(mbs, s, cp, tp, h), pp_shape.tier if pp_shape else -1) if pp > 1 else 0.0
     dp_x, rs_d, rs_e, ag_d, ag_e = _data_parallel(config, training, rec, fabric, shapes, par, crit, m)
     shard = crit["dense_params"] / max(dp * cp, 1) + crit["expert_params"] / max(edp, 1)
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
+    extra = [term.seconds(K.TermContext(model, cluster, training, profile, fabric),
+                          _term_values(term, config, training, world, dispatcher)) for term in K.EXTRA_TERMS]
+    core, p2p = K.pipeline(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
+                           PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")))
 
-    bd = OrderedDict()
-    bd["compute"] = m * mean["compute"]
-    bd["tp_comm"] = m * mean["tp"]
-    bd["ep_a2a"] = m * mean["ep"]
-    bd["pp_bubble"] = bubble
-    bd["pp_p2p"] = p2p
-    bd["dp_comm"] = dp_x
-    bd["cp_comm"] = m * mean["cp"]
-    bd["optimizer"] = t_opt
-    bd["imbalance"] = m * (t_mb_max - mean["t_mb"])
-    bd["other"] = m * mean["other"]
-    bd["offload"] = m * mean["offload"]
-    total = sum(bd.values())
+    bd = _breakdown(m, mean, PPL.bubble_factor(pp, vpp) * t_mb_max, t_mb_max, p2p, dp_x, t_opt, extra)
+    total = K.step(F, core, p2p, dp_x, t_opt, extra)
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
                    dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,

@@ -53,6 +53,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planner.config import ParallelConfig
+from planner.cost.compose import EXTRA_TERMS
 from planner.errors import InputError
 from planner.search.document import PlanDocument, load_document
 from topologies.cluster import Cluster
@@ -72,6 +73,7 @@ TERM_CATEGORY: dict[str, str] = {
     "optimizer": "optimizer",
     "other": "other",           # per-layer launch overhead (and, in the bar, any unexplained remainder)
     "offload": "other",         # CPU activation offload copies that the layers' compute does not hide
+    **{t.name: t.category for t in EXTRA_TERMS},   # planner.cost.compose: each term says where it is drawn
 }
 # The categories of a step, in drawing order, with their label and colour (rich and matplotlib both
 # understand these names).

@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from planner.cost import compose as K
+from planner.cost.compose import FLOAT
 from planner.search.program import BUBBLE
 from planner.search.space import VARIABLES
 from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
@@ -19,6 +21,105 @@ from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, 
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
 _BLOCK_FREE = ("recompute", "dispatcher")
+
+
+def _exposed_min(t, t1, key, work):
+    """min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0): ``compose.exposed`` of
+    the least entries."""
+    return K.exposed(FLOAT, t.get(key, 0), t1.get(key, 0), work)
+
+
+def _min_over_shape(values: dict) -> dict:
+    """{var-index tuple: min over the shape-id key} of a table keyed by one shape node."""
+    out = {}
+    for k, v in values.items():
+        kk = k[:-1]
+        if kk not in out or v < out[kk]:
+            out[kk] = v
+    return out
+
+
+def _layer_minima(b) -> dict:
+    """Per layer kind, {(tp, cp, ep, etp, mbs[, EP shape]): the least layer time} over recompute and
+    the dispatcher (left to the exact evaluation of each block, ``_BLOCK_FREE``) and over the TP and
+    CP group shapes; the expert all-to-all enters at its exact group shape (the EP shape node keys
+    the factor): its price inside or across NVLink domains is most of what separates layouts."""
+    src, P, vals = b._src, b.prog, b.vals
+
+    def tab(node):
+        return P.nodes[node].values
+
+    tpt, tpt1 = _min_over_shape(tab(src["TPT"])), _min_over_shape(tab(src["TPT1"]))
+    cpt, cpt1 = _min_over_shape(tab(src["CPT"])), _min_over_shape(tab(src["CPT1"]))
+    moe = "A" in src
+    sids_of = {}
+    if moe:
+        at, at1, avars = tab(src["A"]), tab(src["A1"]), src["avars"]
+        for sid in b._shape_values(b.sh["ep"]):
+            sids_of.setdefault(b.shape(sid).size, []).append(sid)
+    assert src["lvars"] == ("tp", "cp", "ep", "etp", "mbs", "recompute")
+    disp = list(range(len(vals["dispatcher"]))) if moe else [None]
+    lmin = {kind: {} for kind in src["per"]}
+    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"]), tab(t["wep"]))
+            for kind, t in src["per"].items()]
+
+    def keep_least(d, key, w):
+        if w < d.get(key, w + 1):
+            d[key] = w
+
+    for lk in tabs[0][2]:
+        tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
+        sids = sids_of.get(vals["ep"][ep_i], []) if moe else [None]
+        keys_ = [lk[:5] if sid is None else lk[:5] + (sid,) for sid in sids]
+        for kind, d, ct, gt, att, wt in tabs:
+            comp = ct.get(lk)
+            if comp is None:
+                continue
+            tp_x = _exposed_min(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
+            cp_x = _exposed_min(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk])
+            if kind[0] != "moe":   # compose.layer_time without the host floor and sync (>= 0): a bound
+                for key in keys_:
+                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, cp_x), src["launch"]), 1))
+                continue
+            ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
+            for dsp in disp:
+                ctx["dispatcher"] = dsp
+                ak = tuple(ctx[n_] for n_ in avars)
+                for sid, key in zip(sids, keys_):
+                    a2a_x = _exposed_min(at, at1, ak + (sid,), wt[lk])
+                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, a2a_x, cp_x), src["launch"]), 1))
+    return lmin
+
+
+def _slot_factors(b, lmin, keys) -> tuple[dict, dict]:
+    """(lref, slot factor): the reference kind's least layer time, and per (pp, vpp, split) the
+    heaviest pipeline rank in units of it, sum_k n_sk rho_k + mtp_s rho_mtp + loss_s rho_head."""
+    src, P = b._src, b.prog
+    kl = src["kind_list"]
+    counts = {k: 0 for k in kl}
+    for v in next(iter(src["slots_of"].values())):
+        for kj, k in enumerate(kl):
+            counts[k] += v[0][kj]
+    ref = max(lmin, key=lambda k: counts.get(k, 0) * float(np.mean(list(lmin[k].values()))))
+    lref = {k: lmin[ref][k] for k in keys}
+    rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
+    pos = {v: i for i, v in enumerate(src["lvars"][:5])}
+
+    def rho_of(table):   # a (tp, cp, mbs) table in units of the reference layer
+        if table is None:
+            return 0.0
+        t = P.nodes[table].values
+        sub = {x: tuple(x[pos[n]] for n in ("tp", "cp", "mbs")) for x in keys}
+        return min(t[sub[x]] / lref[x] for x in keys if sub[x] in t)
+
+    rho_head = rho_of(src["H"]["total"])
+    rho_mtp = rho_of(src["MX"]["total"]) if src["MX"] is not None else 0.0
+    slot_f = {}
+    for ix, slots in src["slots_of"].items():
+        best = max(sum(v[0][kj] * rho.get(k, 0.0) for kj, k in enumerate(kl)) + v[1] * rho_mtp + v[2] * rho_head
+                   for v in slots)
+        slot_f[ix] = max(best, 1e-9) * (1 - 1e-9)
+    return lref, slot_f
 
 
 def bound_factors(b):
@@ -33,111 +134,19 @@ def bound_factors(b):
     Lmin_r (rho_head, rho_mtp likewise), t_s >= Lmin_r * (sum_k n_sk rho_k + ...). Factors:
     840 (m + (pp-1)/vpp) over (gbs, mbs, dp, pp, vpp); max_s (sum_k n_sk rho_k + ...) over
     (pp, vpp, split); Lmin_r over the layer variables; the objective weight over its own."""
-    src, P, vals = b._src, b.prog, b.vals
-
-    def tab(node):
-        return P.nodes[node].values
-
-    def minshape(node):
-        """{var-index tuple: min over the shape-id key} of a table keyed by one shape node."""
-        out = {}
-        for k, v in tab(node).items():
-            kk = k[:-1]
-            if kk not in out or v < out[kk]:
-                out[kk] = v
-        return out
-
-    def exposed(t, t1, key, work):
-        # min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0)
-        return max(t1.get(key, 0), t.get(key, 0) - work, 0)
-
-    tpt, tpt1 = minshape(src["TPT"]), minshape(src["TPT1"])
-    cpt, cpt1 = minshape(src["CPT"]), minshape(src["CPT1"])
-    # the expert all-to-all enters at its exact group shape (the EP shape node keys the factor):
-    # its price inside or across NVLink domains is most of what separates layouts
-    moe = "A" in src
-    if moe:
-        at, at1 = tab(src["A"]), tab(src["A1"])
-        avars = src["avars"]
-        sids_of = {}
-        for sid in b._shape_values(b.sh["ep"]):
-            sids_of.setdefault(b.shape(sid).size, []).append(sid)
-    # Each layer bound is keyed by (tp, cp, ep, etp, mbs) and the EP shape: the master
-    # enumerates blocks, and recompute and the dispatcher are left to the exact evaluation of
-    # each block's completions (_BLOCK_FREE), so the bound is the minimum over them.
-    lvars = src["lvars"]
-    assert lvars == ("tp", "cp", "ep", "etp", "mbs", "recompute")
-    uvars = lvars[:5]
-    pos = {v: i for i, v in enumerate(uvars)}
-    launch = src["launch"]
-    ep_vals = vals["ep"]
-    disp = list(range(len(vals["dispatcher"]))) if moe else [None]
-    lmin = {kind: {} for kind in src["per"]}
-    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"]), tab(t["wep"]))
-            for kind, t in src["per"].items()]
-    for lk in tabs[0][2]:
-        tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
-        base = lk[:5]
-        sids = sids_of.get(ep_vals[ep_i], []) if moe else [None]
-        keys_ = [base if sid is None else base + (sid,) for sid in sids]
-        for kind, d, ct, gt, att, wt in tabs:
-            comp = ct.get(lk)
-            if comp is None:
-                continue
-            v = (comp + launch + exposed(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
-                 + exposed(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk]))
-            if kind[0] == "moe":
-                ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
-                for dsp in disp:
-                    ctx["dispatcher"] = dsp
-                    ak = tuple(ctx[n_] for n_ in avars)
-                    for sid, key in zip(sids, keys_):
-                        w = max(v + exposed(at, at1, ak + (sid,), wt[lk]), 1)
-                        if w < d.get(key, w + 1):
-                            d[key] = w
-            else:
-                w = max(v, 1)
-                for key in keys_:
-                    if w < d.get(key, w + 1):
-                        d[key] = w
-    kl = src["kind_list"]
+    src, P = b._src, b.prog
+    lmin = _layer_minima(b)
     keys = set.intersection(*(set(d) for d in lmin.values()))
     if not keys:
         return None
-    counts = {k: 0 for k in kl}
-    for v in next(iter(src["slots_of"].values())):
-        for kj, k in enumerate(kl):
-            counts[k] += v[0][kj]
-    ref = max(lmin, key=lambda k: counts.get(k, 0) * float(np.mean(list(lmin[k].values()))))
-    lref = {k: lmin[ref][k] for k in keys}
-    rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
-    tcm = [n for n in ("tp", "cp", "mbs")]
-
-    def rho_of(table):
-        if table is None:
-            return 0.0
-        t = tab(table)
-        return min(t[tuple(x[pos[n]] for n in tcm)] / lref[x] for x in keys
-                   if tuple(x[pos[n]] for n in tcm) in t)
-
-    rho_head = rho_of(src["H"]["total"])
-    rho_mtp = rho_of(src["MX"]["total"]) if src["MX"] is not None else 0.0
-    slot_f = {}
-    for ix, slots in src["slots_of"].items():
-        best = 0.0
-        for v in slots:
-            c = sum(v[0][kj] * rho.get(k, 0.0) for kj, k in enumerate(kl)) + v[1] * rho_mtp + v[2] * rho_head
-            best = max(best, c)
-        slot_f[ix] = max(best, 1e-9) * (1 - 1e-9)
+    lref, slot_f = _slot_factors(b, lmin, keys)
     pipe = {}
     for ix, a in b.combos("gbs", "mbs", "dp", "pp", "vpp"):
-        m_ = src["mt"].get(ix[:3])
-        b_ = src["b1"].get(ix[3:])
-        if m_ is None or b_ is None:
-            continue
-        pipe[ix] = BUBBLE * m_ + b_
-    lnodes = (b.sh["ep"],) if moe else ()
-    factors = [(tuple(b.idx(*uvars)), lnodes, {k: float(v) for k, v in lref.items()}),
+        m_, b_ = src["mt"].get(ix[:3]), src["b1"].get(ix[3:])
+        if m_ is not None and b_ is not None:
+            pipe[ix] = BUBBLE * m_ + b_
+    lnodes = (b.sh["ep"],) if "A" in src else ()
+    factors = [(tuple(b.idx(*src["lvars"][:5])), lnodes, {k: float(v) for k, v in lref.items()}),
                (tuple(b.idx("pp", "vpp", "split")), slot_f),
                (tuple(b.idx("gbs", "mbs", "dp", "pp", "vpp")), {k: float(v) for k, v in pipe.items()})]
     if P.weight is not None:

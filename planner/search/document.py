@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.config import ParallelConfig, Training
 from planner.cost.shape import LaunchShape
+from planner.cost.steptime import TERMS
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import ModelSpec, catalog, load_model
 from planner.trainers import DEFAULT, NAMES
@@ -35,9 +36,9 @@ Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
 # The quantity the solver maximised: cluster tokens/s (--objective throughput), their lower
 # uncertainty bound (robust), model TFLOP/s per GPU (tflops-per-gpu), or goodput tokens/s (goodput).
 ObjectiveName = Literal["tokens_per_s", "tokens_per_s_low", "tflops_per_gpu", "goodput_tokens_per_s"]
-# The step-time model's terms (planner.cost.steptime.TERMS; tests/test_plan_document.py checks the two agree).
-Term = Literal["compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-               "imbalance", "other", "offload"]
+# The step-time model's terms (planner.cost.steptime.TERMS, with compose.EXTRA_TERMS'; tests/test_plan_document.py
+# checks that the shipped schema names them).
+Term = Literal[TERMS]
 
 
 class _Strict(BaseModel):

@@ -40,7 +40,7 @@ from planner.cost.goodput import Resilience, plan_goodput
 from planner.cost.dispatch_fabric import dispatcher_problem, fabric_note
 from planner.cost.hybridep import hybridep_runs
 from planner.cost.memory import memory_per_gpu, options_for, usable_hbm_gib
-from planner.cost.placement import make_placement
+from planner.cost.placement import axis_stride_size, make_placement
 from planner.cost.predict import predict
 from planner.cost.profiles import load_profile
 from planner.cost.shape import shape_of_placement
@@ -50,7 +50,8 @@ from planner.model.flops import param_counts
 from planner.rules import violations
 from planner.search.bounds import bound_factors, exhaustive
 from planner.search.document import PlanDocument
-from planner.search.program import BUBBLE, NS, ProgramBuilder, used_per_domain
+from planner.search.objective import band_scale_of
+from planner.search.program import ProgramBuilder, quantisation_bound, step_seconds, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
 from planner.trainers import get_trainer
 from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
@@ -236,14 +237,11 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise InputError(f"objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
-    req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
-                   equal_slices)
-    cluster, training = req.cluster, req.training
-    b = ProgramBuilder(model, cluster, training, req.space, req.profile, objective, req.min_world)
-    b.n_gpus, b.equal_slices = req.n, req.equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
     t_build0 = time.perf_counter()
-    prog = b.build()
+    req, b = program_for(model, cluster, training, objective, trainer=trainer, profile=profile, gbs_range=gbs_range,
+                         min_world=min_world, include=include, restrict=restrict, equal_slices=equal_slices)
     t_build = time.perf_counter() - t_build0
+    cluster, training, prog = req.cluster, req.training, b.prog
 
     accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
@@ -290,6 +288,17 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         "safe_order": safe,
     }
     return PlanResult(entries, solver_info, model, cluster, training)
+
+
+def program_for(model, cluster, training: Training, objective: str = "throughput", *, trainer=None, profile=None,
+                gbs_range=None, min_world=None, include=None, restrict=None, equal_slices=None):
+    """(the request, the built ``ProgramBuilder``) that ``plan`` searches for these arguments."""
+    req = _request(model, cluster, training, trainer, profile, gbs_range, min_world, include, restrict,
+                   equal_slices)
+    b = ProgramBuilder(model, req.cluster, req.training, req.space, req.profile, objective, req.min_world)
+    b.n_gpus, b.equal_slices = req.n, req.equal_slices  # issue 11 item 5: the job's GPUs; MaxText slices
+    b.build()
+    return req, b
 
 
 def _search(prog, b, method, factors, pool, accept, time_limit, workers):
@@ -547,16 +556,17 @@ def _entries(res, b, model, cluster, training, trainer, prof):
         placement = make_placement(cluster, cfg, world, gpus_per_domain=gpd)
         pred = predict(model, cluster, cfg, tr, placement=placement, profile=prof)
         rm = b.rank_maps[b.vals["gpd"].index(gpd)]
-        e = cfg.etp_eff
-        shapes = {"tp": rm.worst_shape(1, cfg.tp, world), "cp": rm.worst_shape(cfg.tp, cfg.cp, world),
-                  "dp": rm.worst_shape(cfg.tp * cfg.cp, cfg.dp_for(world), world),
-                  "pp": rm.worst_shape(world // cfg.pp, cfg.pp, world)}
-        if model.is_moe:
-            shapes["ep"] = rm.worst_shape(e, cfg.ep, world)
-            shapes["edp"] = rm.worst_shape(e * cfg.ep, cfg.edp_for(world), world)
-        step_prog = sol.node_value / b.band_scale_of(sol.choice) / BUBBLE * NS
+        shapes = {ax: rm.worst_shape(*axis_stride_size(cfg, world, ax), world)
+                  for ax in ("tp", "cp", "dp", "pp") + (("ep", "edp") if model.is_moe else ())}
+        step_prog = step_seconds(sol.node_value, band_scale_of(b, sol.choice))
+        # one composition (planner.cost.compose): the program is step_time up to its rounding
+        gap = abs(step_prog - pred.step_time_s)
+        bound = quantisation_bound(model, cfg, gbs, world, b.par("pp.overlap"), pred.breakdown["pp_p2p"])
+        if gap > bound + 1e-9 * pred.step_time_s:
+            raise RuntimeError(f"{cfg.short()}: the solver's program gives {step_prog:.9g} s per step, predict "
+                               f"{pred.step_time_s:.9g} s: more than rounding apart (a bug)")
         if pred.step_time_s > 0:
-            max_err = max(max_err, abs(step_prog - pred.step_time_s) / pred.step_time_s)
+            max_err = max(max_err, gap / pred.step_time_s)
         entries.append(PlanEntry(cfg, pred, placement, world, gbs, shapes, step_prog))
     return entries, max_err
 

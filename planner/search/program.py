@@ -6,11 +6,12 @@ worst group shape on the topology) it depends on, filled by calling the same fun
 ``predict``'s ``step_time`` composes (``planner.cost.steptime``: ``kind_time``, ``windows``,
 ``tp_layer_time``, ``a2a_layer_time``, ``cp_layer_time``, ``kind_host_time``, ``head_time``,
 ``p2p_bytes``, ``rank_inventory``, and the terms' ``dp_time``, ``p2p_transfers``, ``bubble_factor``,
-``optimizer_time``); no cost formula is restated here. What the program adds is the composition
-written with nodes: sums, exposed = max((1-o) t, t - window, 0), the slowest pipeline rank (first
-argmax), the bubble and micro-batch products, and the DP and optimizer terms of the slowest rank.
+``optimizer_time``); no cost formula is restated here. The composition is not restated either: the
+tables are the leaves of ``planner.cost.compose``, run with ``planner.search.nodeops.NodeOps``, which
+builds its sums, maxima, products, the slowest pipeline rank (first argmax) and the element picks.
 The program's step time equals ``steptime``'s up to rounding each table entry to a nanosecond
-(1/840 ns for terms that carry the bubble factor); tests/test_plan.py checks it against ``predict``.
+(1/840 ns for terms that carry the bubble factor, ``quantisation_bound``); ``plan`` checks it against
+``predict`` on every plan it returns and refuses a larger gap as a bug.
 
 Memory: a lower bound (model state averaged over the pipeline ranks) prunes inside the program;
 ``plan`` checks the exact peak lazily. Objective: tokens/s (or TFLOP/s per GPU, or the band's lower
@@ -22,15 +23,12 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from functools import reduce
 
 import numpy as np
 
 from planner.config import ParallelConfig, Training
-from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
-                                 usable_hbm_gib)
-from planner.cost.placement import domain_slots
-from planner.cost.predict import _flops_per_token
+from planner.cost import compose as K
+from planner.cost.placement import axis_strides, domain_slots
 from planner.cost.steptime import (
     LOW_PRECISION,
     a2a_layer_time,
@@ -58,33 +56,25 @@ from planner.cost.terms import data_parallel as DPc
 from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
-from planner.cost.uncertainty import band_for, classify
 from planner.errors import InfeasibleError, InputError
-from planner.model.flops import layer_costs, param_counts
 from planner.model.pipeline import pipeline_layout
 from planner.rules import effective_recipe, offload_layers, quantised_params
-from planner.trainers import get_trainer
+from planner.search.memory_bound import add_memory_bound
+from planner.search.nodeops import NodeOps, Val, Var
+from planner.search.objective import add_objective
 from planner.search.space import VARIABLES, Space, rule_tables, split_layers, structural_ok, structural_tables
 from solver.groups import RankMap
-from solver.layout import Program, evaluate_many
+from solver.layout import Program
 from topologies.collectives import GroupShape
 
 NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
-# robust: maximise the lower edge of the uncertainty band, tokens/s * exp(-h); h depends on the layout
-# only through CP, FSDP and whether the EP group leaves its NVLink domain (planner.cost.uncertainty),
-# so it enters the program as a factor table (exp(h) scaled by BAND_SCALE and rounded): exact.
-BAND_SCALE = 1000
 
 
 @functools.lru_cache(maxsize=None)
 def _rc_arg(recompute: str):
     """What the compute and communication terms read of a recompute choice (``steptime.recompute_arg``)."""
     return recompute_arg(ParallelConfig(recompute=recompute))
-
-
-def _lcm(values) -> int:
-    return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
 
 
 def _rank_map(cluster, gpd) -> RankMap:
@@ -94,6 +84,31 @@ def _rank_map(cluster, gpd) -> RankMap:
     dom_all = np.fromiter((g.domain for g in cluster.gpus()), dtype=np.int64)
     units = [np.asarray(cluster.tier_units(t), dtype=np.int64)[r2g] for t in range(len(cluster.fabric_tiers))]
     return RankMap(dom_all[r2g], units)
+
+
+# The variables each axis's worst group reads in the default rank order (tp-cp-ep-dp-pp), the rest
+# being what is left of the world; the solver's "dp" is Megatron's dp-cp group (dense gradients).
+AXIS_VARS = {"tp": ("tp",), "cp": ("tp", "cp"), "dp": ("tp", "cp", "dp"), "pp": ("pp",),
+             "ep": ("tp", "etp", "ep"), "edp": ("tp", "etp", "ep", "pp")}
+
+
+def _strides_at(axis: str, a: dict, world: int, pps=None):
+    """(stride, size) of ``axis`` (``planner.cost.placement.axis_strides``) for the values ``a`` of its
+    ``AXIS_VARS`` on ``world`` ranks; the variables it does not read are 1, except pp under "dp", which
+    is what the dense grid leaves of the world (and must be one of ``pps``). None when the grids do not
+    fill ``world``. tests/test_one_composition.py checks it against the whole layout's strides."""
+    tp, cp, ep = a.get("tp", 1), a.get("cp", 1), a.get("ep", 1)
+    etp = tp if a.get("etp") is None else a["etp"]
+    pp = a.get("pp", 1)
+    if "dp" in a:
+        dense = tp * cp * a["dp"]
+        if world % dense or (pps is not None and world // dense not in pps):
+            return None
+        pp = world // dense
+    if world % (tp * cp * pp) or world % (etp * ep * pp):
+        return None
+    parts = axis_strides(tp, cp, ep, etp, pp, world, "dp-cp" if axis == "dp" else axis)
+    return parts[0]
 
 
 class _Ids:
@@ -128,6 +143,7 @@ class ProgramBuilder:
         self.prog = Program([len(self.vals[v]) for v in VARIABLES], names=list(VARIABLES))
         prog = self.prog
         prog.table_t = lambda vars_, values, nodes=(): prog.table(vars_, values, nodes, trusted=True)
+        self.ops = NodeOps(prog)
         self._shape_cache: dict = {}
         self._host: dict = {}
         gpu = cluster.gpu_spec
@@ -241,57 +257,32 @@ class ProgramBuilder:
         # 5. step time
         total = self._step_time()
         self.total = total
-        # 6. memory lower bound
-        self._memory_bound()
-        # 7. objective
-        self._objective(total)
+        # 6. memory lower bound (planner.search.memory_bound)
+        add_memory_bound(self)
+        # 7. objective (planner.search.objective)
+        add_objective(self, total)
         return P
 
     # -- shapes ---------------------------------------------------------------------------
-    def _axis_table(self, names, stride_size):
-        """Shape-id node of an axis: a table over ``names`` + gpd, keyed by the world node."""
+    def _axis_table(self, axis, names):
+        """Shape-id node of ``axis`` (its ``AXIS_VARS``): a table over ``names`` + gpd, keyed by the world
+        node; each entry the worst group of the axis's rank-order strides (``axis_strides``)."""
         P, vals = self.prog, self.vals
         table = {}
+        rms = [(gi, self.rank_maps[gi]) for gi in range(len(vals["gpd"]))]
         for ix, a in self.combos(*names):
-            for gi in range(len(vals["gpd"])):
-                rm = self.rank_maps[gi]
-                for w in self.worlds:
-                    if w > rm.capacity:
-                        continue
-                    ss = stride_size(a, w)
-                    if ss is None:
-                        continue
-                    st, k = ss
-                    if st < 1 or k < 1 or w % (st * k):
-                        continue
-                    table[ix + (gi, w)] = self.shape_ids(rm.worst_shape(st, k, w))
+            for w in self.worlds:
+                st = _strides_at(axis, a, w, vals["pp"])
+                if st is None:
+                    continue
+                for gi, rm in rms:
+                    if w <= rm.capacity:
+                        table[ix + (gi, w)] = self.shape_ids(rm.worst_shape(st[0], st[1], w))
         return P.table_t(self.idx(*names, "gpd"), table, nodes=[self.W])
 
     def _shape_nodes(self):
-        pp_vals = set(self.vals["pp"])
-
-        def etp_eff(a):
-            return a["tp"] if a["etp"] is None else a["etp"]
-
-        def dp_axis(a, w):
-            # the dense weights' replicas: dp x cp ranks at stride tp (rank order tp-cp-ep-dp-pp, the
-            # expert axis has size 1 on the dense grid), over which Megatron reduces dense gradients
-            mp = a["tp"] * a["cp"] * a["dp"]
-            return (a["tp"], a["cp"] * a["dp"]) if w % mp == 0 and w // mp in pp_vals else None
-
-        def edp_axis(a, w):
-            g = etp_eff(a) * a["ep"] * a["pp"]
-            return (etp_eff(a) * a["ep"], w // g) if w % g == 0 else None
-
-        self.sh = {
-            "tp": self._axis_table(("tp",), lambda a, w: (1, a["tp"])),
-            "cp": self._axis_table(("tp", "cp"), lambda a, w: (a["tp"], a["cp"])),
-            "dp": self._axis_table(("tp", "cp", "dp"), dp_axis),
-            "pp": self._axis_table(("pp",), lambda a, w: (w // a["pp"], a["pp"]) if w % a["pp"] == 0 else None),
-        }
-        if self.model.is_moe:
-            self.sh["ep"] = self._axis_table(("tp", "etp", "ep"), lambda a, w: (etp_eff(a), a["ep"]))
-            self.sh["edp"] = self._axis_table(("tp", "etp", "ep", "pp"), edp_axis)
+        axes = ("tp", "cp", "dp", "pp") + (("ep", "edp") if self.model.is_moe else ())
+        self.sh = {axis: self._axis_table(axis, AXIS_VARS[axis]) for axis in axes}
 
     def _shape_values(self, node):
         return sorted(set(self.prog.nodes[node].values.values()))
@@ -300,7 +291,9 @@ class ProgramBuilder:
     # Every table below is filled by the function of planner.cost.steptime (or its terms) that
     # step_time calls for the same quantity; only the composition (nodes) is written here.
     def _step_time(self) -> int:
-        P = self.prog
+        """The step as ``planner.cost.compose`` composes it, run with ``NodeOps`` on the tables below:
+        returns the total's node (unit 1/840 ns)."""
+        ops = self.ops
         self._pricing()
         per = self._kind_tables()
         comm = self._comm_tables()
@@ -308,13 +301,11 @@ class ProgramBuilder:
         H, MX, H_b, MX_b = self._head_nodes()
         self.offload = self._offload_table()
         slots_of, slot_nodes = self._slot_nodes(L, H, MX)
-        crit = P.argmax([n["t"] for n in slot_nodes], [n["present"] for n in slot_nodes])
-        TMAX = P.element(crit, [n["t"] for n in slot_nodes], index_is_node=True)
-        self.crit = crit
-        M, mt, b1, CORE = self._pipeline_core(TMAX)
-        P2P = self._p2p()
-        # CORE + P2P is a lower bound of the step (the DP and optimizer terms are >= 0)
-        self.lb_node = P.sum([CORE, P2P])
+        self.crit, TMAX = K.critical(ops, [Val(n["t"]) for n in slot_nodes], [Val(n["present"]) for n in slot_nodes])
+        M, mt, b1, M840, B840 = self._pipeline_tables()
+        core, p2p = K.pipeline(ops, Val(M840, BUBBLE), Val(B840, BUBBLE), TMAX, *self._p2p_tables())
+        # core + p2p is a lower bound of the step (the DP and optimizer terms are >= 0)
+        self.lb_node = ops.add(core, p2p).node
         # sources of the separable lower bound (planner.search.bounds)
         self._src = dict(per=per, TPT=comm["TPT"], TPT1=comm["TPT1"], CPT=comm["CPT"], CPT1=comm["CPT1"],
                          launch=self.launch, H=H_b, MX=MX_b, slots_of=slots_of, kind_list=self.kind_list,
@@ -323,8 +314,25 @@ class ProgramBuilder:
             self._src.update(A=comm["A"], A1=comm["A1"], avars=comm["avars"])
         for si, node in enumerate(slot_nodes):
             self._slot_windows(si, node, per, H, MX)
-        DPX, OPTN = self._dp_optimizer(slot_nodes, M)
-        return P.sum([CORE, P2P, DPX, OPTN], [1, 1, BUBBLE, BUBBLE])
+        dpx, opt = self._dp_optimizer(slot_nodes, M)
+        total = K.step(ops, core, p2p, dpx, opt, [Val(n) for n in self._extra_terms()])
+        assert total.den == BUBBLE
+        return total.node
+
+    def _extra_terms(self) -> list[int]:
+        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world)."""
+        ctx = K.TermContext(self.model, self.cluster, self.training, self.profile, self.fabric)
+        out = []
+        for term in K.EXTRA_TERMS:
+            names = tuple(n for n in term.reads if n != "world")
+            worlds = self.worlds if "world" in term.reads else [None]
+            table = {}
+            for ix, a in self.combos(*names):
+                for w in worlds:
+                    key = ix if w is None else ix + (w,)
+                    table[key] = self.q(term.seconds(ctx, dict(a, world=w) if w is not None else a))
+            out.append(self.prog.table_t(self.idx(*names), table, nodes=[self.W] if worlds != [None] else []))
+        return out
 
     def _pricing(self):
         """The recipe as each layout runs it (``steptime.recipe_pricing``): TP overlap is on for every
@@ -441,32 +449,27 @@ class ProgramBuilder:
         return out
 
     def _layer_nodes(self, per, comm) -> dict:
-        """Per kind, the layer time L_k = compute + exposed TP + exposed EP + exposed CP + launch, with
-        the host floor (``steptime.host_regime``, ``kind_host_time``) and the dropless router's sync
-        (``steptime.kind_sync_time``): launch + max(layer, host, layer + sync)."""
-        P, model, tr, q = self.prog, self.model, self.training, self.q
-        zero = P.const(0)
+        """Per kind, the layer time (``compose.layer_time``): compute, exposed TP, EP and CP, the host
+        floor (``steptime.host_regime``, ``kind_host_time``) and the dropless router's sync
+        (``steptime.kind_sync_time``)."""
+        ops, model, q = self.ops, self.model, self.q
 
-        def exposed(t, t1, window):   # max((1-o) t, t - window, 0), as terms.exposed
-            return P.max([t1, P.sum([t, window], [1, -1]), zero])
+        def exposed(t, t1, window):
+            return K.exposed(ops, Val(t), Val(t1), Val(window))
 
         L = {}
         for kind, t in per.items():
-            parts = [t["comp"], exposed(comm["TPT"], comm["TPT1"], t["g3"])]
+            c = [exposed(comm["TPT"], comm["TPT1"], t["g3"])]
             if kind[0] == "moe":
-                parts.append(exposed(comm["A"], comm["A1x"], t["wep"]))
-            parts.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
+                c.append(exposed(comm["A"], comm["A1x"], t["wep"]))
+            c.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 graphed, launched = self.host_regime(a["ep"], a["recompute"])
                 hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
-            if any(hk.values()):
-                cand = [P.sum(parts), P.table_t(self.idx("ep", "recompute"), hk)]
-                if self.sync_any[kind]:
-                    cand.append(P.sum(parts + [t["sync"]]))
-                L[kind] = P.sum([P.max(cand)], const=self.launch)
-            else:
-                L[kind] = P.sum(parts, const=self.launch)
+            host = Val(self.prog.table_t(self.idx("ep", "recompute"), hk)) if any(hk.values()) else None
+            sync = Val(t["sync"]) if self.sync_any[kind] else None
+            L[kind] = K.layer_time(ops, Val(t["comp"]), c, self.launch, host, sync).node
         return L
 
     def _head_nodes(self):
@@ -516,31 +519,33 @@ class ProgramBuilder:
         slot_nodes = []
         for si in range(max(len(v) for v in slots_of.values())):
             node = {"present": P.table_t(self.lay_vars, self._slot_col(si, lambda v: 1))}
-            node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"])
+            extra = []
             if si == 0 and self.offload is not None:   # the rank that holds the block at pp 1
                 one = P.table_t(self.lay_vars, {ix: int(a["pp"] == 1) for ix, (a, _, _) in self.layouts.items()})
-                node["t"] = P.sum([node["t"], P.product(one, self.offload)])
+                extra = [(one, self.offload)]
+            node["t"] = self._slot_sum(si, L, MX and MX["total"], H["total"], extra)
             slot_nodes.append(node)
         return slots_of, slot_nodes
 
     def _slot_col(self, si, fn, default=0):
         return {ix: (fn(v[si]) if si < len(v) else default) for ix, v in self.slots_of.items()}
 
-    def _slot_sum(self, si, per_kind, mtp_node, head_node):
-        """sum_k n_sk per_kind[k] + mtp_s mtp_node + loss_s head_node for slot ``si``."""
+    def _slot_sum(self, si, per_kind, mtp_node, head_node, extra=()):
+        """``compose.rank_time`` of slot ``si``: sum_k n_sk per_kind[k] + mtp_s mtp_node + loss_s head_node
+        (+ the (count node, value node) pairs ``extra``), the counts tabulated over the layout."""
         P = self.prog
-        terms = []
+        parts = []
         for kj, kind in enumerate(self.kind_list):
             cnts = self._slot_col(si, lambda v, kj=kj: v[0][kj])
             if any(cnts.values()):
-                terms.append(P.product(P.table_t(self.lay_vars, cnts), per_kind[kind]))
+                parts.append((P.table_t(self.lay_vars, cnts), per_kind[kind]))
         mt = self._slot_col(si, lambda v: v[1])
         if mtp_node is not None and any(mt.values()):
-            terms.append(P.product(P.table_t(self.lay_vars, mt), mtp_node))
+            parts.append((P.table_t(self.lay_vars, mt), mtp_node))
         ls = self._slot_col(si, lambda v: v[2])
         if any(ls.values()):
-            terms.append(P.product(P.table_t(self.lay_vars, ls), head_node))
-        return P.sum(terms) if terms else P.const(0)
+            parts.append((P.table_t(self.lay_vars, ls), head_node))
+        return K.rank_time(self.ops, [(Val(n), Val(t)) for n, t in list(parts) + list(extra)]).node
 
     def _slot_windows(self, si, node, per, H, MX):
         """Forward, backward and compute of slot ``si`` and its parameter classes (the DP and optimizer
@@ -551,8 +556,8 @@ class ProgramBuilder:
         node["dl"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: dl((v[3], v[4])), dl((0.0, 0))))
         node["ex"] = self.prog.table_t(self.lay_vars, self._slot_col(si, lambda v: ex(v[5]), ex(0.0)))
 
-    def _pipeline_core(self, TMAX):
-        """Micro-batches m = gbs / (mbs dp) and CORE = 840 (m + bubble_factor(pp, vpp)) * TMAX."""
+    def _pipeline_tables(self):
+        """Micro-batches m = gbs / (mbs dp) (M, and M840 = 840 m) and B840 = 840 bubble_factor(pp, vpp)."""
         P, tr = self.prog, self.training
         mt, b1 = {}, {}
         for ix, a in self.combos("gbs", "mbs", "dp"):
@@ -566,12 +571,11 @@ class ProgramBuilder:
             f = BUBBLE * PPL.bubble_factor(a["pp"], a["vpp"])
             b1[ix] = int(round(f))
             assert abs(f - b1[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
-        B840 = P.table_t(self.idx("pp", "vpp"), b1)
-        return M, mt, b1, P.product(P.sum([M840, B840]), TMAX)
+        return M, mt, b1, M840, P.table_t(self.idx("pp", "vpp"), b1)
 
-    def _p2p(self):
-        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier) times the
-        exposed transfers per step (``terms.pipeline.p2p_transfers``) in units of 1/840."""
+    def _p2p_tables(self):
+        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier, ns) and
+        the exposed transfers per step (``terms.pipeline.p2p_transfers``, in units of 1/840)."""
         P, tr, h = self.prog, self.training, self.model.hidden_size
         o_pp = self.par("pp.overlap")
         p1, pb = {}, {}
@@ -586,14 +590,13 @@ class ProgramBuilder:
             if g % (b * d):
                 continue
             pb[ix] = int(math.floor(BUBBLE * PPL.p2p_transfers(a["pp"], a["vpp"], g // (b * d), o_pp) + 0.5))
-        return P.product(ONE, P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb))
+        return Val(ONE), Val(P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), pb), BUBBLE)
 
     def _dp_optimizer(self, slot_nodes, M):
         """Data parallel and optimizer of each slot (``terms.data_parallel.dp_time``, ``dp_exposed`` /
         ``fsdp_exposed``'s composition, ``terms.optimizer.optimizer_time``); the critical slot's are
         charged. Returns the DP and optimizer nodes (seconds / 840 units: weighted by BUBBLE)."""
-        P, vals, model = self.prog, self.vals, self.model
-        zero = P.const(0)
+        P, vals, model, ops = self.prog, self.vals, self.model, self.ops
         EE = P.table_t(self.idx("tp", "ep", "etp"), {ix: a["ep"] * (a["tp"] if a["etp"] is None else a["etp"])
                                                      for ix, a in self.combos("tp", "ep", "etp")})
         # Which (tp, dp-shape) and (ep*etp, edp-shape) pairs occur with each pp: a slot's parameter
@@ -632,189 +635,61 @@ class ProgramBuilder:
                 if model.is_moe:
                     for lst, extra in zip(parts, self._slot_expert_dp(node, dpt_pb, ids_by_pp, edp_by_pp, EE)):
                         lst.append(extra)
-                RS, AG, RS1, AG1, OPTS = (P.sum(p) for p in parts)
-                nx = P.sum([P.max([RS1, P.sum([RS, node["bwd"]], [1, -1]), zero]),
-                            P.max([AG1, P.sum([AG, node["fwd"]], [1, -1]), zero])])
-                y, y1 = P.sum([AG, RS], [g, 1]), P.sum([AG1, RS1], [g, 1])
-                fx = P.product(M, P.max([y1, P.sum([y, node["comp"]], [1, -1]), zero]))
-                exposed_by_pb[pb] = (nx, fx)
-            dpx_nodes.append(P.element(self.vi["fsdp"], [exposed_by_pb[pb_of[f]][1] if f else exposed_by_pb[pb_of[f]][0]
-                                                         for f in vals["fsdp"]]))
+                RS, AG, RS1, AG1, OPTS = (Val(P.sum(p)) for p in parts)
+                exposed_by_pb[pb] = (K.dp_exposed(ops, RS, AG, RS1, AG1, Val(node["bwd"]), Val(node["fwd"])),
+                                     K.fsdp_exposed(ops, RS, AG, RS1, AG1, Val(node["comp"]), Val(M), g))
+            dpx_nodes.append(ops.pick(Var(self.vi["fsdp"]), [exposed_by_pb[pb_of[f]][1 if f else 0] for f in vals["fsdp"]]))
             opt_nodes.append(OPTS)
-        return (P.element(self.crit, dpx_nodes, index_is_node=True),
-                P.element(self.crit, opt_nodes, index_is_node=True))
+        return ops.pick(self.crit, dpx_nodes), ops.pick(self.crit, opt_nodes)
 
     def _slot_dense_dp(self, node, dpt, ids_by_pp, dp_by_pp):
         """[RS], [AG], [RS1], [AG1], [OPT] of a slot's dense parameters (lists, for the expert parts)."""
         P, vals, q, hbm = self.prog, self.vals, self.q, self.eff.hbm_bps
         dl_tab = P.nodes[node["dl"]].values
-        rsd, agd, rsd1, agd1, od = {}, {}, {}, {}, {}
+        od: dict = {}
         pairs = set()
         for pp_, lixs in ids_by_pp.items():
             dids = {dl_tab[lx] for lx in lixs}
             for (ti, sid) in dp_by_pp.get(pp_, ()):
                 for did in dids:
                     pairs.add((ti, did, sid))
-        for ti, did, sid in pairs:
-            dsum, _ = self.dl_ids.values[did]
-            key = (ti, did, sid)
-            rsd[key], agd[key], rsd1[key], agd1[key] = dpt(sid, dsum / vals["tp"][ti])
+        entries = {(ti, did, sid): (sid, self.dl_ids.values[did][0] / vals["tp"][ti]) for ti, did, sid in pairs}
         for ix, a in self.combos("tp", "cp", "dp"):
             for did in sorted(set(dl_tab.values())):
                 dense_p = self.dl_ids.values[did][0] / a["tp"]
                 od[ix + (did,)] = q(OPT.optimizer_time(dense_p / max(a["dp"] * a["cp"], 1), hbm))
-        keys = [node["dl"], self.sh["dp"]]
-        return ([P.table_t(self.idx("tp"), rsd, nodes=keys)], [P.table_t(self.idx("tp"), agd, nodes=keys)],
-                [P.table_t(self.idx("tp"), rsd1, nodes=keys)], [P.table_t(self.idx("tp"), agd1, nodes=keys)],
-                [P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])])
+        tables = self._dp_tables(entries, ("tp",), [node["dl"], self.sh["dp"]], dpt)
+        return [[t] for t in tables] + [[P.table_t(self.idx("tp", "cp", "dp"), od, nodes=[node["dl"]])]]
 
     def _slot_expert_dp(self, node, dpt, ids_by_pp, edp_by_pp, EE):
         """RS, AG, RS1, AG1, OPT nodes of a slot's expert parameters over the expert-data-parallel group."""
         P, q, hbm = self.prog, self.q, self.eff.hbm_bps
         ex_tab = P.nodes[node["ex"]].values
-        rse, age, rse1, age1, oe = {}, {}, {}, {}, {}
+        oe: dict = {}
         triples = set()
         for pp_, lixs in ids_by_pp.items():
             xids = {ex_tab[lx] for lx in lixs}
             for (e, sid) in edp_by_pp.get(pp_, ()):
                 for xid in xids:
                     triples.add((e, xid, sid))
-        for e, xid, sid in triples:
-            key = (e, xid, sid)
-            rse[key], age[key], rse1[key], age1[key] = dpt(sid, self.ex_ids.values[xid] / e)
+        entries = {(e, xid, sid): (sid, self.ex_ids.values[xid] / e) for e, xid, sid in triples}
         for ix, a in self.combos("pp"):
             for xid in sorted(set(ex_tab.values())):
                 exs = self.ex_ids.values[xid]
                 for w in self.worlds:
                     # expert_p / edp = (EX / (ep*etp)) / (W / (ep*etp*pp)) = EX * pp / W
                     oe[ix + (xid, w)] = q(OPT.optimizer_time(exs * a["pp"] / w, hbm))
-        keys = [EE, node["ex"], self.sh["edp"]]
-        return (P.table_t((), rse, nodes=keys), P.table_t((), age, nodes=keys), P.table_t((), rse1, nodes=keys),
-                P.table_t((), age1, nodes=keys), P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W]))
+        tables = self._dp_tables(entries, (), [EE, node["ex"], self.sh["edp"]], dpt)
+        return tables + [P.table_t(self.idx("pp"), oe, nodes=[node["ex"], self.W])]
 
-    # -- memory lower bound ---------------------------------------------------------------------
-    def _memory_bound(self):
-        """A lower bound of ``planner.cost.memory``'s peak, averaged over the pipeline ranks (the worst
-        rank holds at least the average), that must fit in HBM less the reserve:
-
-        - without FSDP: the weights and gradients of every parameter a replica holds (BF16 for
-          Megatron; FP32, with the optimizer state, for TorchTitan and MaxText), spread over tp*pp
-          (dense) or ep*etp*pp (experts), plus the low-precision copies of the expert weights;
-        - with FSDP: the same state sharded over all W GPUs (dense / (tp*pp*dp*cp) and expert /
-          (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest layer, at least
-          one MoE layer's experts on a GPU, twice;
-        - Megatron's distributed optimizer shard, (dense + expert) / W.
-        Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
-        ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
-        P, vals, model, tr = self.prog, self.vals, self.model, self.training
-        opt = options_for(tr, self.profile)   # a fitted profile's reserve (issue 13) bounds memory too
-        megatron = get_trainer(tr.trainer).pricing.master_weights   # BF16 weights, distributed optimizer
-        pc = param_counts(model)
-        # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
-        expert_total = float(pc.experts) if model.is_moe else 0.0
-        dense_total = float(pc.dense)
-        q = WEIGHT_COPY_BYTES[tr.precision]
-        # one MoE layer's experts (all of them; a GPU holds ceil(n/ep) of them, each / etp)
-        layer_experts = max((c.n_experts * c.expert_params for c in layer_costs(model, tr.seq_len)
-                             if c.kind == "decoder" and c.n_experts), default=0.0)
-        GiB = float(1 << 30)
-        budget = math.ceil((usable_hbm_gib(self.gpu.hbm_gib, tr) - opt.reserve_gib) * GiB / 1e3)  # kB
-        # bytes per parameter (planner.cost.memory): Megatron keeps BF16 weights and gradients and shards the
-        # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
-        # everything only under FSDP
-        wb, gb, optb = state_bytes(opt, megatron)
-        # FP8 / NVFP4 parameters (planner.rules.quantised_params, per FSDP value) drop the BF16 weight of the
-        # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
-        qparams = any(quantised_params(effective_recipe(model, ParallelConfig(fsdp=f), tr)) for f in vals["fsdp"])
-        state = linear_weight_bytes(wb, qparams) + gb
-        buf = fsdp_buffer_bytes(opt, megatron, q, qparams)
-        lb1, lb2 = {}, {}
-        for ix, a in self.combos("tp", "pp", "ep", "etp", "fsdp"):
-            etp = a["tp"] if a["etp"] is None else a["etp"]
-            if a["fsdp"]:
-                lb1[ix] = int(2 * buf * layer_experts / (a["ep"] * etp) / 1e3)
-            else:
-                per = state if megatron else state + optb
-                lb1[ix] = int((per * dense_total / (a["tp"] * a["pp"])
-                               + (per + q) * expert_total / (a["ep"] * etp * a["pp"])) / 1e3)
-        # what is sharded over every GPU: dense / (tp*pp*dp*cp) + expert / (ep*etp*pp*edp) =
-        # (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the
-        # same W GPUs: Megatron's optimizer always, and FSDP's weights and gradients
-        for fi, f in enumerate(vals["fsdp"]):
-            per = (optb if megatron else 0.0) + ((state + (0.0 if megatron else optb)) if f else 0.0)
-            for w in self.worlds:
-                lb2[(fi, w)] = int(per * (dense_total + expert_total) / w / 1e3)
-        LB = P.sum([P.table_t(self.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),
-                    P.table_t(self.idx("fsdp"), lb2, nodes=[self.W])])
-        P.at_most(LB, budget)
-        self.notes.append("memory lower bound: model state and expert copies / (tp*pp, ep*etp*pp), or FSDP shards "
-                          "and the biggest layer's buffers, + optimizer shard <= HBM - reserve")
-
-    # -- objective ---------------------------------------------------------------------------------
-    def _band_factor(self):
-        """robust: a table node of BAND_SCALE * exp(h) over (cp, fsdp) and the EP shape (MoE), h the
-        band of the layout's regime (``planner.cost.uncertainty.band_for``, the one predict reports);
-        sets ``band_min`` (its least value over FSDP, a free variable of the block search) as a bound
-        factor and ``lb_scale`` (its least value) for the exhaustive search's lower bound."""
-        P, model, tr = self.prog, self.model, self.training
-
-        def scaled(cp, fsdp, ep_domains):   # the regime predict classifies for such a layout
-            reg = classify(model, self.cluster, ParallelConfig(cp=cp, fsdp=fsdp), tr, ep_domains=ep_domains)
-            return int(round(BAND_SCALE * band_for(reg, self.profile.name, tr.trainer).factor()))
-
-        table, least = {}, {}
-        sids = self._shape_values(self.sh["ep"]) if model.is_moe else [None]
-        for (ci, fi), a in self.combos("cp", "fsdp"):
-            for sid in sids:
-                v = scaled(a["cp"], a["fsdp"], 1 if sid is None else self.shape(sid).domains)
-                key = (ci, fi) if sid is None else (ci, fi, sid)
-                table[key] = v
-                lk = (ci,) if sid is None else (ci, sid)
-                least[lk] = min(v, least.get(lk, v))
-        nodes = [] if sids == [None] else [self.sh["ep"]]
-        self.band_node = P.table_t(self.idx("cp", "fsdp"), table, nodes=nodes)
-        self.band_min = (tuple(self.idx("cp")), tuple(nodes), {k: float(v) for k, v in least.items()})
-        self.lb_scale = min(table.values())
-        self.notes.append(f"robust objective: band factors exp(h) rounded to 1/{BAND_SCALE}")
-        return self.band_node
-
-    def band_scale_of(self, choice) -> int:
-        """The band factor (BAND_SCALE * exp(h)) the objective node carries for a solution; 1 when not robust."""
-        if getattr(self, "band_node", None) is None:
-            return 1
-        _, _, vals_ = evaluate_many(self.prog, np.asarray([choice], dtype=np.int64), upto=self.band_node)
-        return int(vals_[self.band_node][0])
-
-    def _objective(self, total):
-        P, vals, tr = self.prog, self.vals, self.training
-        gbs_vals = vals["gbs"]
-        if self.objective == "robust":   # tokens/s * exp(-h): minimise step * exp(h) / gbs
-            total = P.product(total, self._band_factor())
-        if self.objective in ("throughput", "robust"):
-            # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
-            if len(gbs_vals) == 1:
-                P.minimize(total)
-                return
-            lcm = _lcm(gbs_vals)
-            if lcm <= 10 ** 6:
-                w = {(i,): lcm // g for i, g in enumerate(gbs_vals)}
-            else:
-                K = 10 ** 6 * max(gbs_vals)
-                w = {(i,): max(1, round(K / g)) for i, g in enumerate(gbs_vals)}
-                self.notes.append("global-batch weights rounded to 1e-6 relative")
-            P.minimize(total, self.idx("gbs"), w)
-            return
-        # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
-        fpt = {t: _flops_per_token(self.model, tr.seq_len, t, self.profile.flops_formula) for t in vals["tp"]}
-        ratios = {}
-        for ix, a in self.combos("tp", "cp", "pp", "dp", "gbs"):
-            w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
-            ratios[ix] = w / (a["gbs"] * fpt[a["tp"]])
-        lo = min(ratios.values())
-        K = 10 ** 6 / lo
-        P.minimize(total, self.idx("tp", "cp", "pp", "dp", "gbs"),
-                   {k: max(1, round(r * K)) for k, r in ratios.items()})
-        self.notes.append("per-GPU objective weights rounded to 1e-6 relative")
+    def _dp_tables(self, entries, vars_, keys, dpt) -> list[int]:
+        """RS, AG, RS1, AG1 table nodes over ``vars_`` and the nodes ``keys``, from
+        {key: (group shape id, parameters per GPU)} and ``dpt`` (``terms.data_parallel.dp_time``, rounded)."""
+        tabs: tuple = ({}, {}, {}, {})
+        for key, (sid, nparams) in entries.items():
+            for t, v in zip(tabs, dpt(sid, nparams)):
+                t[key] = v
+        return [self.prog.table_t(self.idx(*vars_), t, nodes=keys) for t in tabs]
 
     # -- reading a solution ----------------------------------------------------------------------
     def assignment(self, choice) -> dict:
@@ -828,6 +703,28 @@ class ProgramBuilder:
                              pp_first=sp[0], pp_last=sp[1])
         world = a["tp"] * a["cp"] * a["pp"] * a["dp"]
         return cfg, world, a["gbs"], a["gpd"], lay
+
+
+def step_seconds(node_value: int, band_scale: int = 1) -> float:
+    """The step, seconds, of the program's objective node value (1/840 ns, times the band factor)."""
+    return node_value / band_scale / BUBBLE * NS
+
+
+def quantisation_bound(model, config: ParallelConfig, gbs: int, world: int, o_pp: float, p2p_s: float) -> float:
+    """Seconds: the most the program's step can differ from ``step_time``'s at one layout, from
+    rounding each table entry to the nanosecond (0.5 ns each; an exposure max(kept, t - window, 0)
+    of rounded entries is off by at most 1 ns, a layer (compute, three exposures, launch, host or
+    sync) by 5.5 ns). The slowest rank holds at most every layer: TMAX is off by at most
+    ``6 (layers + MTP) + 2`` ns and the core by ``(m + bubble)`` times that. The p2p term (``p2p_s``
+    seconds, predict's) is one transfer, off by 0.5 ns, times the exposed transfers, rounded to
+    1/840: off by ``p2p_s / transfers * 0.5 / 840`` more. The DP exposure is off by 2 ns (m times
+    under FSDP), the optimizer by 1 ns."""
+    m = gbs / (config.mbs * config.dp_for(world))
+    layers = model.num_layers + (model.mtp_layers or 0)
+    core = (m + PPL.bubble_factor(config.pp, config.vpp)) * (6.0 * layers + 2.0)
+    transfers = PPL.p2p_transfers(config.pp, config.vpp, int(round(m)), o_pp)
+    p2p = 0.5 * transfers + (p2p_s / NS / transfers * 0.5 / BUBBLE if transfers > 0 else 0.0) + 1.0
+    return NS * (core + p2p + 2.0 * (m + 1) + 1.0)
 
 
 def used_per_domain(cluster, gpd, world) -> list[int]:

@@ -11,7 +11,6 @@ attention core they feed::
 
 from __future__ import annotations
 
-from planner.cost.terms import exposed
 
 
 def kv_width(model) -> float:
@@ -26,7 +25,3 @@ def cp_time(fabric, tier: int, cp: int, mbs: int, seq_len: int, width: float, tp
         return 0.0
     nbytes = mbs * seq_len / cp * width / tp * 2.0
     return 3.0 * (cp - 1) * fabric.p2p(nbytes, tier)
-
-
-def cp_exposed(t_cp: float, overlap: float, t_attn: float) -> float:
-    return exposed(t_cp, overlap, t_attn)

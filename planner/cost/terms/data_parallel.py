@@ -14,11 +14,12 @@ backward and gradients reduce-scattered after every backward; each micro-batch's
 that micro-batch's compute::
 
     exposed = m * max((1-o) (2 AG + RS), 2 AG + RS - (t_f + t_b))
+
+This module gives the transfers (``dp_time``, ``param_gather_bytes``); how they are exposed is part of
+the step's composition, ``planner.cost.compose`` (``dp_exposed``, ``fsdp_exposed``).
 """
 
 from __future__ import annotations
-
-from planner.cost.terms import exposed
 
 # Megatron-Bridge's performance recipes reduce gradients in BF16: they set
 # cfg.ddp.grad_reduce_in_fp32 = False (and mixed_precision.grad_reduce_in_fp32 = False) in the
@@ -55,13 +56,3 @@ def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_by
         return 0.0, 0.0
     return (fabric.reduce_scatter(shape, param_count * grad_bytes),
             fabric.all_gather(shape, param_count * param_bytes))
-
-
-def dp_exposed(t_rs: float, t_ag: float, overlap: float, t_bwd_mb: float, t_fwd_mb: float) -> float:
-    """Exposed DP time per step for the distributed optimizer."""
-    return exposed(t_rs, overlap, t_bwd_mb) + exposed(t_ag, overlap, t_fwd_mb)
-
-
-def fsdp_exposed(t_rs: float, t_ag: float, overlap: float, t_mb: float, microbatches: int) -> float:
-    """Exposed FSDP time per step: per micro-batch 2 all-gathers and a reduce-scatter."""
-    return microbatches * exposed(FSDP_GATHERS * t_ag + t_rs, overlap, t_mb)

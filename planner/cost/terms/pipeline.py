@@ -21,9 +21,7 @@ from __future__ import annotations
 
 def bubble_time(pp: int, vpp: int, t_microbatch: float) -> float:
     """Seconds of pipeline bubble per step."""
-    if pp <= 1:
-        return 0.0
-    return (pp - 1) / vpp * t_microbatch
+    return bubble_factor(pp, vpp) * t_microbatch
 
 
 def bubble_factor(pp: int, vpp: int) -> float:
@@ -34,14 +32,6 @@ def bubble_factor(pp: int, vpp: int) -> float:
 def bubble_fraction(pp: int, vpp: int, microbatches: int) -> float:
     """Bubble over ideal time: (pp - 1) / (vpp * m)."""
     return 0.0 if pp <= 1 else (pp - 1) / (vpp * microbatches)
-
-
-def p2p_time(fabric, nbytes: float, tier: int, pp: int, vpp: int, microbatches: int, overlap: float) -> float:
-    """Exposed seconds of pipeline point-to-point transfers per step."""
-    if pp <= 1:
-        return 0.0
-    one = fabric.p2p(nbytes, tier)
-    return one * p2p_transfers(pp, vpp, microbatches, overlap)
 
 
 def p2p_transfers(pp: int, vpp: int, microbatches: int, overlap: float) -> float:

@@ -13,7 +13,6 @@ GEMMs it feeds (userbuffer / async-TP overlap), never more than that compute::
 
 from __future__ import annotations
 
-from planner.cost.terms import exposed
 
 
 def activation_bytes(mbs: int, seq_len: int, cp: int, hidden: int, dtype_bytes: float = 2.0) -> float:
@@ -26,8 +25,3 @@ def tp_comm_time(fabric, shape, nbytes: float, n_all_gather: int = 4, n_reduce_s
     if shape is None or shape.size <= 1:
         return 0.0
     return n_all_gather * fabric.all_gather(shape, nbytes) + n_reduce_scatter * fabric.reduce_scatter(shape, nbytes)
-
-
-def tp_exposed(t_tp: float, overlap: float, t_gemm: float) -> float:
-    """Exposed TP time: the overlappable part is bounded by the layer's GEMM time."""
-    return exposed(t_tp, overlap, t_gemm)
