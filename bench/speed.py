@@ -152,6 +152,8 @@ def _experts(tree: Path, args) -> dict:
                 cmd += ["--usable-per-rack", str(per_rack)]
             r = _child(cmd, tree)
             note = f"rc {r['rc']}"
+            if r["rc"] != 0:     # e.g. a checkout from before place-experts had --usable-per-rack
+                note += ": " + (r["err"].strip().splitlines() or [""])[-1][:80]
             if r["rc"] == 0:
                 s = json.loads(r["out"])["summary"]
                 note += (f", balance {s['balance']:.3f} (worst {s['worst_balance']:.3f}), "

@@ -56,6 +56,25 @@ def _kv_heads_div_tp(m, c, t, world):
         return f"num_query_groups ({m.num_kv_heads}) must be a multiple of tensor_model_parallel_size ({c.tp})"
 
 
+def _mixer_heads_div_tp(m, c, t, world):
+    """Gated DeltaNet and Mamba-2 split their heads over TP and CP (megatron-core 0.19.2
+    transformer_config.py:1375-1380 for GDN; ssm/mamba_mixer.py:260-268 and mamba_context_parallel.py:106
+    for Mamba). Models without these mixers pass."""
+    g, mb = getattr(m, "gdn", None), getattr(m, "mamba", None)
+    if g is not None:
+        for name, n in (("linear_num_key_heads", g.num_key_heads), ("linear_num_value_heads", g.num_value_heads)):
+            if n % (c.tp * c.cp):
+                return f"{name}={n} must be a multiple of tensor_model_parallel_size * context_parallel_size ({c.tp * c.cp})"
+    if mb is not None:
+        if mb.num_heads % (c.tp * c.cp):
+            return f"nheads ({mb.num_heads}) must be evenly divisible by tp_size * cp_size ({c.tp * c.cp})"
+        if mb.n_groups % c.tp:
+            return f"ngroups ({mb.n_groups}) must be evenly divisible by tp_size ({c.tp})"
+        local = mb.n_groups // c.tp
+        if c.cp > 1 and (c.cp % local if local < c.cp else local % c.cp):
+            return f"ngroups/tp_size ({local}) and cp_size ({c.cp}) must divide one another"
+
+
 def _experts_div_ep(m, c, t, world):
     if c.ep > 1 and not m.num_experts:
         return f"expert_model_parallel_size ({c.ep}) > 1 needs a MoE model (num_moe_experts is not set)"
@@ -135,6 +154,9 @@ SHARED_DEGREES: tuple[Rule, ...] = (
 # experts rule every trainer checks after it
 KV_HEADS_DIV_TP = Rule("kv_heads_div_tp", _kv_heads_div_tp)
 EXPERTS_DIV_EP = Rule("experts_div_ep", _experts_div_ep)
+MIXER_HEADS_DIV_TP_CP = Rule("mixer_heads_div_tp_cp", _mixer_heads_div_tp)   # GDN / Mamba heads, every trainer
+# what every trainer checks right after its KV-groups rule
+SHARED_HEADS_EXPERTS: tuple[Rule, ...] = (MIXER_HEADS_DIV_TP_CP, EXPERTS_DIV_EP)
 SHARED_SCHEDULE: tuple[Rule, ...] = (
     Rule("pipeline_stages", _pipeline_stages),
     Rule("seq_div_2cp", _seq_div_cp),

@@ -84,6 +84,15 @@ def locality(tokens: np.ndarray, n: np.ndarray, w: np.ndarray, dispatch: str = "
     drawn with probability w[d0].
     """
     n = np.asarray(n, dtype=float)
+    if dispatch == "home":
+        return _home_locality(tokens, n, w, primary_domains(n) if primary is None else primary)
+    return _chance_locality(tokens, n, w, dispatch, primary)
+
+
+def _chance_locality(tokens: np.ndarray, n: np.ndarray, w: np.ndarray, dispatch: str,
+                     primary: np.ndarray | None = None) -> dict:
+    """:func:`locality` from each (token, expert)'s chance of being served in each domain (any
+    dispatch model; the home dispatch is counted exactly by :func:`_home_locality`)."""
     D = n.shape[1]
     c = n.sum(axis=1, keepdims=True)
     even_q = n / c
@@ -109,6 +118,28 @@ def locality(tokens: np.ndarray, n: np.ndarray, w: np.ndarray, dispatch: str = "
         doms += w[d0] * td
         remote += w[d0] * (td - touch[:, d0].mean())
         cross += w[d0] * (1.0 - qt[:, :, d0]).mean()
+    return {"domains_per_token": float(doms), "remote_domains_per_token": float(remote),
+            "cross_domain_fraction": float(cross)}
+
+
+def _home_locality(tokens: np.ndarray, n: np.ndarray, w: np.ndarray, primary: np.ndarray) -> dict:
+    """:func:`locality` under the home dispatch, where every (token, expert) is served in one domain
+    (its own when the expert has a replica there, else the expert's fallback): the chances are 0 or
+    1, so the domains a token touches are counted as integers (the same figures, exactly)."""
+    D = n.shape[1]
+    own = np.arange(D)
+    served = np.where(n.T > 0, own[:, None], np.asarray(primary)[None, :])[:, tokens]   # [D, T, k]
+    s = np.sort(served, axis=-1)
+    touched = 1 + (np.diff(s, axis=-1) != 0).sum(axis=-1)                              # [D, T]
+    at_own = (served == own[:, None, None])
+    doms = remote = cross = 0.0
+    for d0 in range(D):
+        if w[d0] == 0:
+            continue
+        td = touched[d0].mean()
+        doms += w[d0] * td
+        remote += w[d0] * (td - at_own[d0].any(axis=-1).mean())
+        cross += w[d0] * (~at_own[d0]).mean()
     return {"domains_per_token": float(doms), "remote_domains_per_token": float(remote),
             "cross_domain_fraction": float(cross)}
 

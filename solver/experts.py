@@ -92,16 +92,22 @@ HOT_DOMAIN = 0.995
 # least 0.1% (chosen: smaller changes are rounding noise and would cycle).
 REFINE_MIN_GAIN = 0.999
 # Caps on the moves of each local search, which otherwise stops when no move helps (chosen: bounds
-# on the work per layer, not tuned), and the refinement's time budget (docs/experts.md step 2).
+# on the work per layer, not tuned; the refinement is bounded by its moves, not by the clock, so a
+# busy machine gets the same placement: docs/experts.md step 2).
 SINGLE_SWAPS = 40
 WATERFILL_SWAPS = 150
 PAIR_REPAIR_ITERS = 80
 PAIR_REPAIR_CANDIDATES = 4
 PACKING_ROUNDS = 200
 REFINE_ITERS = 40
-REFINE_SECONDS = 0.15
 # CP-SAT seconds per layer when the caller gives none (the CLI passes --time-limit).
 TIME_LIMIT_S = 2.0
+# CP-SAT stops on its deterministic time (the same search on a busy or an idle machine, so the same
+# placement), converted from the seconds asked for: one CPU second of CP-SAT on the build machine
+# counted 0.3-0.5 deterministic units on these packings (docs/speed.md); the wall clock stops it only
+# at CPSAT_WALL_CAP times the seconds asked for.
+CPSAT_DTIME_PER_S = 0.5
+CPSAT_WALL_CAP = 10.0
 
 
 @dataclass
@@ -259,33 +265,44 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
     E, D, P = len(load), len(m), int(m.sum())
     load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
-    rows = np.arange(E)
+    cols = np.arange(D)
+    # every (expert, domain) candidate's counts, loads and replica loads with one more replica
+    # there; a row changes only when its expert gets a replica, so rows are kept and redone then
+    nn_all = np.repeat(n, D, axis=0)
+    nn_all[np.arange(E * D), np.tile(cols, E)] += 1
+
+    def priced(rows):
+        c = load[rows // D, None] * domain_share(nn_all[rows], w, dispatch, home[rows // D])
+        return c, np.where(nn_all[rows] > 0, c / np.maximum(nn_all[rows], 1), 0.0)
+
+    new_c_all, new_rep_all = priced(np.arange(E * D))
+    contrib = load[:, None] * domain_share(n, w, dispatch, home)
+    rep = np.where(n > 0, contrib / np.maximum(n, 1), 0.0)
+    small, dirty = np.zeros(D), np.ones(D, dtype=bool)
     while free.sum() > 0:
-        share = domain_share(n, w, dispatch, home)
-        contrib = load[:, None] * share
         L = contrib.sum(axis=0)
-        rep = np.where(n > 0, contrib / np.maximum(n, 1), 0.0)
-        # per-domain largest, second largest and smallest replica load
-        order = np.argsort(-rep, axis=0)
-        top1_e = order[0]
-        top1 = rep[top1_e, np.arange(D)]
-        top2 = rep[order[1], np.arange(D)] if E > 1 else np.zeros(D)
+        # per-domain largest and second largest replica load
+        top1_e = np.argmax(rep, axis=0)
+        top1 = rep[top1_e, cols]
+        if E > 1:
+            rest = rep.copy()
+            rest[top1_e, cols] = -np.inf
+            top2 = rest.max(axis=0)
+        else:
+            top2 = np.zeros(D)
         # the K - 1 lightest replicas of each domain (with multiplicity) share a GPU with the heaviest
-        small = np.zeros(D)
-        for d in range(D):
+        for d in np.flatnonzero(dirty):
             es = np.flatnonzero(n[:, d] > 0)
             vals = np.repeat(rep[es, d], n[es, d])
             small[d] = np.sort(vals)[:K - 1].sum() if K > 1 else 0.0
         ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
         if len(ce) == 0:
             raise ValueError("free slots left but no expert can take them (slots per GPU too large)")
-        nn = n[ce].copy()
-        nn[np.arange(len(ce)), cd] += 1
-        new_c = load[ce, None] * domain_share(nn, w, dispatch, home[ce])
+        idx = ce * D + cd
+        new_c, new_rep = new_c_all[idx], new_rep_all[idx]
         newL = L[None, :] + new_c - contrib[ce]
-        new_rep = new_c / np.maximum(nn, 1)
         excl = np.where(top1_e[None, :] == ce[:, None], top2[None, :], top1[None, :])
-        rmax = np.maximum(excl, np.where(nn > 0, new_rep, 0.0))
+        rmax = np.maximum(excl, new_rep)
         Jd = np.maximum(newL / m[None, :], rmax + small[None, :]) * P
         # the busiest domain first, then the total overload of all domains (so a slot of a hot
         # domain is not spent on another domain's load), then locality
@@ -294,6 +311,16 @@ def domain_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int,
         k = int(np.argmin(Jd.max(axis=1) + overload_weight * over - locality_weight * gain))
         n[ce[k], cd[k]] += 1
         free[cd[k]] -= 1
+        # only this expert's row changes: its loads, its candidates, the domains it touches
+        e = ce[k]
+        rows = np.arange(e * D, (e + 1) * D)
+        nn_all[rows] = n[e]
+        nn_all[rows, cols] += 1
+        new_c_all[rows], new_rep_all[rows] = priced(rows)
+        contrib[e] = load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0]
+        row = np.where(n[e] > 0, contrib[e] / np.maximum(n[e], 1), 0.0)
+        dirty = (row != rep[e]) | (cols == cd[k])
+        rep[e] = row
     return n, home
 
 
@@ -345,6 +372,32 @@ def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
     return a[..., :m][..., ::-1] + a[..., m:]
 
 
+def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray, z: np.ndarray,
+                     v_new: np.ndarray) -> np.ndarray:
+    """:func:`_pair_sums` after a change: ``a[rows, 2m]`` sorted loads (one domain's replicas, free
+    slots as 0); per row the ``k_old`` copies of ``v_old`` (contiguous in ``a``) and, when ``z`` is 1,
+    one free slot take the load ``v_new``; the rows are sorted again (nearly sorted already) and
+    paired. Equal to ``_pair_sums`` of the changed multiset (tests/test_experts.py). Returns [rows, m]."""
+    lo = (a < v_old[:, None]).sum(axis=1)
+    j = np.arange(2 * m)[None, :]
+    out = np.where((j >= lo[:, None]) & (j < (lo + k_old)[:, None]), v_new[:, None], a)
+    r = np.flatnonzero(z)
+    # a free slot: the first 0 outside the replaced copies (they are the leading zeros when v_old is 0)
+    out[r, np.where(v_old[r] == 0, k_old[r], 0)] = v_new[r]
+    out.sort(axis=1)
+    return out[:, m - 1::-1] + out[:, m:]
+
+
+def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: int, overload_weight: float):
+    """One domain's sorted replica loads (free slots as 0), its busiest GPU and its cost (busiest +
+    overload_weight x load above the mean, in units of the mean) under the best 2-slot packing."""
+    es = n_col > 0
+    srt = np.sort(np.concatenate([np.repeat(rep_col[es], n_col[es]), np.zeros(free)]))
+    ps = _pair_sums(srt, m) * P
+    peak = ps.max()
+    return srt, peak, peak + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
+
+
 def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 2,
                 dispatch: str = "home", locality_weight: float = LOCALITY_WEIGHT,
                 overload_weight: float = OVERLOAD_WEIGHT, spread: bool = True,
@@ -359,58 +412,79 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
         busiest GPU + overload_weight x (sum of every GPU's load above the mean)
                     - locality_weight x (load that a new domain keeps local),
 
-    free slots counting as empty (0) replicas. Returns (n, home)."""
+    free slots counting as empty (0) replicas. Incremental: a slot changes one expert's row, so
+    only the domains whose loads it changed are priced again (and only that expert's candidates'
+    loads are redone), and every candidate's domains are priced together (one call per distinct
+    domain size). Returns (n, home)."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
     E, D, P = len(load), len(m), int(m.sum())
     load, w, home, n = _start(load, group_of, m, K, spread)
     free = (K * m - n.sum(axis=0)).astype(np.int64)
+    rep = np.where(n > 0, load[:, None] * domain_share(n, w, dispatch, home) / np.maximum(n, 1), 0.0)
+    srt, peak0, cost = [None] * D, np.zeros(D), np.zeros(D)
+    dirty = np.ones(D, dtype=bool)
+    sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
+    known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
+    priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
+    # every (expert, new domain) candidate's replica loads with one more replica there
+    cand_n = np.repeat(n, D, axis=0)
+    cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+
+    def cand_rep(rows):
+        e = rows // D
+        return load[e, None] * domain_share(cand_n[rows], w, dispatch, home[e]) / np.maximum(cand_n[rows], 1)
+
+    cand_rep_all = cand_rep(np.arange(E * D))
     while free.sum() > 0:
-        share = domain_share(n, w, dispatch, home)
-        rep = np.where(n > 0, load[:, None] * share / np.maximum(n, 1), 0.0)
-        # every domain's items (expert id, load), padded with empty slots (-1, 0) to 2 m
-        ids, vals, cost, peak0 = [], [], np.zeros(D), np.zeros(D)
-        for d in range(D):
-            es = np.flatnonzero(n[:, d] > 0)
-            i_d = np.concatenate([np.repeat(es, n[es, d]), -np.ones(free[d], dtype=np.int64)])
-            v_d = np.concatenate([np.repeat(rep[es, d], n[es, d]), np.zeros(free[d])])
-            ids.append(i_d)
-            vals.append(v_d)
-            ps = _pair_sums(v_d, int(m[d])) * P
-            peak0[d] = ps.max()
-            cost[d] = peak0[d] + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
+        known[dirty] = False
+        for d in np.flatnonzero(dirty):
+            srt[d], peak0[d], cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, overload_weight)
         heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
         ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
         ce = heavy[ce]
         if len(ce) == 0:
-            heavy = np.arange(E)
             ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
-        nn = n[ce].copy()
-        nn[np.arange(len(ce)), cd] += 1
-        new_rep = load[ce, None] * domain_share(nn, w, dispatch, home[ce]) / np.maximum(nn, 1)
+        new_rep = cand_rep_all[ce * D + cd]
         new_cost = np.tile(cost, (len(ce), 1))
         peak = np.tile(peak0, (len(ce), 1))
-        for x in range(D):
-            hit = np.flatnonzero((cd == x) | (np.abs(new_rep[:, x] - rep[ce, x]) > 0))
-            if len(hit) == 0:
+        # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
+        # replicas' loads there (and takes a free slot in its new domain); a pair priced before
+        # keeps its price until its domain or its expert changes
+        hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
+        key = ce[hc] * D + cd[hc]
+        todo = ~known[hx, key]
+        for size, doms in sizes:
+            sel = np.flatnonzero(todo & (m[hx] == size))
+            if len(sel) == 0:
                 continue
-            M = np.tile(vals[x], (len(hit), 1))
-            own = ids[x][None, :] == ce[hit, None]
-            M = np.where(own, new_rep[hit, x][:, None], M)
-            add = np.flatnonzero(cd[hit] == x)                    # one empty slot takes the new replica
-            first_free = int(np.flatnonzero(ids[x] < 0)[0]) if (ids[x] < 0).any() else -1
-            if first_free >= 0:
-                M[add, first_free] = new_rep[hit[add], x]
-            ps = _pair_sums(M, int(m[x])) * P
-            new_cost[hit, x] = ps.max(axis=1) + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
-            peak[hit, x] = ps.max(axis=1)
+            c, x = hc[sel], hx[sel]
+            base = np.stack([srt[d] for d in doms])[np.searchsorted(doms, x)]
+            ps = _pair_sums_after(base, size, rep[ce[c], x], n[ce[c], x], (cd[c] == x).astype(np.int64),
+                                  new_rep[c, x]) * P
+            pk = ps.max(axis=1)
+            priced[0][x, key[sel]] = pk
+            priced[1][x, key[sel]] = pk + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
+            known[x, key[sel]] = True
+        peak[hc, hx] = priced[0][hx, key]
+        new_cost[hc, hx] = priced[1][hx, key]
         gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
         score = peak.max(axis=1) + overload_weight * (new_cost - peak).sum(axis=1) - locality_weight * gain
         k = int(np.argmin(score))
-        n[ce[k], cd[k]] += 1
+        e = ce[k]
+        n[e, cd[k]] += 1
         free[cd[k]] -= 1
+        row = np.where(n[e] > 0, load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
+        dirty = row != rep[e]
+        dirty[cd[k]] = True
+        rep[e] = row
+        known[:, e * D:(e + 1) * D] = False
+        rows = np.arange(e * D, (e + 1) * D)
+        cand_n[rows] = n[e]
+        cand_n[rows, np.arange(D)] += 1
+        cand_rep_all[rows] = cand_rep(rows)
     return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
 
 
@@ -559,30 +633,31 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
 
 # --------------------------------------------------------------------------- GPU-level packing
 def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
-    """Heaviest replica first to the lightest GPU with a free slot that lacks the expert.
-    Returns the GPU of every item. When the greedy corners itself, a swap repairs it."""
-    gpu_of = -np.ones(len(items_e), dtype=np.int64)
-    load = np.zeros(gpus)
-    fill = np.zeros(gpus, dtype=np.int64)
-    experts, eid = np.unique(items_e, return_inverse=True)
-    holds = np.zeros((gpus, len(experts)), dtype=bool)
-    for i in np.argsort(-items_w, kind="stable"):
-        ok = (fill < K) & ~holds[:, eid[i]]
-        if ok.any():
-            g = int(np.argmin(np.where(ok, load, np.inf)))
-        else:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
-            g_free = int(np.flatnonzero(fill < K)[0])
-            j = next(j for j in range(len(items_e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
-                     and not holds[g_free, eid[j]] and not holds[gpu_of[j], eid[i]])
-            g = int(gpu_of[j])
-            holds[g, eid[j]] = False; load[g] -= items_w[j]; fill[g] -= 1
+    """Heaviest replica first to the lightest GPU with a free slot that lacks the expert (the first
+    such GPU on ties). Returns the GPU of every item. When the greedy corners itself, a swap repairs
+    it. Plain Python: a domain has a few dozen GPUs, fewer than numpy pays off on per item."""
+    e, w = items_e.tolist(), items_w.tolist()
+    gpu_of = [-1] * len(e)
+    load, fill = [0.0] * gpus, [0] * gpus
+    holds = [set() for _ in range(gpus)]
+    for i in np.argsort(-items_w, kind="stable").tolist():
+        g, low = -1, math.inf
+        for h in range(gpus):
+            if fill[h] < K and load[h] < low and e[i] not in holds[h]:
+                g, low = h, load[h]
+        if g < 0:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
+            g_free = fill.index(next(f for f in fill if f < K))
+            j = next(j for j in range(len(e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
+                     and e[j] not in holds[g_free] and e[i] not in holds[gpu_of[j]])
+            g = gpu_of[j]
+            holds[g].discard(e[j]); load[g] -= w[j]; fill[g] -= 1
             gpu_of[j] = g_free
-            holds[g_free, eid[j]] = True; load[g_free] += items_w[j]; fill[g_free] += 1
+            holds[g_free].add(e[j]); load[g_free] += w[j]; fill[g_free] += 1
         gpu_of[i] = g
-        holds[g, eid[i]] = True
-        load[g] += items_w[i]
+        holds[g].add(e[i])
+        load[g] += w[i]
         fill[g] += 1
-    return gpu_of
+    return np.array(gpu_of, dtype=np.int64)
 
 
 def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=PACKING_ROUNDS):
@@ -652,7 +727,8 @@ def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, ma
             model.AddHint(y[k][g], bool(hint_y[k, g]))
     model.Minimize(z)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.max_deterministic_time = float(time_limit) * CPSAT_DTIME_PER_S
+    solver.parameters.max_time_in_seconds = float(time_limit) * CPSAT_WALL_CAP
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
     with stoppable(solver):
@@ -928,10 +1004,117 @@ def bounded_migration(prev, target, rank_domain, K, load, dispatch, home, max_mo
     return cur
 
 
+def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weight, with_tokens: bool) -> list:
+    """The warm starts' replica counts: [(n, home, label)], each filling every domain's slots."""
+    group_of = np.asarray(group_of)
+    w = m / m.sum()
+    if K == 2 and len(m) > 1:
+        # two slots per GPU: the exactly priced slot filling (pair_counts, PAIR_LOCALITY_WEIGHTS) and
+        # level water-filling
+        starts = tuple(("pair", lw, overload_weight, True) for lw in PAIR_LOCALITY_WEIGHTS) + (
+            (None, None, None, False), (None, None, None, True))
+    else:
+        # three weightings of the slot filling (the ones that won on the benchmark layers), each
+        # also with the domains levelled by swaps, and level water-filling
+        starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
+            (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
+            (locality_weight / 2, 1.0, False))[:3 if len(m) > 1 else 2]) + ((None, None, None, False),)
+        if not with_tokens:
+            starts += ((None, None, None, True),)
+    cands = []
+    for kind, lw, ow, sp in starts:
+        if kind is None:
+            cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
+                          "waterfill" + (" scattered" if sp else "")))
+        elif kind == "pair":
+            cands.append((*pair_counts(norm, group_of, m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
+        else:
+            cands.append((*domain_counts(norm, group_of, m, K, dispatch, lw, ow, sp),
+                          f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
+            # and the same with single-replica experts traded between domains until the domains'
+            # loads per GPU are level (groups stay whole no longer: a little locality for balance)
+            sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
+            if (sw[0] != cands[-1][0]).any():
+                cands.append((*sw, cands[-1][2] + " swapped"))
+    # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
+    # domain by a replica on tiny instances); keep only those that do
+    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == m * K).all()]
+    return valid or cands
+
+
+def _greedy_pack(ranks, K):
+    """The packing of the warm starts and the refinement: greedy, then pairwise swaps."""
+    return lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d])), None)
+
+
+def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_weight):
+    """The warm start to keep, packed: (n, home, placement, GPU loads, label). With sampled tokens the
+    lowest balance + remote_weight x remote domains per token (+ a steep price above the knee);
+    without, the best balance, earlier starts winning ties."""
+    best = None
+    for n_, home_, label in cands:
+        g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K, _greedy_pack(ranks, K))
+        gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
+        bal_ = gl_.max() / gl_.mean()
+        if tokens is not None:
+            # the candidate's remote domains per token on the sampled tokens: the warm start
+            # minimises balance + remote_weight x remote domains per token
+            rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
+            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
+            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
+        else:
+            # earlier candidates keep groups together: a later one must be clearly better, and
+            # the scattered one is taken only when the others miss the target
+            if label == "waterfill scattered" and best is not None and best[1] <= BALANCE_TARGET:
+                continue
+            key = (0, round(bal_ / BALANCE_TIE), 0.0)
+        if best is None or key < best[0]:
+            best = (key, bal_, n_, home_, g_, gl_, label)
+    return best[2:]
+
+
+def _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) -> float:
+    """A lower bound on the busiest GPU for these replica counts: no packing beats a domain's mean, and
+    the heaviest replica shares its GPU with at least the K - 1 lightest (with two slots per GPU the
+    heaviest-with-lightest pairing is the best packing)."""
+    bound = max(float(gl[r].mean()) for r in ranks)
+    for d, r in enumerate(ranks):
+        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
+        if K == 2:
+            bound = max(bound, float(_pair_sums(iw, len(r)).max()))
+        else:
+            bound = max(bound, float(iw[-1] + iw[:K - 1].sum()))
+    return bound
+
+
+def _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy, time_limit, seed):
+    """CP-SAT re-packs the domains whose busiest GPU is within HOT_DOMAIN of the overall busiest (the
+    others cannot set the balance), hinted with the greedy packing: (placement, status, bound on the
+    balance); the greedy placement is kept unless CP-SAT's is at least as good."""
+    dom_max = np.array([gl[r].max() for r in ranks])
+    hot = set(np.flatnonzero(dom_max >= gl.max() * HOT_DOMAIN).tolist())
+    per = time_limit / len(hot)
+
+    def pack(d, ie, iw):
+        h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
+        if d not in hot:
+            return h, ("NOT_RUN", 0.0)
+        sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
+        return (sol if sol is not None else h), (st, bound)
+
+    cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
+    cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
+    lb = float(max(b for _, b in info) / gl.mean())
+    status = "OPTIMAL" if all(st in ("OPTIMAL", "NOT_RUN") for st, _ in info) else "FEASIBLE"
+    if cl.max() <= gl.max() + 1e-12:
+        return cand, status, lb
+    return greedy, status + " (greedy kept)", lb
+
+
 def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, max_moves=None,
                 time_limit=TIME_LIMIT_S, seed=0, locality_weight=LOCALITY_WEIGHT, overload_weight=OVERLOAD_WEIGHT,
                 use_cpsat=True, refine=True, tokens=None, remote_weight=REMOTE_WEIGHT,
-                refine_s=REFINE_SECONDS) -> LayerResult:
+                refine_s=None) -> LayerResult:
     """Place one MoE layer. ``load[E]`` expert loads, ``group_of[E]`` routing group of each expert,
     ``rank_domain[P]`` NVLink domain of each EP rank (0..D-1), ``K`` slots per GPU; ``tokens[T, k]``
     (sampled or recorded selections) let the warm start weigh locality exactly. Returns the
@@ -951,101 +1134,24 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
     m = np.array([len(r) for r in ranks], dtype=np.int64)
     w = m / P
     norm = load / load.sum() if load.sum() > 0 else np.full(E, 1.0 / E)
-    # greedy warm start: a few weightings of the slot-filling rule, the best packed balance wins
-    best = None
-    if K == 2 and len(m) > 1:
-        # two slots per GPU: the exactly priced slot filling (pair_counts, PAIR_LOCALITY_WEIGHTS) and
-        # level water-filling
-        starts = tuple(("pair", lw, overload_weight, True) for lw in PAIR_LOCALITY_WEIGHTS) + (
-            (None, None, None, False), (None, None, None, True))
-    else:
-        # three weightings of the slot filling (the ones that won on the benchmark layers), each
-        # also with the domains levelled by swaps, and level water-filling
-        starts = tuple(("slot", lw, ow, sp) for lw, ow, sp in (
-            (locality_weight, overload_weight, True), (locality_weight, overload_weight, False),
-            (locality_weight / 2, 1.0, False))[:3 if len(m) > 1 else 2]) + ((None, None, None, False),)
-        if tokens is None:
-            starts += ((None, None, None, True),)
-    cands = []
-    for kind, lw, ow, sp in starts:
-        if kind is None:
-            cands.append((*waterfill_counts(norm, np.asarray(group_of), m, K, dispatch, scatter=sp),
-                          "waterfill" + (" scattered" if sp else "")))
-        elif kind == "pair":
-            cands.append((*pair_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
-        else:
-            cands.append((*domain_counts(norm, np.asarray(group_of), m, K, dispatch, lw, ow, sp),
-                          f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
-            # and the same with single-replica experts traded between domains until the domains'
-            # loads per GPU are level (groups stay whole no longer: a little locality for balance)
-            sw = _single_swaps(cands[-1][0], cands[-1][1], norm, w, dispatch)
-            if (sw[0] != cands[-1][0]).any():
-                cands.append((*sw, cands[-1][2] + " swapped"))
-    # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
-    # domain by a replica on tiny instances); keep only those that do
-    caps = m * K
-    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == caps).all()]
-    cands = valid or cands
-    for n_, home_, label in cands:
-        g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K,
-                          lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
-                                                              ie, iw, len(ranks[d])), None))
-        gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
-        bal_ = gl_.max() / gl_.mean()
-        if tokens is not None:
-            # the candidate's remote domains per token on the sampled tokens: the warm start
-            # minimises balance + remote_weight x remote domains per token
-            rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
-            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
-            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
-        else:
-            # earlier candidates keep groups together: a later one must be clearly better, and
-            # the scattered one is taken only when the others miss the target
-            if label == "waterfill scattered" and best is not None and best[1] <= BALANCE_TARGET:
-                continue
-            key = (0, round(bal_ / BALANCE_TIE), 0.0)
-        if best is None or key < best[0]:
-            best = (key, bal_, n_, home_, g_, gl_, label)
-    _, _, n, home, greedy, gl, start_label = best
+    # greedy warm starts: a few weightings of the slot-filling rule, the best packed one wins
+    cands = _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weight, tokens is not None)
+    n, home, greedy, gl, start_label = _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens,
+                                                   remote_weight)
     if refine:
-        n2 = refine_counts(n, home, norm, w, m, K, dispatch, deadline=time.perf_counter() + refine_s)
+        n2 = refine_counts(n, home, norm, w, m, K, dispatch,
+                           deadline=None if refine_s is None else time.perf_counter() + refine_s)
         if (n2 != n).any():
-            g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K,
-                              lambda d, ie, iw: (_improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K),
-                                                                  ie, iw, len(ranks[d])), None))
+            g2, _ = _assemble(n2, norm, w, dispatch, home, ranks, K, _greedy_pack(ranks, K))
             gl2 = gpu_loads(g2, rank_domain, K, norm, dispatch, home)
             if gl2.max() < gl.max() - 1e-12:
                 n, greedy, gl = n2, g2, gl2
     greedy_bal = float(gl.max() / gl.mean())
     phy, status, lb = greedy, "greedy", 0.0
-    dom_bound = max(float(gl[r].mean()) for r in ranks)      # no packing beats a domain's mean
-    for d, r in enumerate(ranks):
-        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
-        if K == 2:      # with two slots per GPU the heaviest-with-lightest pairing is the best packing
-            dom_bound = max(dom_bound, float(_pair_sums(iw, len(r)).max()))
-        else:           # the heaviest replica shares its GPU with at least the K - 1 lightest
-            dom_bound = max(dom_bound, float(iw[-1] + iw[:K - 1].sum()))
-    if use_cpsat and time_limit > 0 and gl.max() > dom_bound * CPSAT_MIN_GAP:
-
-        dom_max = np.array([gl[r].max() for r in ranks])
-        hot = set(np.flatnonzero(dom_max >= gl.max() * HOT_DOMAIN).tolist())   # only these set the balance
-        per = time_limit / len(hot)
-
-        def pack(d, ie, iw):
-            h = _improve_packing(_pack_greedy(ie, iw, len(ranks[d]), K), ie, iw, len(ranks[d]))
-            if d not in hot:
-                return h, ("NOT_RUN", 0.0)
-            sol, st, bound = _pack_cpsat(ie, iw, len(ranks[d]), K, h, per, seed)
-            return (sol if sol is not None else h), (st, bound)
-
-        cand, info = _assemble(n, norm, w, dispatch, home, ranks, K, pack)
-        cl = gpu_loads(cand, rank_domain, K, norm, dispatch, home)
-        lb = float(max(b for _, b in info) / gl.mean())
-        status = "OPTIMAL" if all(st in ("OPTIMAL", "NOT_RUN") for st, _ in info) else "FEASIBLE"
-        if cl.max() <= gl.max() + 1e-12:
-            phy = cand
-        else:
-            status += " (greedy kept)"
+    if (use_cpsat and time_limit > 0
+            and gl.max() > _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) * CPSAT_MIN_GAP):
+        phy, status, lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
+                                        time_limit, seed)
     moves = None
     if prev is not None:
         prev = np.asarray(prev, dtype=np.int64)

@@ -21,8 +21,12 @@ TT_CSV = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" /
 MX_CSV = TT_CSV.parent / "maxtext-h100-2025.csv"
 
 
-@pytest.mark.parametrize("stack,csv_path", [("megatron-26.04", CSV), ("megatron-26.08", CSV),
-                                            ("torchtitan", TT_CSV), ("maxtext", MX_CSV)])
+@pytest.mark.parametrize("stack,csv_path", [
+    # the Megatron fits (the most rows, 10-20 CPU s each under load) run in CI's full run; the quick
+    # loop refits the TorchTitan and MaxText profiles the same way
+    pytest.param("megatron-26.04", CSV, marks=pytest.mark.slow),
+    pytest.param("megatron-26.08", CSV, marks=pytest.mark.slow),
+    ("torchtitan", TT_CSV), ("maxtext", MX_CSV)])
 def test_shipped_profile_is_reproduced_from_its_rows(stack, csv_path):
     shipped = load_profile(stack)
     fitted, info = calibrate_rows(read_rows(csv_path), stack, source=str(csv_path))
@@ -81,6 +85,7 @@ def test_fit_recovers_a_known_profile(monkeypatch):
     assert mean_error(fitted) < 1e-3
 
 
+@pytest.mark.slow   # a full refit of every parameter (~20 s under load); CI's full run
 def test_fit_with_every_parameter_and_the_priors_moves_the_informed_ones_towards_the_truth():
     # The shipped setting: every parameter free and the priors pulling (a MAP fit). 14 rows cannot
     # pin 24 parameters, so exact recovery is not expected: the rows must be explained, each parameter
@@ -209,6 +214,7 @@ def test_posterior_reduction_against_the_closed_form():
     assert both[0] == pytest.approx(both[1]) and both[0] < alone[0]
 
 
+@pytest.mark.slow   # a refit of the Megatron rows under a new stack name (~30 s under load); CI's full run
 def test_unseen_stack_starts_from_the_newest_profile_of_its_trainer():
     from planner.cost.calibrate import nearest_profile
 

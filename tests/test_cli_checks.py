@@ -2,9 +2,6 @@
 say why and what to try. Oracles: the models' own config values (max_position_embeddings from
 planner/data/models.json, as Hugging Face publishes them), primes and gcds worked by hand."""
 
-import subprocess
-import sys
-
 import pytest
 
 from planner.cli import main
@@ -101,13 +98,12 @@ def test_nearby_gbs_by_hand():
         assert lo % step == 0 and lo <= gbs < hi and 64 % step == 0
 
 
-def test_plan_prime_gbs_warns_with_the_range_flag():
-    r = subprocess.run([sys.executable, "-m", "planner.cli", *PLAN, "--gbs", "61"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+def test_plan_prime_gbs_warns_with_the_range_flag(capsys):
+    assert main([*PLAN, "--gbs", "61"]) == 0
+    err = capsys.readouterr().err
     assert ("warning: --gbs 61 is prime: a global batch must split evenly into micro-batches on every data-parallel "
             "rank, so only data parallelism 1 or 61 fits; try --gbs 56 or 64, or --gbs-range 56:64 to let the "
-            "planner choose\n") in r.stderr
+            "planner choose\n") in err
     # with --gbs-range the planner chooses: no warning
-    r = subprocess.run([sys.executable, "-m", "planner.cli", *PLAN, "--gbs", "61", "--gbs-range", "32:64"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0 and "warning: --gbs" not in r.stderr
+    assert main([*PLAN, "--gbs", "61", "--gbs-range", "32:64"]) == 0
+    assert "warning: --gbs" not in capsys.readouterr().err

@@ -4,6 +4,8 @@ Bridge overrides against the Megatron arguments. (tests/test_emit_trainers.py ru
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -153,8 +155,13 @@ def test_parse_trainers():
 
 
 def _cli(*argv):
-    p = subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
+    """The CLI's main in this process, as the console script runs it: (exit code, stdout, stderr)."""
+    from planner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
 
 
 def test_cli_emit(tmp_path, dsv3_doc):

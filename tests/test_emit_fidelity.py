@@ -132,7 +132,9 @@ def megatron_mismatches(cfg: dict, r: dict, env_text: str) -> list[str]:
         if mla:
             want("MLA rotary_base", c["rotary_base"], theta, close=True)
     kind = (rs or {}).get("rope_type") or (rs or {}).get("type")
-    if kind is None:
+    if cfg["model_type"] == "nemotron_h":   # NemotronHAttention: no positional embedding
+        want("position_embedding_type", args["position_embedding_type"], "none")
+    elif kind is None:
         want("rope scaling", (args["position_embedding_type"], args["use_rope_scaling"]), ("rope", False))
         if mla:
             want("MLA rope_type", c["rope_type"], "rope")
@@ -177,7 +179,7 @@ def megatron_mismatches(cfg: dict, r: dict, env_text: str) -> list[str]:
     elif cfg.get("hidden_act") == "silu":
         want("activation", (c["gated_linear_unit"], c["activation_func"]), (True, "silu"))
     llama4 = cfg["model_type"] in ("llama4", "llama4_text")   # use_qk_norm: a weightless L2 norm (Llama4TextL2Norm)
-    qk = cfg["model_type"] in ("qwen3", "qwen3_moe") or (bool(cfg.get("use_qk_norm")) and not llama4)
+    qk = cfg["model_type"] in ("qwen3", "qwen3_moe", "qwen3_next") or (bool(cfg.get("use_qk_norm")) and not llama4)
     want("qk_layernorm", bool(c["qk_layernorm"]), qk)
     if llama4:
         want("qk_l2_norm", bool(c["qk_l2_norm"]), bool(cfg.get("use_qk_norm")))
@@ -194,7 +196,52 @@ def megatron_mismatches(cfg: dict, r: dict, env_text: str) -> list[str]:
         if cfg.get("routed_scaling_factor") is not None:
             want("moe_router_topk_scaling_factor", c["moe_router_topk_scaling_factor"] or 1.0,
                  cfg["routed_scaling_factor"], close=True)
+    hybrid_mismatches(cfg, args, c, want)
     return bad
+
+
+def _pattern_of(cfg: dict) -> str:
+    """Nemotron-H's block pattern as its file gives it (a string, or layers_block_type names)."""
+    if cfg.get("hybrid_override_pattern"):
+        return cfg["hybrid_override_pattern"]
+    return "".join({"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}[b] for b in cfg["layers_block_type"])
+
+
+def hybrid_mismatches(cfg: dict, args: dict, c: dict, want) -> None:
+    """The hybrid families' mixers, read from the JSON: Nemotron-H's block pattern, Mamba-2 widths, squared
+    ReLU and shared-expert width; Qwen3-Next's Gated DeltaNet layers and widths and gated attention;
+    DeepSeek-V3.2's DSA indexer."""
+    mt = cfg["model_type"]
+    if mt == "nemotron_h":
+        want("hybrid_layer_pattern", (args["hybrid_layer_pattern"] or "").replace("|", ""), _pattern_of(cfg))
+        for key, field in (("ssm_state_size", "mamba_state_dim"), ("mamba_head_dim", "mamba_head_dim"),
+                           ("n_groups", "mamba_num_groups"), ("mamba_num_heads", "mamba_num_heads")):
+            want(field, c[field], cfg[key])
+        want("activation", (c["gated_linear_unit"], c["activation_func"]), (False, "squared_relu"))
+        if cfg.get("moe_shared_expert_intermediate_size"):
+            want("moe_shared_expert_intermediate_size", c["moe_shared_expert_intermediate_size"],
+                 cfg["moe_shared_expert_intermediate_size"])
+    if mt == "qwen3_next":
+        L = cfg["num_hidden_layers"]
+        types = cfg.get("layer_types") or ["full_attention" if (i + 1) % cfg.get("full_attention_interval", 4) == 0
+                                           else "linear_attention" for i in range(L)]
+        want("experimental_attention_variant", c["experimental_attention_variant"], "gated_delta_net")
+        freq = c["linear_attention_freq"]
+        freq = [0 if (i + 1) % freq == 0 else 1 for i in range(L)] if isinstance(freq, int) else list(freq)
+        want("linear_attention_freq", freq, [1 if t == "linear_attention" else 0 for t in types])
+        for key in ("linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                    "linear_conv_kernel_dim"):
+            want(key, c[key], cfg[key])
+        want("attention_output_gate", c["attention_output_gate"], True)
+        # Qwen3NextSparseMoeBlock's shared_expert_gate and Qwen3NextRMSNorm's (1 + weight): the modeling code's
+        # fixed traits of the family (no config field)
+        want("moe_shared_expert_gate", c["moe_shared_expert_gate"], True)
+        want("layernorm_zero_centered_gamma", c["layernorm_zero_centered_gamma"], True)
+    if mt == "deepseek_v32":
+        want("experimental_attention_variant", c["experimental_attention_variant"], "dsa")
+        for key, field in (("index_n_heads", "dsa_indexer_n_heads"), ("index_head_dim", "dsa_indexer_head_dim"),
+                           ("index_topk", "dsa_indexer_topk")):
+            want(field, c[field], cfg[key])
 
 
 @pytest.mark.parametrize("name", MEGATRON)

@@ -3,10 +3,9 @@ line naming --out and --force) or, with --force, replaced whole; the same plan's
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -70,12 +69,16 @@ def test_cli_exit_2_one_line(tmp_path):
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "planner.cli", "emit", *args],  # noqa: E731
-                                       capture_output=True, text=True, env=env, timeout=120)
+    from planner.cli import main   # the console script's entry point, in this process
+
+    def run(*args):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            return main(["emit", *args]), err.getvalue()
+
     out = str(tmp_path / "launch")
-    assert run(str(pa), "--trainer", "megatron", "--out", out).returncode == 0
-    r = run(str(pb), "--trainer", "megatron", "--out", out)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --out ")
-    assert "--force" in r.stderr and "Traceback" not in r.stderr
-    assert run(str(pb), "--trainer", "megatron", "--out", out, "--force").returncode == 0
+    assert run(str(pa), "--trainer", "megatron", "--out", out)[0] == 0
+    rc, err = run(str(pb), "--trainer", "megatron", "--out", out)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: --out ")
+    assert "--force" in err and "Traceback" not in err
+    assert run(str(pb), "--trainer", "megatron", "--out", out, "--force")[0] == 0

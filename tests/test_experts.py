@@ -56,6 +56,24 @@ def test_locality_hand_case():
     assert out["domains_per_token"] == pytest.approx(1.5)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(0, 2**32 - 1), st.booleans())
+def test_home_locality_counts_equal_the_chance_formula(D, seed, given_primary):
+    """Under the home dispatch every (token, expert) is served in one domain, so locality() counts
+    touched domains as integers; the oracle is the chance formula every dispatch model uses."""
+    from solver.expert_metrics import _chance_locality
+
+    rng = np.random.default_rng(seed)
+    E = 16
+    n = rng.integers(0, 3, size=(E, D)) * (rng.random((E, D)) < 0.4)
+    n[np.arange(E), rng.integers(0, D, E)] += 1
+    w = rng.random(D) * (rng.random(D) < 0.8)
+    w = w / w.sum() if w.sum() else np.full(D, 1.0 / D)
+    tokens = rng.integers(0, E, size=(64, 4))
+    primary = rng.integers(0, D, E) if given_primary else None
+    assert locality(tokens, n, w, "home", primary) == _chance_locality(tokens, n.astype(float), w, "home", primary)
+
+
 def test_moves_hand_case():
     prev = np.array([0, 1, 2, 3])
     assert moves_between(prev, np.array([1, 0, 2, 3]), 2) == 0    # order inside a GPU is free
@@ -205,6 +223,22 @@ def test_cli_json_and_out(tmp_path):
                for i, x in enumerate(layers))
 
 
+def test_cli_usable_per_rack_sizes_the_racks_the_ep_group_spans(tmp_path, capsys):
+    """--usable-per-rack as plan's: EP32 on gb300-nvl72 with 16 GPUs used per rack spans two racks of
+    16 (without it the 32 GPUs sit in one rack of 72)."""
+    from planner.cli import main
+
+    model = str(_small_dsv3(tmp_path, layers=1, experts=32))
+    f = tmp_path / "loads.npy"
+    np.save(f, synthetic_loads("zipf", 1, 32, seed=3))
+    base = ["place-experts", "--model", model, "--cluster", "gb300-nvl72", "--gpus", "32", "--ep", "32",
+            "--loads", str(f), "--time-limit", "0", "--workers", "1", "--json"]
+    assert main(base + ["--usable-per-rack", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["ep_rank_domain"] == [0] * 16 + [1] * 16
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["ep_rank_domain"] == [0] * 32
+
+
 def test_cli_bad_loads_one_line(tmp_path):
     f = tmp_path / "bad.npy"
     np.save(f, np.ones((3, 256)))
@@ -274,6 +308,164 @@ def test_pair_sums_is_the_best_two_slot_packing(vals):
     ps = _pair_sums(np.array(vals), len(vals) // 2)
     assert ps.sum() == pytest.approx(sum(vals))
     assert ps.max() == pytest.approx(_best_pairing(list(vals)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0]) | st.floats(0.0, 4.0), max_size=9),
+       st.integers(0, 3), st.integers(0, 1), st.integers(0, 2),
+       st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]) | st.floats(0.0, 4.0), st.sampled_from([0.0, 0.5, 1.0, 3.0]))
+def test_pair_sums_after_a_change_equal_sorting_the_changed_loads(others, k_old, z, zeros, v_new, v_old):
+    """pair_counts prices a candidate by changing the sorted loads in place; the oracle sorts the
+    changed multiset (k_old copies of v_old and z zeros out, k_old + z copies of v_new in)."""
+    from solver.experts import _pair_sums, _pair_sums_after
+
+    zeros = max(zeros, z)
+    base = list(others) + [v_old] * k_old + [0.0] * zeros
+    if len(base) % 2:
+        base.append(0.0)
+    if not base:
+        return
+    m = len(base) // 2
+    changed = list(others) + [v_new] * (k_old + z) + [0.0] * (zeros - z) + [0.0] * (len(base) - len(others) - k_old - zeros)
+    got = _pair_sums_after(np.sort(base)[None, :], m, np.array([v_old]), np.array([k_old]), np.array([z]),
+                           np.array([v_new]))
+    assert got[0].tolist() == _pair_sums(np.sort(changed), m).tolist()
+
+
+def _pair_counts_by_full_scan(load, group_of, m, lw, ow, top, dispatch):
+    """pair_counts' rule priced plainly: every free slot, every candidate (expert among the ``top``
+    heaviest replicas, domain), every domain's loads rebuilt and sorted; the first best wins."""
+    from solver.experts import _pair_repair, _pair_sums, _start
+
+    D, P = len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, 2, True)
+    free = 2 * m - n.sum(axis=0)
+
+    def price(nx):
+        rep = load[:, None] * domain_share(nx, w, dispatch, home) / np.maximum(nx, 1)
+        peaks, costs = [], []
+        for d in range(D):
+            vals = [rep[e, d] for e in range(len(load)) for _ in range(nx[e, d])]
+            ps = _pair_sums(np.array(sorted(vals + [0.0] * (2 * m[d] - len(vals)))), m[d]) * P
+            peaks.append(ps.max())
+            costs.append(ps.max() + ow * np.maximum(ps - 1.0, 0.0).sum())
+        return max(peaks) + ow * (np.array(costs) - np.array(peaks)).sum(), rep
+
+    while free.sum() > 0:
+        _, rep = price(n)
+        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
+        best = None
+        for e, d in zip(*np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))):
+            e = heavy[e]
+            trial = n.copy()
+            trial[e, d] += 1
+            score = price(trial)[0] - lw * (load[e] * w[d] * D if n[e, d] == 0 else 0.0)
+            if best is None or score < best[0]:
+                best = (score, e, d)
+        n[best[1], best[2]] += 1
+        free[best[2]] -= 1
+    return _pair_repair(n, home, load, w, m, dispatch, ow), home
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([(4, 4), (4, 4, 4), (3, 5), (4, 4, 4, 4), (2, 3, 3)]), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.4, 1.5]), st.sampled_from([4, 64]), st.sampled_from(["home", "even", "local"]))
+def test_pair_counts_equals_the_full_scan(m, seed, lw, top, dispatch):
+    """The incremental pricing (merges, kept prices, equal domains priced once) picks the slots the
+    plain full scan picks."""
+    from solver.experts import pair_counts
+
+    m = np.array(m)
+    E = int(m.sum())
+    load = np.random.default_rng(seed).zipf(1.6, E).astype(float)
+    group_of = np.arange(E) // 2
+    got = pair_counts(load, group_of, m, 2, dispatch, lw, 0.3, True, top=top)
+    want = _pair_counts_by_full_scan(load, group_of, m, lw, 0.3, top, dispatch)
+    assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 5), st.data())
+def test_greedy_packing_puts_each_replica_on_the_lightest_allowed_gpu(gpus, K, data):
+    """_pack_greedy's rule, checked step by step: replicas heaviest first (stable), each on the
+    lightest GPU (first on ties) with a free slot that lacks its expert, whenever one exists; the
+    result holds K replicas per GPU and no expert twice on a GPU."""
+    from solver.experts import _pack_greedy
+
+    counts = data.draw(st.lists(st.integers(1, gpus), min_size=K, max_size=3 * K + 3))
+    items_e = np.repeat(np.arange(len(counts)), counts)[:gpus * K]
+    if len(items_e) < gpus * K:
+        return
+    items_w = np.array(data.draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]) | st.floats(0.0, 1.0),
+                                          min_size=len(items_e), max_size=len(items_e))))
+    try:
+        got = _pack_greedy(items_e, items_w, gpus, K)
+    except StopIteration:          # no placement without an expert twice on a GPU
+        return
+    assert (np.bincount(got, minlength=gpus) == K).all()
+    assert len(set(zip(got.tolist(), items_e.tolist()))) == len(items_e)
+    load, fill, holds, want = np.zeros(gpus), np.zeros(gpus, int), [set() for _ in range(gpus)], {}
+    for i in np.argsort(-items_w, kind="stable"):
+        ok = [g for g in range(gpus) if fill[g] < K and items_e[i] not in holds[g]]
+        if not ok:                 # cornered: a repair swap moves an earlier item, not checked here
+            return
+        want[i] = g = min(ok, key=lambda g: (load[g], g))
+        load[g] += items_w[i]
+        fill[g] += 1
+        holds[g].add(items_e[i])
+    assert got.tolist() == [want[i] for i in range(len(items_e))]
+
+
+def _domain_counts_by_full_scan(load, group_of, m, K, lw, ow, spread, dispatch):
+    """domain_counts' rule priced plainly: for every free slot, every domain's load L_d and replica
+    loads from scratch, then every (expert, domain) candidate's counts rebuilt and its bound
+    J_d = max(L_d / m_d, heaviest replica + the K - 1 lightest before the slot) x P; the first best wins."""
+    from solver.experts import _start
+
+    E, D, P = len(load), len(m), int(m.sum())
+    load, w, home, n = _start(load, group_of, m, K, spread)
+    free = K * m - n.sum(axis=0)
+    while free.sum() > 0:
+        contrib = load[:, None] * domain_share(n, w, dispatch, home)
+        L = contrib.sum(axis=0)
+        small = [sum(sorted(contrib[e, d] / n[e, d] for e in range(E) for _ in range(n[e, d]))[:K - 1])
+                 for d in range(D)]
+        best = None
+        for e, d in zip(*np.nonzero((n < m[None, :]) & (free[None, :] > 0))):
+            trial = n.copy()
+            trial[e, d] += 1
+            new = load[e] * domain_share(trial[e:e + 1], w, dispatch, home[e:e + 1])[0]
+            Jd = []
+            for x in range(D):
+                reps = [contrib[f, x] / n[f, x] for f in range(E) if f != e and n[f, x] > 0]
+                if trial[e, x] > 0:
+                    reps.append(new[x] / trial[e, x])
+                Jd.append(max((L[x] + new[x] - contrib[e, x]) / m[x], max(reps) + small[x]) * P)
+            Jd = np.array(Jd)
+            gain = load[e] * w[d] * D if n[e, d] == 0 else 0.0
+            score = Jd.max() + ow * np.maximum(Jd - 1.0, 0.0).sum() - lw * gain
+            if best is None or score < best[0]:
+                best = (score, e, d)
+        n[best[1], best[2]] += 1
+        free[best[2]] -= 1
+    return n, home
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([(2, 2), (3, 3, 3), (2, 4), (4, 4, 4, 4)]), st.integers(2, 4), st.integers(0, 2**32 - 1),
+       st.booleans(), st.sampled_from(["home", "even", "local"]))
+def test_domain_counts_equals_the_full_scan(m, K, seed, spread, dispatch):
+    """The incremental slot filling (kept candidate rows, only the changed domains' lightest replicas
+    redone) picks the slots the plain full scan picks."""
+    from solver.experts import domain_counts
+
+    m = np.array(m)
+    E = int(m.sum()) + 2
+    load = np.random.default_rng(seed).zipf(1.7, E).astype(float)
+    group_of = np.arange(E) // 2
+    got, _ = domain_counts(load, group_of, m, K, dispatch, 0.05, 0.3, spread)
+    want, _ = _domain_counts_by_full_scan(load, group_of, m, K, 0.05, 0.3, spread, dispatch)
+    assert (got == want).all()
 
 
 def test_pair_counts_fills_every_slot_and_two_slot_solve_is_valid():

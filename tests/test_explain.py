@@ -72,6 +72,7 @@ def test_idle_note_counts_the_idle_gpus():
     assert explain.idle_note(doc, 192) == ""
 
 
+@pytest.mark.slow   # plans Qwen3-235B on 252 GPUs twice (~30 s under load); CI's full run
 def test_plan_says_why_gpus_are_idle_and_which_batch_uses_them(capsys, monkeypatch, tmp_path):
     """One failed tray of a GB200 rack: Qwen3-235B with GBS 8192 runs on 192 of 252 GPUs (DP must divide
     8192). The note names a batch that uses more GPUs; planning that batch independently gives the

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -27,6 +29,7 @@ def _collected(*args: str) -> set[str]:
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow   # two pytest collections in subprocesses (~10 CPU s); CI's full run checks it
 def test_the_readme_command_selects_what_the_default_leaves_out():
     cmd = readme_test_command().split("&&")[-1].strip()
     args = re.findall(r'"[^"]*"|\S+', cmd)

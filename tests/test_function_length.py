@@ -21,11 +21,7 @@ LIMIT = 100
 # They sit in code other branches were changing when the rule came in (issue 22):
 # the solver and search (speed), the CLI commands.
 OVER = {
-    ("solver/experts.py", "solve_layer"): 142,
     ("solver/bounded_cpsat.py", "solve_bounded"): 118,   # +1: the solve wrapped in solver.interrupt.stoppable (Ctrl-C)
-    ("planner/cli/experts.py", "register"): 127,
-    ("planner/cli/experts.py", "register.place_experts"): 123,
-    ("planner/cli/predict.py", "predict_cmd"): 110,
 }
 
 

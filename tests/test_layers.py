@@ -6,6 +6,7 @@ planner.output -> planner.launch -> planner.cli, and ``solver`` takes plain arra
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -75,10 +76,16 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(source: str) -> ast.Module:
+    """The syntax tree of a source (each module is read by two checks; parsed once per process)."""
+    return ast.parse(source)
+
+
 def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
     """Every project module ``source`` imports (absolute or relative), with its line."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parse(source)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -200,33 +207,37 @@ LAZY_IMPORTS = {
 
 
 def function_imports(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
-    """Every import inside a function body of ``source``, as (line, absolute imported name)."""
-    out = []
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Import):
-                out += [(node.lineno, a.name) for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = from_base(node, module, is_package)
-                out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
-    return sorted(set(out))  # a nested function's import is walked from each enclosing one
+    """Every import inside a function body of ``source``, as (line, absolute imported name): one walk
+    of the tree that knows whether it is inside a function."""
+    out = set()
+    stack = [(_parse(source), False)]
+    while stack:
+        node, inside = stack.pop()
+        if inside and isinstance(node, ast.Import):
+            out |= {(node.lineno, a.name) for a in node.names}
+        elif inside and isinstance(node, ast.ImportFrom):
+            base = from_base(node, module, is_package)
+            out |= {(node.lineno, f"{base}.{a.name}") for a in node.names}
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack += [(child, inside) for child in ast.iter_child_nodes(node)]
+    return sorted(out)
 
 
-def lazy_import_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+def lazy_import_violations(source: str, module: str, is_package: bool = False, found=None) -> list[str]:
+    """``found``: function_imports of the source, when the caller has them already."""
+    found = function_imports(source, module, is_package) if found is None else found
     return [f"{module}:{line} imports {name} inside a function; move it to module level or add "
             f"({module!r}, {name!r}) with its reason to LAZY_IMPORTS"
-            for line, name in function_imports(source, module, is_package)
-            if (module, name) not in LAZY_IMPORTS]
+            for line, name in found if (module, name) not in LAZY_IMPORTS]
 
 
 def test_imports_sit_at_module_level():
     bad, used = [], set()
     for path in project_modules():
         module, source = module_name(path), path.read_text()
-        bad += lazy_import_violations(source, module, path.name == "__init__.py")
-        used |= {(module, name) for _, name in function_imports(source, module, path.name == "__init__.py")}
+        found = function_imports(source, module, path.name == "__init__.py")
+        bad += lazy_import_violations(source, module, found=found)
+        used |= {(module, name) for _, name in found}
     assert bad == []
     assert set(LAZY_IMPORTS) - used == set(), "allowlisted lazy imports that no longer exist"
 

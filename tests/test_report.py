@@ -406,7 +406,10 @@ def _run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (apt-get install -y chromium); "
                     "the headless-browser check of the report did not run")
 @pytest.mark.parametrize("kind,doc,color", [
-    ("plan", plan_doc, "#4c78a8"), ("scale", scale_doc, "#e45756"), ("place-experts", experts_doc, "#4c78a8")])
+    ("plan", plan_doc, "#4c78a8"),
+    # a browser start is 2-5 CPU s: the quick loop opens the plan page, CI's full run all three
+    pytest.param("scale", scale_doc, "#e45756", marks=pytest.mark.slow),
+    pytest.param("place-experts", experts_doc, "#4c78a8", marks=pytest.mark.slow)])
 def test_report_opens_in_headless_chromium(tmp_path, kind, doc, color):
     import numpy as np
 

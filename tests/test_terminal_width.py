@@ -252,13 +252,19 @@ def test_trial_table_keeps_names_and_figures(width):
     assert tokens_in("TP1 PP2 VPP8 EP32 MBS1 RC:mla_up_proj (compare)", out)
 
 
+_CALIBRATED: dict = {}
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path):
     argv = ["calibrate", CSV, "--stack", "megatron-26.04", "-o", tmp_path / "fit.yaml"]
     rc, out, _ = run(capsys, monkeypatch, width, *argv)
     assert rc == 0 and "…" not in out
-    rc, js, _ = run(capsys, monkeypatch, width, *argv[:-1], tmp_path / "fit2.yaml", "--json")
-    d = json.loads(js)
+    if "json" not in _CALIBRATED:     # the fit is deterministic: its JSON once per process (a fit is ~2 CPU s)
+        rc, js, _ = run(capsys, monkeypatch, width, *argv[:-1], tmp_path / "fit2.yaml", "--json")
+        assert rc == 0
+        _CALIBRATED["json"] = js
+    d = json.loads(_CALIBRATED["json"])
     first = out.splitlines()[0]
     assert f"MAPE {d['mape_pct']:.2f}%" in first and "worst row mb" in first
     assert f"{d['max_abs_error_pct']:.1f}%" in first

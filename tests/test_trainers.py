@@ -98,10 +98,10 @@ def test_equal_slices_follow_the_trainers_that_run_the_plan():
 
 
 # The rule table of planner/rules.py before the split (RULES + RECIPE_RULES, with their trainers, as main had
-# it at the merge: Megatron's own KV rule from cf3f023), in order.
+# it at the merges: Megatron's own KV rule from cf3f023, the GDN/Mamba heads rule from 9ef013a), in order.
 OLD_RULES = [
     ("world_div_model_parallel", "mtx"), ("dp_matches_world", "mtx"), ("heads_div_tp", "mtx"),
-    ("kv_heads_div_tp", "tx"), ("kv_heads_tp_megatron", "m"), ("experts_div_ep", "mtx"), ("expert_grid_div_world", "m"), ("etp_only_for_moe", "m"),
+    ("kv_heads_div_tp", "tx"), ("kv_heads_tp_megatron", "m"), ("mixer_heads_div_tp_cp", "mtx"), ("experts_div_ep", "mtx"), ("expert_grid_div_world", "m"), ("etp_only_for_moe", "m"),
     ("pipeline_stages", "mtx"), ("seq_div_2cp", "mtx"), ("gbs_div_mbs_dp", "mtx"), ("torchtitan_no_etp", "t"),
     ("torchtitan_ep_divides", "t"), ("moe_bias_needs_etp1", "m"), ("maxtext_ep_divides_dp", "x"),
     ("megatron_interleaved_microbatches", "m"), ("torchtitan_pipeline_microbatches", "t"),

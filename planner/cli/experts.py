@@ -80,6 +80,8 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", help="catalog name or config.json of an MoE model"),
         cluster: str = typer.Option(..., "--cluster", help="cluster preset name or YAML file"),
         gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs of the cluster to use"),
+        usable_per_rack: Optional[int] = typer.Option(None, "--usable-per-rack", min=1,
+                                                      help="NVL72 presets: GPUs used per rack (as plan's)"),
         ep: int = typer.Option(..., "--ep", help="expert-parallel degree (the EP group)"),
         slots_per_gpu: Optional[int] = typer.Option(None, "--slots-per-gpu",
                                                     help="expert slots per GPU (default: experts/EP + 1 spare)"),
@@ -104,67 +106,19 @@ def register(app: typer.Typer) -> None:
         Example: topoplan place-experts --model deepseek-v3 --cluster dgx-h100 --gpus 64 --ep 64 --loads loads.npy --json
         """
         # options first: a bad value answers at once, before any file is read or layer solved
-        if ep < 1:
-            raise InputError(f"--ep {ep}: the EP group needs at least 1 GPU; give a positive --ep")
-        if slots_per_gpu is not None and slots_per_gpu < 1:
-            raise InputError(f"--slots-per-gpu {slots_per_gpu}: every GPU needs at least 1 expert slot; "
-                             "give a positive value or drop it (default: experts/EP + 1 spare)")
-        if gpus is not None and gpus < 1:
-            raise InputError(f"--gpus {gpus}: give a positive GPU count")
-        for path, opt in ((out, "--out"), (report, "--report")):
-            if path is not None:
-                check_output(path, opt, directory=True)
-        spec = load_model(model)
-        if not spec.is_moe:
-            raise InputError(f"--model {model}: dense model, no experts to place")
-        cl = load_cluster(cluster, gpus=gpus)
-        E = spec.num_experts
-        n_layers = int(sum(spec.moe_layers))
-        arr = load_loads(loads, n_layers, E)
-        K = slots_per_gpu if slots_per_gpu is not None else -(-E // ep) + 1
-        if K * ep < E:
-            raise InputError(f"--slots-per-gpu {K}: {K} x {ep} GPUs = {K * ep} slots cannot hold {E} experts; "
-                             f"use at least {-(-E // ep)}")
-        if K > E:
-            raise InputError(f"--slots-per-gpu {K}: more slots than the {E} experts (one replica of an expert per GPU)")
-        gpu_idx = _ep_gpus(plan, ep) if plan else None
-        rank_domain = ep_rank_domains(cl, ep, gpu_idx)
-        rec = None
-        if routing is not None:
-            try:
-                rec = np.load(routing, allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise InputError(f"--routing {routing}: cannot read ({exc})") from None
-            if rec.ndim != 3 or rec.shape[0] != n_layers or rec.min() < 0 or rec.max() >= E:
-                raise InputError(f"--routing {routing}: expected expert ids in [0, {E}) of shape "
-                                 f"[{n_layers} MoE layers, tokens, top_k], got {tuple(rec.shape)}")
-        prev = _read_previous(previous, n_layers, ep * K) if previous is not None else None
-        if max_moves is not None and prev is None:
-            raise InputError("--max-moves needs --previous (the placement the moves are counted against)")
+        _check_options(ep, slots_per_gpu, gpus, out, report)
+        spec, cl, arr, K, rank_domain, rec, prev = _inputs(model, cluster, gpus, usable_per_rack, ep, slots_per_gpu,
+                                                           loads, plan, routing, previous, max_moves)
+        n_layers = len(arr)
         # a bar on stderr while a person watches it, even when stdout goes to a pipe or a file
         with progress(f"placing {n_layers} MoE layers", total=n_layers, stream=sys.stderr) as bar:
             pl = place(arr, rank_domain, K, n_group=spec.n_group, topk_group=spec.topk_group, top_k=spec.top_k,
                        previous=prev, max_moves=max_moves, time_limit=time_limit, seed=seed,
                        routing=None if rec is None else list(rec), workers=workers, on_layer=bar.advance)
         l2p, cnt = pl.logical_maps()
-        summary = pl.summary()
-        tokens = tokens_per_step or 4096 * ep
-        summary["cross_domain_bytes_per_step"] = cross_domain_bytes(
-            [m["remote_domains_per_token"] for m in pl.metrics], tokens, spec.hidden_size)
-        doc = {
-            "model": spec.name, "cluster": cl.name, "ep": ep, "slots_per_gpu": K,
-            "routing": pl.routing,
-            "dispatch": "home: a token uses a replica in its own NVLink domain if there is one, "
-                        "else the replicas in the expert's fallback_domain",
-            "tokens_per_step": tokens,
-            "ep_rank_domain": pl.rank_domain.tolist(),
-            "summary": summary,
-            "layers": [dict(layer=i, physical_to_logical=pl.physical_to_logical[i].tolist(),
-                            logical_to_physical=l2p[i].tolist(), logical_count=cnt[i].tolist(),
-                            fallback_domain=pl.fallback_domain[i].tolist(), **pl.metrics[i])
-                       for i in range(n_layers)],
-        }
-        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, rec, seed, previous=prev, max_moves=max_moves)
+        doc = _document(spec, cl, ep, K, pl, l2p, cnt, tokens_per_step or 4096 * ep)
+        doc["eplb"] = _eplb_baselines(arr, pl.rank_domain, K, spec, pl.selections, seed, previous=prev,
+                                      max_moves=max_moves)
         if out is not None:
             with atomic_dir(out, option="--out") as stage:
                 np.save(stage / "physical_to_logical.npy", pl.physical_to_logical)
@@ -178,33 +132,106 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(doc))
             return
-        s = summary
-        print(f"place-experts: {spec.name} on {cl.name}, EP{ep} x {K} slots, {n_layers} MoE layers, "
-              f"{len(set(pl.rank_domain.tolist()))} NVLink domains")
-        print(f"  balance (max/mean GPU load): {s['balance']:.3f} mean, {s['worst_balance']:.3f} worst layer")
-        print(f"  domains per token: {s['domains_per_token']:.2f}   remote domains per token: "
-              f"{s['remote_domains_per_token']:.2f}   cross-domain pairs: {100 * s['cross_domain_fraction']:.1f}%")
-        print(f"  cross-domain bytes per step: {s['cross_domain_bytes_per_step'] / 1e9:.1f} GB "
-              f"({tokens:.0f} tokens, bf16, dispatch+combine, fwd+bwd)")
-        if s["moves"] is not None:
-            print(f"  experts moved vs --previous: {s['moves']}" +
-                  (f" (at most {max_moves} per layer)" if max_moves is not None else ""))
-        print(f"  solve time: {s['solve_s']:.1f} s (summed over layers); routing: {pl.routing}")
-        for policy, b in doc["eplb"].items():
-            if "balance" in b:
-                moved = (f" (rebuilt from scratch, not move-capped: {b['moves']} moves vs --previous)"
-                         if b.get("moves") is not None else "")
-                print(f"  EPLB-{policy} on the same loads{moved}: balance {b['balance']:.3f}, "
-                      f"remote domains per token {b['remote_domains_per_token']:.2f}")
-        if out is not None:
-            print(f"  wrote {out}/ (physical_to_logical.npy, logical_to_physical.npy, logical_count.npy, "
-                  "fallback_domain.npy, ep_rank_domain.npy, placement.json)")
+        _print_text(doc, spec, cl, pl, max_moves, out)
+
+
+def _check_options(ep: int, slots_per_gpu, gpus, out, report) -> None:
+    """Refuse a bad option value before any file is read or layer solved."""
+    if ep < 1:
+        raise InputError(f"--ep {ep}: the EP group needs at least 1 GPU; give a positive --ep")
+    if slots_per_gpu is not None and slots_per_gpu < 1:
+        raise InputError(f"--slots-per-gpu {slots_per_gpu}: every GPU needs at least 1 expert slot; "
+                         "give a positive value or drop it (default: experts/EP + 1 spare)")
+    if gpus is not None and gpus < 1:
+        raise InputError(f"--gpus {gpus}: give a positive GPU count")
+    for path, opt in ((out, "--out"), (report, "--report")):
+        if path is not None:
+            check_output(path, opt, directory=True)
+
+
+def _inputs(model, cluster, gpus, usable_per_rack, ep, slots_per_gpu, loads, plan, routing, previous, max_moves):
+    """(model spec, cluster, loads[layers, experts], slots per GPU, EP rank domains, recorded routing or
+    None, previous placement or None), each checked against the model and the options."""
+    spec = load_model(model)
+    if not spec.is_moe:
+        raise InputError(f"--model {model}: dense model, no experts to place")
+    cl = load_cluster(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
+    E = spec.num_experts
+    n_layers = int(sum(spec.moe_layers))
+    arr = load_loads(loads, n_layers, E)
+    K = slots_per_gpu if slots_per_gpu is not None else -(-E // ep) + 1
+    if K * ep < E:
+        raise InputError(f"--slots-per-gpu {K}: {K} x {ep} GPUs = {K * ep} slots cannot hold {E} experts; "
+                         f"use at least {-(-E // ep)}")
+    if K > E:
+        raise InputError(f"--slots-per-gpu {K}: more slots than the {E} experts (one replica of an expert per GPU)")
+    gpu_idx = _ep_gpus(plan, ep) if plan else None
+    rank_domain = ep_rank_domains(cl, ep, gpu_idx)
+    rec = None
+    if routing is not None:
+        try:
+            rec = np.load(routing, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--routing {routing}: cannot read ({exc})") from None
+        if rec.ndim != 3 or rec.shape[0] != n_layers or rec.min() < 0 or rec.max() >= E:
+            raise InputError(f"--routing {routing}: expected expert ids in [0, {E}) of shape "
+                             f"[{n_layers} MoE layers, tokens, top_k], got {tuple(rec.shape)}")
+    prev = _read_previous(previous, n_layers, ep * K) if previous is not None else None
+    if max_moves is not None and prev is None:
+        raise InputError("--max-moves needs --previous (the placement the moves are counted against)")
+    return spec, cl, arr, K, rank_domain, rec, prev
+
+
+def _document(spec, cl, ep: int, K: int, pl, l2p, cnt, tokens: float) -> dict:
+    """The placement document (what --json prints and -o writes), less the EPLB baselines."""
+    summary = pl.summary()
+    summary["cross_domain_bytes_per_step"] = cross_domain_bytes(
+        [m["remote_domains_per_token"] for m in pl.metrics], tokens, spec.hidden_size)
+    return {
+        "model": spec.name, "cluster": cl.name, "ep": ep, "slots_per_gpu": K,
+        "routing": pl.routing,
+        "dispatch": "home: a token uses a replica in its own NVLink domain if there is one, "
+                    "else the replicas in the expert's fallback_domain",
+        "tokens_per_step": tokens,
+        "ep_rank_domain": pl.rank_domain.tolist(),
+        "summary": summary,
+        "layers": [dict(layer=i, physical_to_logical=pl.physical_to_logical[i].tolist(),
+                        logical_to_physical=l2p[i].tolist(), logical_count=cnt[i].tolist(),
+                        fallback_domain=pl.fallback_domain[i].tolist(), **pl.metrics[i])
+                   for i in range(len(pl.metrics))],
+    }
+
+
+def _print_text(doc: dict, spec, cl, pl, max_moves, out) -> None:
+    """The terminal summary of a placement document."""
+    s = doc["summary"]
+    tokens = doc["tokens_per_step"]
+    print(f"place-experts: {spec.name} on {cl.name}, EP{doc['ep']} x {doc['slots_per_gpu']} slots, "
+          f"{len(pl.metrics)} MoE layers, {len(set(pl.rank_domain.tolist()))} NVLink domains")
+    print(f"  balance (max/mean GPU load): {s['balance']:.3f} mean, {s['worst_balance']:.3f} worst layer")
+    print(f"  domains per token: {s['domains_per_token']:.2f}   remote domains per token: "
+          f"{s['remote_domains_per_token']:.2f}   cross-domain pairs: {100 * s['cross_domain_fraction']:.1f}%")
+    print(f"  cross-domain bytes per step: {s['cross_domain_bytes_per_step'] / 1e9:.1f} GB "
+          f"({tokens:.0f} tokens, bf16, dispatch+combine, fwd+bwd)")
+    if s["moves"] is not None:
+        print(f"  experts moved vs --previous: {s['moves']}" +
+              (f" (at most {max_moves} per layer)" if max_moves is not None else ""))
+    print(f"  solve time: {s['solve_s']:.1f} s (summed over layers); routing: {pl.routing}")
+    for policy, b in doc["eplb"].items():
+        if "balance" in b:
+            moved = (f" (rebuilt from scratch, not move-capped: {b['moves']} moves vs --previous)"
+                     if b.get("moves") is not None else "")
+            print(f"  EPLB-{policy} on the same loads{moved}: balance {b['balance']:.3f}, "
+                  f"remote domains per token {b['remote_domains_per_token']:.2f}")
+    if out is not None:
+        print(f"  wrote {out}/ (physical_to_logical.npy, logical_to_physical.npy, logical_count.npy, "
+              "fallback_domain.npy, ep_rank_domain.npy, placement.json)")
 
 
 def _eplb_baselines(loads, rank_domain, K: int, spec, recorded, seed: int, tokens: int = 2048,
                     previous=None, max_moves=None) -> dict:
     """EPLB's hierarchical and global placements of the same loads, measured on the same routing model
-    (the sampled tokens place() used, or the recorded selections) under EPLB's own even split of an
+    (``recorded``: the selections place() measured on, sampled or recorded; None samples them) under EPLB's own even split of an
     expert's tokens over its replicas: the baseline printed beside topoplan's placement.
 
     EPLB ignores a previous placement: with ``previous`` each entry says so (``moves_capped``

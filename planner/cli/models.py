@@ -98,15 +98,17 @@ def show_model(
         lines.append(f"  attention         {s['num_attention_heads']} heads, {s['num_kv_heads']} KV heads, head_dim {s['head_dim']}")
     if s["sliding_window"]:
         lines.append(f"  sliding window    {s['sliding_window']} on {sum(s['swa_layers'])} of {s['num_layers']} layers")
+    lines += _mixer_lines(s)
+    dense = sum(1 for e, m in zip(s["moe_layers"], s["mlp_layers"]) if m and not e)
     if s["num_experts"]:
         moe = sum(s["moe_layers"])
         lines.append(
             f"  experts           {s['num_experts']} x {s['moe_ffn_hidden_size']}, top-{s['top_k']}"
             + (f", shared {s['shared_ffn_hidden_size']}" if s["shared_ffn_hidden_size"] else "")
             + (f", groups {s['topk_group']}/{s['n_group']}" if s["n_group"] > 1 else "")
-            + f"; {moe} MoE + {s['num_layers'] - moe} dense layers"
+            + f"; {moe} MoE + {dense} dense layers"
         )
-    if s["num_layers"] - sum(s["moe_layers"]):
+    if dense:
         lines.append(f"  dense MLP         {s['ffn_hidden_size']} ({'gated' if s['gated_mlp'] else 'plain'}, {s['activation']})")
     lines += [
         f"  vocab             {s['vocab_size']} (padded {f['padded_vocab_tp1']} at TP1), "
@@ -120,6 +122,28 @@ def show_model(
         + ")",
     ]
     print("\n".join(lines))
+
+
+def _mixer_lines(s: dict) -> list[str]:
+    """The hybrid mixers (planner.model.mixers): which layers mix tokens how, and their widths."""
+    out = []
+    counts = {x: s["mixers"].count(x) for x in ("attention", "gdn", "mamba", "none")}
+    if counts["attention"] != s["num_layers"]:
+        names = {"attention": "attention", "gdn": "Gated DeltaNet", "mamba": "Mamba-2", "none": "MLP-only"}
+        out.append("  mixers            " + ", ".join(f"{n} {names[x]}" for x, n in counts.items() if n)
+                   + (f"; {s['mlp_layers'].count(False)} mixer-only" if False in s["mlp_layers"] else ""))
+    if s.get("gdn"):
+        g = s["gdn"]
+        out.append(f"  gated deltanet    {g['num_key_heads']}x{g['key_head_dim']} q/k, {g['num_value_heads']}x"
+                   f"{g['value_head_dim']} v, conv {g['conv_kernel']}")
+    if s.get("mamba"):
+        m = s["mamba"]
+        out.append(f"  mamba-2           {m['num_heads']}x{m['head_dim']} heads, state {m['state_size']}, "
+                   f"{m['n_groups']} groups, conv {m['conv_kernel']}")
+    if s.get("dsa"):
+        d = s["dsa"]
+        out.append(f"  sparse attention  top-{d['topk']} keys; indexer {d['n_heads']}x{d['head_dim']}")
+    return out
 
 
 models_app.command("list")(list_models)

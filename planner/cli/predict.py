@@ -98,35 +98,11 @@ def predict_cmd(
     Example: topoplan predict --model deepseek-v3 --cluster gb300-nvl72 --gpus 256 --precision mxfp8
     --gbs 4096 --pp 2 --vpp 8 --ep 32
     """
-    prof = load_profile(stack or "megatron-26.08")
-    check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
-    m = load_model(model)
-    order = None
-    if from_files is not None:   # the layout, batch, precision and recipe come from the files
-        cfg, training, order = read_files(from_files, m, gpus, stack=None if stack is None else prof.name)
-        prof = load_profile(training.stack)
-        if cfg.dp is None and gpus:
-            cfg = cfg.model_copy(update={"dp": gpus // cfg.model_parallel})
-    else:
-        if gbs is None:
-            raise InputError("--gbs: give the global batch (or --from megatron/args.txt of an emitted plan)")
-        cfg = _config(tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher)  # None: the stack's, or alltoall where the fabric cannot run it (predict)
-        try:
-            training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
-                                trainer=prof.trainer, cuda_graphs=cuda_graphs,
-                                recipe={"cpu_offload_layers": cpu_offload_layers or None,
-                                        "fp8_param_gather": fp8_param_gather,
-                                        "fp4_param_gather": fp4_param_gather,
-                                        "torch_compile": torch_compile},
-                                **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
-        except ValidationError as exc:
-            raise InputError(pydantic_message(exc, "options")) from None
-    if memory_headroom is not None and from_files is not None:
-        try:
-            training = training.model_copy(update={"memory_headroom": Training(
-                global_batch=1, memory_headroom=memory_headroom).memory_headroom})
-        except ValidationError as exc:
-            raise InputError(pydantic_message(exc, "options")) from None
+    m, prof, cfg, training, order = _layout_and_training(
+        model, stack, precision, seq_len, gbs, from_files, gpus, memory_headroom,
+        (tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher), cuda_graphs,
+        {"cpu_offload_layers": cpu_offload_layers or None, "fp8_param_gather": fp8_param_gather,
+         "fp4_param_gather": fp4_param_gather, "torch_compile": torch_compile})
     # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
     # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices
     if gpus and cfg.dp is None:
@@ -158,6 +134,39 @@ def predict_cmd(
         _render(p, m, cl, training)
     if not p.fits:  # the prediction is shown (JSON too, with fits false); the exit code says infeasible
         raise InfeasibleError(shortfall(p))
+
+
+def _layout_and_training(model, stack, precision, seq_len, gbs, from_files, gpus, memory_headroom, layout, cuda_graphs,
+                         recipe):
+    """(model spec, profile, ParallelConfig, Training, rank order or None) from predict's options:
+    the layout options (``layout``: tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher)
+    or, with ``--from``, the emitted files."""
+    prof = load_profile(stack or "megatron-26.08")
+    check_inputs(model, precision=precision, seq_len=seq_len, gbs=gbs, range_flag=False)
+    m = load_model(model)
+    order = None
+    if from_files is not None:   # the layout, batch, precision and recipe come from the files
+        cfg, training, order = read_files(from_files, m, gpus, stack=None if stack is None else prof.name)
+        prof = load_profile(training.stack)
+        if cfg.dp is None and gpus:
+            cfg = cfg.model_copy(update={"dp": gpus // cfg.model_parallel})
+    else:
+        if gbs is None:
+            raise InputError("--gbs: give the global batch (or --from megatron/args.txt of an emitted plan)")
+        cfg = _config(*layout)  # dispatcher None: the stack's, or alltoall where the fabric cannot run it (predict)
+        try:
+            training = Training(seq_len=seq_len, global_batch=gbs, precision=precision.lower(), stack=prof.name,
+                                trainer=prof.trainer, cuda_graphs=cuda_graphs, recipe=recipe,
+                                **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
+        except ValidationError as exc:
+            raise InputError(pydantic_message(exc, "options")) from None
+    if memory_headroom is not None and from_files is not None:
+        try:
+            training = training.model_copy(update={"memory_headroom": Training(
+                global_batch=1, memory_headroom=memory_headroom).memory_headroom})
+        except ValidationError as exc:
+            raise InputError(pydantic_message(exc, "options")) from None
+    return m, prof, cfg, training, order
 
 
 def shortfall(p) -> str:

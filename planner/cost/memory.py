@@ -158,6 +158,7 @@ WEIGHT_COPY_BYTES = {
 }
 
 RESERVE_GIB = 3.0
+GDN_CHUNK = 64   # fla's chunk_gated_delta_rule chunk length (its WY matrix A is [T, H, 64])
 FRAGMENTATION = 0.05
 
 
@@ -326,13 +327,10 @@ def inflight_compositions(pp: int, vpp: int, rank: int, num_microbatches: int) -
 # Per-layer activation bytes per token (before dividing by the micro-batch token count)
 
 
-def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: float) -> dict[str, float]:
-    """Saved activation bytes per token of the micro-batch, per GPU, by term."""
-    h, tp, cp = model.hidden_size, cfg.tp, cfg.cp
-    etp = cfg.etp_eff
-    sp = tp  # sequence parallel with TP
+def _attention_act_terms(model: ModelSpec, cfg: ParallelConfig, q: float) -> dict[str, float]:
+    """Saved bytes per token of a softmax-attention mixer (module docstring)."""
+    h, tp = model.hidden_size, cfg.tp
     t: dict[str, float] = {}
-    t["norms"] = 2 * h * 2 / sp
     n_h = model.num_attention_heads
     if model.attention == "mla":
         d_n, d_r, d_v = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
@@ -344,10 +342,53 @@ def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: flo
         t["softmax_stats"] = n_h * 4 / tp
     else:
         d, n_kv = model.head_dim, model.num_kv_heads
-        t["attn_input"] = h * q / sp
-        t["qkv"] = (n_h * d + 2 * n_kv * d) * 2 / tp
+        gate = n_h * d if model.attention_output_gate else 0
+        t["attn_input"] = h * q / tp
+        t["qkv"] = (n_h * d + 2 * n_kv * d + gate) * 2 / tp
         t["attn_out"] = n_h * d * q / tp
         t["softmax_stats"] = n_h * 4 / tp
+    if model.dsa is not None:   # the indexer's q, k, weights (fp32) and top-k indices (int32), not split
+        ix = model.dsa
+        t["indexer"] = ix.n_heads * ix.head_dim * 2 + ix.head_dim * 2 + ix.n_heads * 4 + ix.topk * 4
+    return t
+
+
+def _recurrent_act_terms(model: ModelSpec, mixer: str, cfg: ParallelConfig, q: float, seq_len: int) -> dict[str, float]:
+    """Saved bytes per token of a Gated DeltaNet or Mamba-2 mixer, heads split over TP. Neither kernel
+    keeps its chunk states for the backward (both recompute them):
+
+    * Gated DeltaNet (fla ``ChunkGatedDeltaRuleFunction.save_for_backward``: q, k, v, g, beta and the WY
+      matrix A, [T, H, 64] in bf16): the in_proj input and output, the convolved q/k/v (bf16), A, g and
+      beta (fp32) per value head, the rule's output (the gated norm's input) and the norm's output
+      (out_proj input).
+    * Mamba-2 (megatron-core's memory-efficient path, mamba_ssm ``MambaSplitConv1dScanCombinedFn``:
+      zxbcdt, out_x, the norm's rstd; the convolution and states are recomputed): the in_proj input and
+      output, the scan's output and the out_proj input.
+
+    ``seq_len`` is unused: the saved bytes per token do not grow with the sequence."""
+    h, tp = model.hidden_size, cfg.tp
+    if mixer == "gdn":
+        g = model.gdn
+        return {"attn_input": h * q / tp,
+                "recurrent": (g.in_width * 2 + g.conv_dim * 2 + g.num_value_heads * (GDN_CHUNK * 2 + 8)
+                              + g.value_dim * 2) / tp,
+                "attn_out": g.value_dim * q / tp}
+    mb = model.mamba
+    return {"attn_input": h * q / tp, "recurrent": (mb.in_width * 2 + mb.inner * 2) / tp,
+            "attn_out": mb.inner * q / tp}
+
+
+def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: float, seq_len: int = 0) -> dict[str, float]:
+    """Saved activation bytes per token of the micro-batch, per GPU, by term."""
+    h, tp, cp = model.hidden_size, cfg.tp, cfg.cp
+    etp = cfg.etp_eff
+    sp = tp  # sequence parallel with TP
+    has_mlp = c.is_moe or c.mlp_dense > 0
+    t: dict[str, float] = {"norms": ((c.mixer != "none") + has_mlp) * h * 2 / sp}
+    if c.mixer == "attention":
+        t.update(_attention_act_terms(model, cfg, q))
+    elif c.mixer in ("gdn", "mamba"):
+        t.update(_recurrent_act_terms(model, c.mixer, cfg, q, seq_len))
     glu = 2 if model.gated_mlp else 1
     if c.is_moe:
         t["router"] = (h * 2 + model.num_experts * 4 + model.top_k * 12) / sp
@@ -360,7 +401,7 @@ def _layer_act_terms(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, q: flo
         t["routed_input"] = copies * (h * q + 4)
         t["routed_fc1"] = copies * glu * f * 2 / etp
         t["routed_act"] = copies * f * q / etp
-    else:
+    elif has_mlp:
         f = model.ffn_hidden_size
         t["mlp_input"] = h * q / sp
         t["mlp"] = (glu * f * 2 + f * q) / tp
@@ -391,7 +432,7 @@ def routed_activation_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig,
     drop: set[str] = set()
     for mod in cfg.recompute_modules:
         drop.update(_DROPS[mod])
-    terms = _layer_act_terms(model, c, cfg, ACT_BYTES[training.precision])
+    terms = _layer_act_terms(model, c, cfg, ACT_BYTES[training.precision], training.seq_len)
     return sum(terms[k] for k in _ROUTED if k not in drop) * cfg.mbs * training.seq_len
 
 
@@ -463,7 +504,7 @@ def layer_activation_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, 
     """(saved bytes per micro-batch under cfg.recompute, full bytes per micro-batch without
     recompute) for one layer on one GPU."""
     q = ACT_BYTES[training.precision]
-    terms = _layer_act_terms(model, c, cfg, q)
+    terms = _layer_act_terms(model, c, cfg, q, training.seq_len)
     tokens = cfg.mbs * training.seq_len
     full = sum(terms.values()) * tokens
     if cfg.recompute == "none":

@@ -183,21 +183,17 @@ def host_regime(model, config: ParallelConfig, training: Training, recipe=None) 
 
 @lru_cache(maxsize=256)
 def layer_kinds(model) -> tuple:
-    """The kind of every decoder layer: ("moe" | "dense", sliding-window attention)."""
-    kinds = []
-    for i in range(model.num_layers):
-        moe = bool(model.moe_layers[i]) if model.moe_layers else False
-        swa = bool(model.swa_layers[i]) if model.swa_layers else False
-        kinds.append(("moe" if moe else "dense", swa))
-    return tuple(kinds)
+    """The kind of every decoder layer: (its MLP "moe" | "dense" | "none", sliding-window attention,
+    its token mixer "attention" | "gdn" | "mamba" | "none")."""
+    return tuple((model.mlp_kind(i), bool(model.swa_layers[i]), model.mixers[i]) for i in range(model.num_layers))
 
 
 _layer_kinds = layer_kinds
 
 
 def mtp_kind(model) -> tuple:
-    """The kind an MTP layer is priced as: the last decoder layer's, full attention."""
-    return (layer_kinds(model)[-1][0], False)
+    """The kind an MTP layer is priced as: the last decoder layer's MLP, full attention."""
+    return ("moe" if model.mtp_is_moe else "dense", False, "attention")
 
 
 def kinds_of(model) -> tuple:
@@ -268,7 +264,8 @@ def cp_layer_time(fabric, tier: int, model, cp: int, mbs: int, seq_len: int, tp:
 def kind_time(eff: "Efficiencies", model, kind: tuple, seq_len: int, mbs: int, tp: int, cp: int, ep: int,
               etp: int, lp: bool, recompute) -> "C.LayerTime":
     """Compute of one layer of ``kind`` for one micro-batch (``terms/compute.py``)."""
-    return eff.layer_time(C.layer_work(model, kind[0], kind[1], seq_len, mbs, tp, cp, ep, etp, lp), recompute)
+    return eff.layer_time(C.layer_work(model, kind[0], kind[1], seq_len, mbs, tp, cp, ep, etp, lp,
+                                       kind[2] if len(kind) > 2 else "attention"), recompute)
 
 
 def head_time(eff: "Efficiencies", model, seq_len: int, mbs: int, tp: int, cp: int, mtp: bool) -> "C.LayerTime":

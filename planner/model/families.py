@@ -31,14 +31,15 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import InputError
+from planner.model import hybrids
 
 # model_type (or the architectures class) of a family read here, as transformers names it.
-MODEL_TYPES = ("dbrx", "olmoe", "phimoe", "granitemoe", "ernie4_5_moe", "minimax_m2", "hunyuan_v1_moe")
+MODEL_TYPES = ("dbrx", "olmoe", "phimoe", "granitemoe", "ernie4_5_moe", "minimax_m2", "hunyuan_v1_moe") + hybrids.MODEL_TYPES
 # Tencent's own config.json names the family "hunyuan" (architectures HunYuanMoEV1ForCausalLM)
 ARCHITECTURES = {
     "DbrxForCausalLM": "dbrx", "OlmoeForCausalLM": "olmoe", "PhiMoEForCausalLM": "phimoe",
     "GraniteMoeForCausalLM": "granitemoe", "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
-    "MiniMaxM2ForCausalLM": "minimax_m2", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe",
+    "MiniMaxM2ForCausalLM": "minimax_m2", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", **hybrids.ARCHITECTURES,
 }
 # families whose every layer is MoE with experts of intermediate_size (Mixtral's convention)
 EXPERTS_OF_INTERMEDIATE = ("olmoe", "phimoe", "granitemoe", "minimax_m2")
@@ -183,7 +184,7 @@ def _experts_of_intermediate(cfg: dict, source: str) -> tuple[dict, dict]:
 
 
 _READERS = {"dbrx": _dbrx, "ernie4_5_moe": _ernie, "hunyuan_v1_moe": _hunyuan,
-            **{f: _experts_of_intermediate for f in EXPERTS_OF_INTERMEDIATE}}
+            **{f: _experts_of_intermediate for f in EXPERTS_OF_INTERMEDIATE}, **hybrids.READERS}
 
 
 def canonical(cfg: dict, family: str, source: str) -> dict:
@@ -192,6 +193,8 @@ def canonical(cfg: dict, family: str, source: str) -> dict:
     reader = _READERS.get(family)
     if reader is None:
         return cfg
+    if family in hybrids.READERS:
+        return {**reader({**cfg, "model_type": family}, source), "_field_names": {}}
     out, names = reader({**cfg, "model_type": family}, source)
     out["_field_names"] = names
     return out

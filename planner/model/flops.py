@@ -79,10 +79,32 @@ def causal_context(seq_len: int, window: int | None) -> float:
 def _attn_core_macs(model: ModelSpec, seq_len: int, swa: bool, formula: str = "current") -> float:
     n_h = model.num_attention_heads
     window = model.sliding_window if (swa and formula != "legacy") else None
+    if model.dsa is not None:
+        window = model.dsa.topk          # DSA: each query reads its top-k keys (planner.model.mixers)
     c = causal_context(seq_len, window)
     if model.attention == "mla":
         return c * n_h * (model.qk_nope_head_dim + model.qk_rope_head_dim) + c * n_h * model.v_head_dim
     return 2.0 * n_h * model.head_dim * c
+
+
+def mixer_macs(model: ModelSpec, mixer: str, seq_len: int, swa: bool, formula: str = "current") -> tuple[float, float]:
+    """(projections, core) multiply-adds per token, forward, of one layer's token mixer: softmax attention
+    (with the output gate and DSA's indexer when the model has them), Gated DeltaNet, Mamba-2 or none."""
+    h = model.hidden_size
+    if mixer == "gdn":
+        return model.gdn.proj_macs(h), model.gdn.core_macs()
+    if mixer == "mamba":
+        return model.mamba.proj_macs(h), model.mamba.core_macs()
+    if mixer == "none":
+        return 0.0, 0.0
+    proj = _attn_proj_macs(model)
+    core = _attn_core_macs(model, seq_len, swa, formula)
+    if model.attention_output_gate:
+        proj += h * model.num_attention_heads * model.head_dim
+    if model.dsa is not None:
+        proj += model.dsa.proj_macs(h, model.q_lora_rank)
+        core += model.dsa.score_macs(causal_context(seq_len, None))
+    return proj, core
 
 
 def _mtp_proj_macs(model: ModelSpec) -> float:
@@ -105,15 +127,14 @@ def flops_terms(model: ModelSpec, seq_len: int, tp: int = 1, formula: str = "cur
     h, m = model.hidden_size, model.mtp_layers
     k = _k(model, formula)
     n_moe = sum(model.moe_layers) + (m if model.mtp_is_moe else 0)
-    n_dense = model.num_layers + m - n_moe
+    n_dense = model.num_dense_layers + (0 if model.mtp_is_moe else m)
     mlp = h * (
         k * model.ffn_hidden_size * n_dense
         + k * model.moe_ffn_hidden_size * model.top_k * n_moe
         + k * model.shared_ffn_hidden_size * n_moe
     )
-    proj = _attn_proj_macs(model)
-    swa_flags = list(model.swa_layers) + [bool(model.swa_layers[-1])] * m
-    attn = sum(proj + _attn_core_macs(model, seq_len, f, formula) for f in swa_flags)
+    layers = list(zip(model.mixers, model.swa_layers)) + [("attention", bool(model.swa_layers[-1]))] * m
+    attn = sum(sum(mixer_macs(model, x, seq_len, f, formula)) for x, f in layers)
     mtp = m * _mtp_proj_macs(model)
     v_pad = model.padded_vocab(tp)
     logits = h * v_pad * (m + 1)
@@ -146,8 +167,10 @@ class LayerCost:
     kind: str                   # "decoder" | "mtp"
     is_moe: bool
     swa: bool
-    attn_proj: float            # q/k/v/o projections (MLA: down/up projections, latent norms)
-    attn_core: float            # QK^T and AV with the causal (or sliding-window) average context
+    attn_proj: float            # the token mixer's projections: q/k/v/o (MLA: down/up projections, latent
+                                # norms; DSA: the indexer's), Gated DeltaNet's or Mamba-2's in/out projections
+    attn_core: float            # QK^T and AV with the causal (sliding-window, top-k) average context; the
+                                # indexer's scores; the delta rule / SSD scan (linear in the sequence)
     mlp_dense: float            # dense MLP (0 on MoE layers)
     mlp_expert: float           # routed experts, top_k of them
     mlp_shared: float           # shared experts
@@ -162,6 +185,7 @@ class LayerCost:
     norm_params: int
     router_params: int
     mtp_proj_params: int
+    mixer: str = "attention"    # "attention" | "gdn" | "mamba" | "none" (planner.model.mixers)
 
     @property
     def flops(self) -> float:
@@ -189,6 +213,23 @@ class LayerCost:
     def active_params(self) -> int:
         """Parameters one token touches: the layer's dense part and ``top_k`` routed experts."""
         return self.dense_params + self.expert_params * self.top_k
+
+
+def mixer_params(model: ModelSpec, mixer: str) -> int:
+    """Parameters of one layer's token mixer (its norm excluded)."""
+    h = model.hidden_size
+    if mixer == "gdn":
+        return model.gdn.params(h)
+    if mixer == "mamba":
+        return model.mamba.params(h)
+    if mixer == "none":
+        return 0
+    p = _attn_params(model)
+    if model.attention_output_gate:
+        p += h * model.num_attention_heads * model.head_dim
+    if model.dsa is not None:
+        p += model.dsa.params(h, model.q_lora_rank)
+    return p
 
 
 def _attn_params(model: ModelSpec) -> int:
@@ -232,18 +273,21 @@ def layer_costs(model: ModelSpec, seq_len: int) -> list[LayerCost]:
 @lru_cache(maxsize=256)
 def _layer_costs(model: ModelSpec, seq_len: int) -> tuple[LayerCost, ...]:
     h = model.hidden_size
-    proj = 2.0 * _attn_proj_macs(model)
-    a_par = _attn_params(model)
     expert_p = _mlp_params(model, model.moe_ffn_hidden_size, model.mlp_bias) if model.num_experts else 0
     shared_p = _mlp_params(model, model.shared_ffn_hidden_size, False) if model.shared_ffn_hidden_size else 0
+    if shared_p and model.shared_expert_gate:
+        shared_p += h                         # the shared expert's gate, Linear(h, 1)
     dense_p = _mlp_params(model, model.ffn_hidden_size, model.mlp_bias) if model.ffn_hidden_size else 0
     router_p = model.num_experts * h + (model.num_experts if model.router_bias else 0)
     k = model.mlp_matrices
     out: list[LayerCost] = []
-    flags = [(i, "decoder", model.moe_layers[i], model.swa_layers[i]) for i in range(model.num_layers)]
-    flags += [(j, "mtp", model.mtp_is_moe, bool(model.swa_layers[-1])) for j in range(model.mtp_layers)]
-    for idx, kind, moe, swa in flags:
-        core = 2.0 * _attn_core_macs(model, seq_len, swa)
+    flags = [(i, "decoder", model.moe_layers[i], model.swa_layers[i], model.mixers[i], model.mlp_layers[i])
+             for i in range(model.num_layers)]
+    flags += [(j, "mtp", model.mtp_is_moe, bool(model.swa_layers[-1]), "attention", True)
+              for j in range(model.mtp_layers)]
+    for idx, kind, moe, swa, mixer, has_mlp in flags:
+        proj, core = (2.0 * x for x in mixer_macs(model, mixer, seq_len, swa))
+        dense = has_mlp and not moe
         out.append(
             LayerCost(
                 index=idx,
@@ -252,20 +296,21 @@ def _layer_costs(model: ModelSpec, seq_len: int) -> tuple[LayerCost, ...]:
                 swa=swa,
                 attn_proj=proj,
                 attn_core=core,
-                mlp_dense=0.0 if moe else 2.0 * k * h * model.ffn_hidden_size,
+                mlp_dense=2.0 * k * h * model.ffn_hidden_size if dense else 0.0,
                 mlp_expert=2.0 * k * h * model.moe_ffn_hidden_size * model.top_k if moe else 0.0,
                 mlp_shared=2.0 * k * h * model.shared_ffn_hidden_size if moe else 0.0,
                 router=2.0 * h * model.num_experts if moe else 0.0,
                 mtp_proj=2.0 * _mtp_proj_macs(model) if kind == "mtp" else 0.0,
-                attn_params=a_par,
-                mlp_dense_params=0 if moe else dense_p,
+                attn_params=mixer_params(model, mixer),
+                mlp_dense_params=dense_p if dense else 0,
                 expert_params=expert_p if moe else 0,
                 n_experts=model.num_experts if moe else 0,
                 top_k=model.top_k if moe else 0,
                 shared_params=shared_p if moe else 0,
-                norm_params=2 * h,
+                norm_params=h * ((mixer != "none") + has_mlp),   # one norm per sub-block (Nemotron-H: one)
                 router_params=router_p if moe else 0,
                 mtp_proj_params=(2 * h * h + 2 * h) if kind == "mtp" else 0,  # eh_proj + enorm/hnorm
+                mixer=mixer,
             )
         )
     return tuple(out)

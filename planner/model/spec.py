@@ -42,6 +42,9 @@ GLM-4.5-Air)                  (``partial_rotary_factor``: no FLOP or parameter e
 ``minimax_m2``,               family's own field
 ``hunyuan_v1_moe``
 ``ministral3``                Mistral 3's text model (in a ``mistral3`` wrapper): dense, as ``mistral``
+``qwen3_next``,               hybrids (:mod:`planner.model.hybrids`): per-layer ``mixers`` (Gated
+``nemotron_h``,               DeltaNet, Mamba-2, none) and ``mlp_layers`` with the widths of
+``deepseek_v32``              :mod:`planner.model.mixers`; DeepSeek-V3.2's sparse-attention indexer
 ============================  =====================================================================
 
 Besides the shape, a ModelSpec carries the hyperparameters the trainers must run as the config says
@@ -54,8 +57,8 @@ its transformers config class.
 
 A multimodal wrapper (Llama 4, Mistral 3, Kimi-K2.5) is read as its ``text_config``.
 A ``model_type`` outside these is read as the family of its ``architectures`` entry when that is
-a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (Mamba,
-hybrids, encoders). A config that lacks a field the cost model needs, or whose values contradict
+a known class (a renamed fine-tune, e.g. ``LlamaForCausalLM``) and refused otherwise (pure Mamba,
+encoders). A config that lacks a field the cost model needs, or whose values contradict
 each other, is refused with an :class:`~planner.errors.InputError` that names the file and the
 field.
 """
@@ -73,14 +76,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import InputError, not_utf8, pydantic_message
-from planner.model import families
+from planner.model import families, hybrids
+from planner.model.mixers import MIXERS, GatedDeltaNet, Mamba2, SparseIndexer
 
 # Megatron-Bridge's DeepSeek-V3 and Kimi-K2 bridges pad the vocabulary to a multiple of 1280;
 # everything else uses Megatron's default of 128 (flops_per_token.md, models.json _about).
 MAX_LAYERS = 10_000   # a sanity bound on num_hidden_layers (the deepest published decoders have ~130)
-_VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2")
-_MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2")
-_QWEN_MOE = ("qwen3_moe", "qwen2_moe")
+_VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
+_MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
+_QWEN_MOE = ("qwen3_moe", "qwen2_moe", "qwen3_next")
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3")  # ministral3: Mistral 3's text model
 _LLAMA4 = ("llama4", "llama4_text")
 KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
@@ -185,6 +189,18 @@ class ModelSpec(BaseModel):
     qk_l2_norm: bool = Field(False, description="weightless L2 norm on q and k (Llama 4 [use_qk_norm])")
     activation_clamp: float | None = Field(None, gt=0, description="GLU inputs clamped to +-limit (GPT-OSS "
                                            "[swiglu_limit]); None = no clamp")
+    mixers: tuple[str, ...] = Field((), description="per decoder layer: its token mixer, 'attention', 'gdn' (Gated "
+                                    "DeltaNet), 'mamba' (Mamba-2) or 'none' (an MLP-only block); () = all attention")
+    mlp_layers: tuple[bool, ...] = Field((), description="per decoder layer: True when it has an MLP or MoE (False: a "
+                                         "mixer-only Nemotron-H block); () = every layer")
+    gdn: GatedDeltaNet | None = Field(None, description="Gated DeltaNet widths of the 'gdn' layers [linear_*]")
+    mamba: Mamba2 | None = Field(None, description="Mamba-2 widths of the 'mamba' layers [mamba_*, ssm_state_size]")
+    dsa: SparseIndexer | None = Field(None, description="DeepSeek sparse attention's indexer on every attention "
+                                      "layer [index_*]; None = dense attention")
+    attention_output_gate: bool = Field(False, description="sigmoid gate on the attention output (Qwen3-Next)")
+    shared_expert_gate: bool = Field(False, description="sigmoid gate (h -> 1) on the shared expert's output (Qwen3-Next)")
+    norm_zero_centered: bool = Field(False, description="norms scale by 1 + weight (zero-centered gamma, Qwen3-Next)")
+    position_embedding: str = Field("rope", description="'rope' or 'none' (Nemotron-H's attention has none)")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 
     @model_validator(mode="after")
@@ -194,8 +210,14 @@ class ModelSpec(BaseModel):
             object.__setattr__(self, "moe_layers", tuple([self.num_experts > 0] * n))
         if not self.swa_layers:
             object.__setattr__(self, "swa_layers", tuple([self.sliding_window is not None] * n))
-        if len(self.moe_layers) != n:
-            raise ValueError(f"moe_layers has {len(self.moe_layers)} entries, num_layers is {n}")
+        if not self.mixers:
+            object.__setattr__(self, "mixers", ("attention",) * n)
+        if not self.mlp_layers:
+            object.__setattr__(self, "mlp_layers", (True,) * n)
+        for name in ("moe_layers", "mixers", "mlp_layers"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, num_layers is {n}")
+        self._check_mixers()
         if len(self.swa_layers) != n:
             raise ValueError(f"swa_layers has {len(self.swa_layers)} entries, num_layers is {n}")
         if self.attention not in ("gqa", "mla"):
@@ -221,7 +243,7 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"n_group ({self.n_group}) must divide the number of experts ({self.num_experts})")
             if self.topk_group > self.n_group:
                 raise ValueError(f"topk_group ({self.topk_group}) must not exceed n_group ({self.n_group})")
-        if not all(self.moe_layers) and self.ffn_hidden_size < 1:
+        if self.num_dense_layers and self.ffn_hidden_size < 1:
             raise ValueError("dense layers need intermediate_size >= 1")
         if self.router_score not in ROUTER_SCORES:
             raise ValueError(f"router score function must be one of {', '.join(ROUTER_SCORES)}, got {self.router_score!r}")
@@ -230,6 +252,20 @@ class ModelSpec(BaseModel):
         if any(self.swa_layers) and self.sliding_window is None:
             raise ValueError("swa_layers marks sliding-window layers but sliding_window is not set")
         return self
+
+    def _check_mixers(self) -> None:
+        bad = sorted(set(self.mixers) - set(MIXERS))
+        if bad:
+            raise ValueError(f"mixers must be among {', '.join(MIXERS)}, got {bad}")
+        for kind, attr in (("gdn", "gdn"), ("mamba", "mamba")):
+            if kind in self.mixers and getattr(self, attr) is None:
+                raise ValueError(f"'{kind}' layers need the {attr} widths")
+        if any(e and not m for e, m in zip(self.moe_layers, self.mlp_layers)):
+            raise ValueError("a MoE layer must have an MLP (mlp_layers)")
+        if self.dsa is not None and not (self.attention == "mla" and self.q_lora_rank):
+            raise ValueError("DeepSeek sparse attention's indexer needs MLA with a q_lora_rank")
+        if self.position_embedding not in ("rope", "none"):
+            raise ValueError(f"position_embedding must be 'rope' or 'none', got {self.position_embedding!r}")
 
     # ----- derived facts -------------------------------------------------------------------
     @property
@@ -242,7 +278,18 @@ class ModelSpec(BaseModel):
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Layers with a dense MLP (not MoE, not a mixer-only block)."""
+        return sum(1 for e, m in zip(self.moe_layers, self.mlp_layers) if m and not e)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layer mixes tokens with something other than softmax attention, or has no MLP, or the
+        attention is sparse (DSA)."""
+        return any(x != "attention" for x in self.mixers) or not all(self.mlp_layers) or self.dsa is not None
+
+    def mlp_kind(self, i: int) -> str:
+        """Layer ``i``'s MLP: 'moe', 'dense' or 'none'."""
+        return "moe" if self.moe_layers[i] else ("dense" if self.mlp_layers[i] else "none")
 
     @property
     def mtp_is_moe(self) -> bool:
@@ -417,6 +464,8 @@ def _moe_layers(r: _Reader, cfg: dict, family: str, L: int, n_exp: int) -> list[
     """Which layers are MoE, in each family's own convention."""
     if n_exp == 0:
         return [False] * L
+    if isinstance(cfg.get("_moe_pattern"), list):   # Nemotron-H: the 'E' blocks (planner.model.hybrids)
+        return list(cfg["_moe_pattern"])
     if family == "ernie4_5_moe":    # planner.model.families lists them from moe_layer_start_index etc.
         listed = set(_layer_list(r, cfg, "moe_layers", L, list(range(L))))
         return [i in listed for i in range(L)]
@@ -491,9 +540,9 @@ def _activation(r: _Reader, cfg: dict, family: str) -> tuple[str, bool]:
 # Transformers' config-class defaults for a field the file leaves out (rope_theta, rms_norm_eps, router).
 _THETA_DEFAULT = {"mixtral": 1e6, "gpt_oss": 150000.0, "llama4": 500000.0}
 _EPS_DEFAULT = {"mixtral": 1e-5, "gpt_oss": 1e-5, "glm4_moe": 1e-5, "llama4": 1e-5}
-_SIGMOID_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe", "llama4")   # DeepseekV3Config scoring_func, Glm4MoeTopkRouter
-_NOAUX_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe")              # DeepseekV3Config topk_method, e_score_correction_bias
-_NORM_TOPK_FAMILIES = ("deepseek_v3", "kimi_k2", "glm4_moe", "mixtral", "gpt_oss")  # renormalised (or top-k softmax)
+_SIGMOID_FAMILIES = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "llama4")   # DeepseekV3Config scoring_func, Glm4MoeTopkRouter
+_NOAUX_FAMILIES = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe")              # DeepseekV3Config topk_method, e_score_correction_bias
+_NORM_TOPK_FAMILIES = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "mixtral", "gpt_oss")  # renormalised (or top-k softmax)
 _ROPE_TYPES = {"yarn": "yarn", "llama3": "llama3", "linear": "linear", "default": None}
 
 
@@ -630,6 +679,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             norm_eps=_norm_eps(r, cfg, family),
             **_rope(r, cfg, family),
             **_router(r, cfg, family, experts["num_experts"]),
+            **hybrids.spec_fields(cfg),
             **fields,
         )
     except ValidationError as exc:

@@ -146,7 +146,7 @@ def _route(scores: np.ndarray, n_group: int, topk_group: int, top_k: int) -> np.
         top2 = min(2, size)
         gscore = np.partition(gs, size - top2, axis=2)[:, :, size - top2:].sum(axis=2)
         keep = np.sort(_topk(gscore, topk_group), axis=1)            # [T, topk_group]
-        sub = np.take_along_axis(gs, keep[:, :, None], axis=1).reshape(T, topk_group * size)
+        sub = gs[np.arange(T)[:, None], keep].reshape(T, topk_group * size)
         local = _topk(sub, top_k)
         return keep[np.arange(T)[:, None], local // size] * size + local % size
     return _topk(scores, top_k)
@@ -234,6 +234,7 @@ class ExpertPlacement:
 
     num_experts: int = 0
     fallback_domain: np.ndarray | None = None  # [layers, experts] for the "home" dispatch
+    selections: list[np.ndarray] | None = None  # per layer, the top-k selections [tokens, top_k] measured on
 
     def logical_maps(self):
         """(logical_to_physical[layers, experts, max], logical_count[layers, experts])."""
@@ -287,7 +288,7 @@ def _place_one(args):
     met.update(moves=res.moves, solve_s=res.solve_s, solver_status=res.cpsat_status,
                greedy_balance=res.greedy_balance, lower_bound=res.lower_bound,
                warm_start=res.stats.get("warm_start"))
-    return res.physical_to_logical, res.stats["home"], met
+    return res.physical_to_logical, res.stats["home"], met, sel
 
 
 def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_group: int = 1,
@@ -323,7 +324,8 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
     return ExpertPlacement(physical_to_logical=np.stack([o[0] for o in out]), slots_per_gpu=slots_per_gpu,
                      rank_domain=rank_domain, metrics=[o[2] for o in out], policy="topoplan",
                      routing=_routing_label(routing is not None, n_group, topk_group, top_k, tokens, seed),
-                     dispatch=dispatch, num_experts=E, fallback_domain=np.stack([o[1] for o in out]))
+                     dispatch=dispatch, num_experts=E, fallback_domain=np.stack([o[1] for o in out]),
+                     selections=[o[3] for o in out])
 
 
 def expert_balance_for(model, cluster, ep: int, loads, *, slots_per_gpu: int | None = None,

@@ -55,6 +55,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "dp_matches_world": ("tp", "cp", "pp", "dp"),
     "heads_div_tp": ("tp",),
     "kv_heads_div_tp": ("tp",),
+    "mixer_heads_div_tp_cp": ("tp", "cp"),   # Gated DeltaNet / Mamba-2 heads over tp*cp; the model is fixed
     "kv_heads_tp_megatron": ("tp",),
     "experts_div_ep": ("ep",),
     # world % (etp*ep*pp) with world = tp*cp*pp*dp: pp cancels, so it reads tp, cp, dp, ep, etp.

@@ -19,6 +19,9 @@ this runs, in one process (imports cost ~10 s, each check well under a second):
    first forward step; our forward_step_func raises a sentinel there, so reaching it means every
    step-start check passed. No layer runs: the stand-ins only carry the config.
 
+Each result also carries ``flops_per_token``: megatron's own ``num_floating_point_operations(args, 1)``
+(megatron/training/training.py, the figure behind its logged TFLOP/s) over the sequence length.
+
 RESULTS.json holds ``{"fields": {"model": TransformerConfig fields, "ddp": DistributedDataParallelConfig
 fields}, "results": [...]}`` with per job ``{"id", "ok", "stage", "error", "dp", "vpp",
 "groups": {axis: [[ranks]]}, "config": {...}}``. Shims (trainers.md section 1.4): ``typing.override`` on Python 3.11, a stub for the
@@ -98,6 +101,8 @@ import torch.distributed as dist  # noqa: E402
 from megatron.core import parallel_state as ps  # noqa: E402
 from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
 from megatron.training.arguments import parse_args, validate_args  # noqa: E402
+from megatron.core.tokenizers.utils.build_tokenizer import vocab_size_with_padding  # noqa: E402
+from megatron.training.training import num_floating_point_operations  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 GROUPS = {
@@ -128,6 +133,11 @@ CONFIG_FIELDS = (
     "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast", "yarn_beta_slow",
     "yarn_mscale", "yarn_mscale_all_dim", "yarn_correction_range_round_to_int", "moe_router_enable_expert_bias",
     "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "activation_func",
+    # hybrid mixers (issue 23 hybrids): Gated DeltaNet, DeepSeek sparse attention, Mamba-2
+    "experimental_attention_variant", "linear_attention_freq", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads", "linear_conv_kernel_dim", "attention_output_gate",
+    "dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk", "is_hybrid_model", "mamba_state_dim",
+    "mamba_head_dim", "mamba_num_groups", "mamba_num_heads", "moe_shared_expert_gate", "layernorm_zero_centered_gamma",
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
@@ -143,6 +153,7 @@ ARG_FIELDS = (
     # what pretrain_gpt.py's model_provider hands GPTModel besides the TransformerConfig
     "position_embedding_type", "use_rope_scaling", "rope_scaling_factor", "rotary_seq_len_interpolation_factor",
     "untie_embeddings_and_output_weights", "vocab_size", "make_vocab_size_divisible_by",
+    "hybrid_layer_pattern",   # pretrain_hybrid.py's HybridModel reads it from the args
 )
 
 _recorded: list[tuple[str, list[int]]] = []
@@ -249,6 +260,11 @@ def check(job: dict) -> dict:
         out["config"] = {f: _jsonable(getattr(cfg, f, None)) for f in CONFIG_FIELDS}
         out["dp"] = args.data_parallel_size
         out["vpp"] = args.virtual_pipeline_model_parallel_size
+        out["stage"] = "num_floating_point_operations"
+        # the FLOPs megatron logs as throughput (training.py), per token of one sequence; the padded
+        # vocabulary as its tokenizer setup pads it (build_tokenizer.py)
+        args.padded_vocab_size = vocab_size_with_padding(args.vocab_size, args, logging_enabled=False)
+        out["flops_per_token"] = num_floating_point_operations(args, 1) / args.seq_length
         out["stage"] = "initialize_model_parallel"
         _recorded.clear()
         dist.init_process_group("fake", rank=0, world_size=args.world_size, store=FakeStore())

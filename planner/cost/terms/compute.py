@@ -168,17 +168,14 @@ def attention_head_factor(head_dim: float, half: float = 32.0) -> float:
     return (head_dim / (head_dim + half)) / (128.0 / (128.0 + half))
 
 
-@lru_cache(maxsize=4096)
-def layer_work(model, kind: str, swa: bool, seq_len: int, mbs: int, tp: int, cp: int, ep: int, etp: int,
-               low_precision: bool) -> LayerWork:
-    """GEMMs, attention-core FLOPs and elementwise elements of one layer ('dense' | 'moe') per GPU."""
+def _attention_work(model, swa: bool, seq_len: int, mbs: int, tp: int, cp: int, lp: bool, gemms: list,
+                    elem: dict) -> float:
+    """Softmax attention's GEMMs (appended to ``gemms``) and elementwise elements (into ``elem``); returns
+    the attention-core FLOPs (forward). DSA: the core reads the top-k keys and the lightning indexer adds
+    its projections (duplicated over TP, assumed) and its O(s^2) scores at its width."""
     h = model.hidden_size
-    T = mbs * seq_len / cp           # tokens in the GEMMs (sequence parallel gathers the tp shards)
-    Tsp = T / tp                     # tokens per GPU in the sequence-parallel regions
-    gemms: list[Gemm] = []
-    lp = low_precision
+    T = mbs * seq_len / cp
     nh = model.num_attention_heads
-    elem: dict[str, float] = {}
     if model.attention == "mla":
         dn, dr, dv = model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
         qr, kvr = model.q_lora_rank, model.kv_lora_rank
@@ -197,19 +194,50 @@ def layer_work(model, kind: str, swa: bool, seq_len: int, mbs: int, tp: int, cp:
     else:
         d = model.head_dim
         nkv = model.num_kv_heads
-        gemms.append(Gemm("attn_proj", T, (nh + 2 * nkv) * d / tp, h, lp))
+        gate = nh if model.attention_output_gate else 0     # Qwen3-Next: q_proj also gives the output gate
+        gemms.append(Gemm("attn_proj", T, (nh + gate + 2 * nkv) * d / tp, h, lp))
         gemms.append(Gemm("attn_proj", T, h, nh * d / tp, lp))
         d_qk = d_v = d
-        qkv_elems = 4 * (nh + 2 * nkv) * d / tp
-    ctx = causal_context(seq_len, model.sliding_window if swa else None)
-    if swa and model.sliding_window and model.sliding_window < seq_len:
+        qkv_elems = 4 * (nh + gate + 2 * nkv) * d / tp
+    window = model.dsa.topk if model.dsa is not None else (model.sliding_window if swa else None)
+    ctx = causal_context(seq_len, window)
+    if window and window < seq_len:
         ctx = min(seq_len / 2.0, ctx + ATTN_TILE / 2.0)   # partial key tiles at the window edge
     # the head-width efficiency is folded into the work so that attn.eff stays one number
     attn_flops = (2.0 * mbs * seq_len / cp * (nh / tp) * (d_qk + d_v) * ctx
                   / attention_head_factor((d_qk + d_v) / 2.0))
+    if model.dsa is not None:
+        ix = model.dsa
+        gemms.append(Gemm("attn_proj", T, ix.n_heads * ix.head_dim, model.q_lora_rank, lp))   # wq_b
+        gemms.append(Gemm("attn_proj", T, ix.head_dim + ix.n_heads, h, lp))                   # wk, weights
+        attn_flops += 2.0 * mbs * seq_len / cp * ix.score_macs(causal_context(seq_len, None))
+        qkv_elems += ix.n_heads * ix.head_dim + ix.topk                   # indexer q, top-k indices
     elem["attn"] = T * qkv_elems
-    elem["layernorm"] = Tsp * 4 * h
-    elem["residual"] = Tsp * 6 * h
+    return attn_flops
+
+
+def _recurrent_work(model, mixer: str, seq_len: int, mbs: int, tp: int, cp: int, lp: bool, gemms: list,
+                    elem: dict) -> float:
+    """Gated DeltaNet or Mamba-2: in/out projections (heads split over TP, megatron-core), the causal
+    convolution and gates as elementwise work, and the chunked scan (linear in the sequence,
+    ``planner.model.mixers``) priced as attention-core FLOPs (a fused chunked kernel, BF16)."""
+    h = model.hidden_size
+    T = mbs * seq_len / cp
+    m = model.gdn if mixer == "gdn" else model.mamba
+    inner = m.value_dim if mixer == "gdn" else m.inner
+    gemms.append(Gemm("attn_proj", T, m.in_width / tp, h, lp))
+    gemms.append(Gemm("attn_proj", T, h, inner / tp, lp))
+    # conv input/output, gates and the gated norm: about 4 passes over the conv channels and the output
+    elem["attn"] = T * (4 * m.conv_dim + 4 * inner) / tp
+    return 2.0 * T * m.core_macs() / tp
+
+
+def _mlp_work(model, kind: str, seq_len: int, mbs: int, tp: int, cp: int, ep: int, etp: int, lp: bool,
+              gemms: list, elem: dict) -> None:
+    """The layer's MoE block or dense MLP ('none': an MLP-free Nemotron-H block)."""
+    h = model.hidden_size
+    T = mbs * seq_len / cp
+    Tsp = T / tp
     kin = 2 if model.gated_mlp else 1
     if kind == "moe":
         E, k, F = model.num_experts, model.top_k, model.moe_ffn_hidden_size
@@ -227,13 +255,34 @@ def layer_work(model, kind: str, swa: bool, seq_len: int, mbs: int, tp: int, cp:
             gemms.append(Gemm("shared", T, kin * Fs / tp, h, lp))
             gemms.append(Gemm("shared", T, h, Fs / tp, lp))
             elem["shared_experts"] = T * activation_elements(model, Fs / tp)
-    else:
+    elif kind == "dense":
         F = model.ffn_hidden_size
         gemms.append(Gemm("mlp", T, kin * F / tp, h, lp))
         gemms.append(Gemm("mlp", T, h, F / tp, lp))
         elem["mlp"] = T * activation_elements(model, F / tp)
+
+
+@lru_cache(maxsize=4096)
+def layer_work(model, kind: str, swa: bool, seq_len: int, mbs: int, tp: int, cp: int, ep: int, etp: int,
+               low_precision: bool, mixer: str = "attention") -> LayerWork:
+    """GEMMs, attention-core FLOPs and elementwise elements of one layer per GPU: its MLP ``kind``
+    ('dense' | 'moe' | 'none') and its token ``mixer`` ('attention' | 'gdn' | 'mamba' | 'none')."""
+    h = model.hidden_size
+    Tsp = mbs * seq_len / cp / tp    # tokens per GPU in the sequence-parallel regions
+    gemms: list[Gemm] = []
+    elem: dict[str, float] = {}
+    if mixer == "attention":
+        attn_flops = _attention_work(model, swa, seq_len, mbs, tp, cp, low_precision, gemms, elem)
+    elif mixer in ("gdn", "mamba"):
+        attn_flops = _recurrent_work(model, mixer, seq_len, mbs, tp, cp, low_precision, gemms, elem)
+    else:
+        attn_flops = 0.0
+    subs = (mixer != "none") + (kind != "none")      # sub-blocks, each with its norm and residual add
+    elem["layernorm"] = Tsp * 2 * h * subs
+    elem["residual"] = Tsp * 3 * h * subs
+    _mlp_work(model, kind, seq_len, mbs, tp, cp, ep, etp, low_precision, gemms, elem)
     quant = 0.0
-    if lp:
+    if low_precision:
         for g in gemms:
             if g.low_precision:
                 quant += g.m * (g.k + g.n)   # forward input and backward output-gradient

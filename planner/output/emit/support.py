@@ -3,8 +3,8 @@ at emit, in one line naming the trainer, the family and what the trainer lacks (
 a different model from the one planned).
 
 Each trainer package's ``families`` part says what it cannot build (``planner.trainers.megatron.families``:
-megatron-core 0.19, for Megatron-LM and Megatron-Bridge; ``planner.trainers.maxtext.families``); torchtitan
-refuses every family outside its own list in ``torchtitan.model_entry`` (its emitter).
+megatron-core 0.19, for Megatron-LM and Megatron-Bridge; ``planner.trainers.maxtext.families``;
+``planner.trainers.torchtitan.families``, and its emitter refuses every family outside torchtitan's own list).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def check_family(model, emitter: str, seq_len: int = 0) -> None:
     owner = owner_of(emitter)
     why = owner.cannot_build(model, seq_len) if owner is not None else None
     if why:
-        raise InputError(f"--trainer {emitter}: {owner.part('families').TITLES[emitter]} cannot build the {model.family} family "
+        title = owner.part("families").TITLES[emitter]
+        raise InputError(f"--trainer {emitter}: {title} cannot build the {model.family} family "
                          f"({model.name}): {why}; its files would train a different model (plan without --emit, or emit "
                          f"for a trainer that builds it: docs/models.md)")

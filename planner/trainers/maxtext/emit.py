@@ -20,6 +20,7 @@ from pathlib import Path
 from planner.output.emit import EmitContext
 from planner.output.emit.slurm import node_blocks
 from planner.errors import InputError
+from planner.trainers.maxtext.families import maxtext_builtin
 
 # planner catalog name -> MaxText model_name (configs/models/<name>.yml)
 MODEL_NAMES = {
@@ -76,7 +77,7 @@ def split_mesh(deg: dict[str, int], per_slice: int) -> tuple[dict[str, int], dic
 
 
 def overrides(ctx: EmitContext) -> dict[str, object]:
-    name = MODEL_NAMES.get(ctx.model.name.lower())
+    name = MODEL_NAMES.get(ctx.model.name.lower()) or maxtext_builtin(ctx.model)
     n_slices, per_slice = slices(ctx)
     deg = degrees(ctx)
     ici, dcn = split_mesh(deg, per_slice)

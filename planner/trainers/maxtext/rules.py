@@ -5,7 +5,7 @@ topoplan writes, so every setting is off and XLA fuses the step.
 from __future__ import annotations
 
 from planner.config import Recipe
-from planner.rules import EXPERTS_DIV_EP, KV_HEADS_DIV_TP, SHARED_DEGREES, SHARED_SCHEDULE, Rule
+from planner.rules import KV_HEADS_DIV_TP, SHARED_DEGREES, SHARED_HEADS_EXPERTS, SHARED_SCHEDULE, Rule
 from planner.trainers import RECIPE_OFF
 
 
@@ -24,6 +24,6 @@ def effective_recipe(model, config, training) -> Recipe:
     return Recipe(**RECIPE_OFF)
 
 
-RULES: tuple[Rule, ...] = SHARED_DEGREES + (KV_HEADS_DIV_TP, EXPERTS_DIV_EP) + SHARED_SCHEDULE + (
+RULES: tuple[Rule, ...] = SHARED_DEGREES + (KV_HEADS_DIV_TP,) + SHARED_HEADS_EXPERTS + SHARED_SCHEDULE + (
     Rule("maxtext_ep_divides_dp", _maxtext_ep_in_dp),
 )

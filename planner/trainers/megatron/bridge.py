@@ -17,7 +17,8 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.trainers.megatron.emit import megatron_env, mla_yarn_unexpressed, recipe_of
+from planner.trainers.megatron.emit import (hybrid_pattern, hybrid_stages, megatron_env, mla_yarn_unexpressed,
+                                           recipe_of)
 from planner.trainers.megatron.emit import task_env as megatron_task_env
 
 # catalog model -> Bridge recipe function (megatron.bridge.recipes)
@@ -64,7 +65,10 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         o["model.moe_token_dispatcher_type"] = "flex" if disp.startswith("flex-") else disp
         if disp.startswith("flex-"):
             o["model.moe_flex_dispatcher_backend"] = disp.split("-", 1)[1]
-    if c.pp > 1:
+    pattern = hybrid_pattern(m, hybrid_stages(ctx))
+    if pattern:   # a hybrid layer pattern carries the pipeline split (megatron-core refuses a layout beside it)
+        o["model.hybrid_layer_pattern"] = pattern
+    elif c.pp > 1:
         o["model.pipeline_model_parallel_layout"] = pipeline_layout(
             m, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len).megatron_layout()
     if c.recompute == "full":
@@ -140,6 +144,39 @@ def model_overrides(m) -> dict[str, object]:
         o.update({"model.rope_scaling": True, "model.rope_scaling_factor": float(rs.factor)})
     if m.num_experts:
         o["model.moe_router_score_function"] = m.router_score
+    o.update(mixer_overrides(m))
+    return o
+
+
+def mixer_overrides(m) -> dict[str, object]:
+    """The hybrid mixers on the provider, the TransformerConfig fields megatron/args.txt sets
+    (planner.trainers.megatron.emit.hybrid_args): Mamba-2 widths (the block pattern: ``overrides``), Gated DeltaNet
+    layers and widths, Qwen3-Next's attention output gate, DSA's indexer."""
+    o: dict[str, object] = {}
+    if m.mamba is not None:
+        mb = m.mamba
+        o.update({"model.mamba_state_dim": mb.state_size,
+                  "model.mamba_head_dim": mb.head_dim, "model.mamba_num_groups": mb.n_groups,
+                  "model.mamba_num_heads": mb.num_heads})
+    if m.position_embedding == "none":
+        o["model.position_embedding_type"] = "none"
+    if m.gdn is not None:
+        g = m.gdn
+        o.update({"model.experimental_attention_variant": "gated_delta_net",
+                  "model.linear_attention_freq": [1 if x == "gdn" else 0 for x in m.mixers],
+                  "model.linear_key_head_dim": g.key_head_dim, "model.linear_value_head_dim": g.value_head_dim,
+                  "model.linear_num_key_heads": g.num_key_heads, "model.linear_num_value_heads": g.num_value_heads,
+                  "model.linear_conv_kernel_dim": g.conv_kernel})
+    if m.attention_output_gate:
+        o["model.attention_output_gate"] = True
+    if m.shared_expert_gate:
+        o["model.moe_shared_expert_gate"] = True
+    if m.norm_zero_centered:
+        o["model.layernorm_zero_centered_gamma"] = True
+    if m.dsa is not None:
+        o.update({"model.experimental_attention_variant": "dsa", "model.apply_rope_fusion": False,
+                  "model.dsa_indexer_n_heads": m.dsa.n_heads, "model.dsa_indexer_head_dim": m.dsa.head_dim,
+                  "model.dsa_indexer_topk": m.dsa.topk})
     return o
 
 

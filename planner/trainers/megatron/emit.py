@@ -193,6 +193,8 @@ def activation_args(m) -> list[str]:
         return a
     if not m.gated_mlp and m.activation in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         return []
+    if not m.gated_mlp and m.activation == "relu2":   # Nemotron-H: squared ReLU
+        return ["--squared-relu"]
     raise _refuse(m, f"a {'gated' if m.gated_mlp else 'plain'} {m.activation} MLP (pretrain_gpt.py has --swiglu, "
                      "--quick-geglu and plain GELU)")
 
@@ -218,6 +220,93 @@ def router_args(ctx: EmitContext) -> list[str]:
     return a
 
 
+def linear_attention_freq(mixers) -> str:
+    """``--linear-attention-freq``: N when every N-th layer is full attention and the rest Gated DeltaNet
+    (megatron-core: layer i is linear unless (i+1) % N == 0), else a list expression (1 = linear)."""
+    flags = [1 if x == "gdn" else 0 for x in mixers]
+    for n in range(2, len(flags) + 1):
+        if flags == [0 if (i + 1) % n == 0 else 1 for i in range(len(flags))]:
+            return str(n)
+    return moe_layer_freq([bool(f) for f in flags]) if not all(flags) else "([1]*%d)" % len(flags)
+
+
+def entry_script(m) -> str:
+    """Megatron-LM's training script for the model: ``pretrain_hybrid.py`` for a Mamba hybrid layer
+    pattern (megatron-core's HybridModel), else ``pretrain_gpt.py``."""
+    return "pretrain_hybrid.py" if hybrid_pattern(m) else "pretrain_gpt.py"
+
+
+HYBRID_FLAG = "--hybrid-layer-pattern"
+# the flags hybrid_args writes for the mixers (read back and compared by planner.output.emit.readback)
+MIXER_FLAGS = ("--experimental-attention-variant", "--linear-attention-freq", "--linear-key-head-dim",
+               "--linear-value-head-dim", "--linear-num-key-heads", "--linear-num-value-heads",
+               "--linear-conv-kernel-dim", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
+               "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--mamba-num-heads",
+               "--attention-output-gate", "--moe-shared-expert-gate", "--apply-layernorm-1p")
+
+
+def hybrid_pattern(m, stages=None) -> str | None:
+    """Megatron's ``--hybrid-layer-pattern`` for a Mamba hybrid (Nemotron-H): one symbol per block, M
+    Mamba, * attention, - MLP, E MoE (megatron/core/models/hybrid/hybrid_layer_allocation.py), with
+    ``|`` between pipeline segments when ``stages`` (each stage's layer indices, virtual stage order:
+    planner.model.pipeline) is given; None for the models pretrain_gpt.py builds."""
+    if "mamba" not in m.mixers and all(m.mlp_layers):
+        return None
+    sym = {"mamba": "M", "attention": "*", "gdn": "G"}
+    out = []
+    for i, x in enumerate(m.mixers):
+        if x != "none" and m.mlp_layers[i]:
+            raise _refuse(m, f"layer {i} with both a {x} mixer and an MLP in a hybrid layer pattern")
+        out.append(sym[x] if x != "none" else ("E" if m.moe_layers[i] else "-"))
+    if m.mtp_layers:
+        raise _refuse(m, "MTP layers beside a hybrid layer pattern (topoplan does not write the '/' MTP pattern)")
+    if stages is None:
+        return "".join(out)
+    return "|".join("".join(out[i] for i in st) for st in stages)
+
+
+def hybrid_stages(ctx: EmitContext):
+    """Each pipeline stage's layers (virtual stage order) when the model needs a hybrid layer pattern and
+    PP > 1: the pattern carries the split (megatron-core refuses --pipeline-model-parallel-layout beside it)."""
+    c = ctx.config
+    if c.pp == 1 or hybrid_pattern(ctx.model) is None:
+        return None
+    lay = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last, seq_len=ctx.training.seq_len)
+    return [st.layers for st in lay.stages]
+
+
+def hybrid_args(m, stages=None) -> list[str]:
+    """The token mixers beside softmax attention: Mamba-2 blocks (``--hybrid-layer-pattern`` and the
+    ``--mamba-*`` widths), Gated DeltaNet layers (``--experimental-attention-variant gated_delta_net``
+    with ``--linear-*``), DeepSeek sparse attention (``dsa`` with the ``--dsa-indexer-*`` widths), and
+    Qwen3-Next's gated attention output (megatron-core 0.19.2 TransformerConfig fields)."""
+    a: list[str] = []
+    pattern = hybrid_pattern(m, stages)
+    if pattern:
+        a.extend([HYBRID_FLAG, pattern])
+    if m.mamba is not None:
+        mb = m.mamba
+        a.extend(["--mamba-state-dim", str(mb.state_size), "--mamba-head-dim", str(mb.head_dim),
+                  "--mamba-num-groups", str(mb.n_groups), "--mamba-num-heads", str(mb.num_heads)])
+    if m.gdn is not None:
+        g = m.gdn
+        a.extend(["--experimental-attention-variant", "gated_delta_net",
+                  "--linear-attention-freq", linear_attention_freq(m.mixers),
+                  "--linear-key-head-dim", str(g.key_head_dim), "--linear-value-head-dim", str(g.value_head_dim),
+                  "--linear-num-key-heads", str(g.num_key_heads), "--linear-num-value-heads", str(g.num_value_heads),
+                  "--linear-conv-kernel-dim", str(g.conv_kernel)])
+    if m.dsa is not None:   # TransformerConfig: "RoPE fusion is not supported for DSAttention"
+        a.extend(["--no-rope-fusion", "--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa.n_heads),
+                  "--dsa-indexer-head-dim", str(m.dsa.head_dim), "--dsa-indexer-topk", str(m.dsa.topk)])
+    if m.attention_output_gate:
+        a.append("--attention-output-gate")
+    if m.shared_expert_gate:
+        a.append("--moe-shared-expert-gate")
+    if m.norm_zero_centered:   # TransformerConfig.layernorm_zero_centered_gamma
+        a.append("--apply-layernorm-1p")
+    return a
+
+
 def _refuse(m, what: str) -> InputError:
     return InputError(f"--trainer megatron: {m.name} ({m.source or m.family}) has {what}, which megatron-core "
                       "0.19.2's pretrain_gpt.py cannot run; emit for another trainer (--trainer torchtitan or "
@@ -235,7 +324,7 @@ def model_args(ctx: EmitContext) -> list[str]:
         "--kv-channels", str(m.head_dim),
         "--seq-length", str(ctx.training.seq_len),
         "--max-position-embeddings", str(ctx.training.seq_len),
-        *rope_args(m),
+        *(rope_args(m) if m.position_embedding == "rope" else ["--position-embedding-type", "none"]),
         "--normalization", "RMSNorm",
         "--norm-epsilon", _num(m.norm_eps),
         "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
@@ -283,7 +372,7 @@ def model_args(ctx: EmitContext) -> list[str]:
         a.extend(router_args(ctx))
     if m.mtp_layers:
         a.extend(["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor", "0.1"])
-    return a
+    return a + hybrid_args(m, hybrid_stages(ctx))
 
 
 def llama4_args(m, hf: dict, a2a_overlap: bool = False) -> list[str]:
@@ -307,7 +396,7 @@ def pipeline_args(ctx: EmitContext) -> list[str]:
     """The pipeline split: Megatron's ``--pipeline-model-parallel-layout`` from planner.model.pipeline (it
     carries VPP, uneven first/last stages, embedding, loss and MTP placement)."""
     c = ctx.config
-    if c.pp == 1:
+    if c.pp == 1 or hybrid_stages(ctx) is not None:
         return []
     layout = pipeline_layout(ctx.model, c.pp, c.vpp, c.pp_first, c.pp_last,
                              seq_len=ctx.training.seq_len).megatron_layout()
@@ -355,6 +444,8 @@ def parallel_args(ctx: EmitContext) -> list[str]:
         a.extend([F["ep"], str(c.ep), F["etp"], str(c.etp_eff)])
     if c.tp > 1:
         a.append(F["sp"])
+    if c.cp > 1 and m.dsa is not None:   # TransformerConfig: DSAttention's CP supports only all-gather
+        a.extend(["--cp-comm-type", "all_gather"])
     a.extend(pipeline_args(ctx))
     if ctx.order == "tp-cp-ep-pp-dp":
         a.append(F["tp_pp_dp"])
@@ -438,7 +529,7 @@ def parse_args_file(text: str) -> list[str]:
 def files(ctx: EmitContext) -> dict[str, str]:
     env = megatron_env(ctx)
     env_lines = [
-        "# Environment for megatron/args.txt (source it before pretrain_gpt.py).",
+        f"# Environment for megatron/args.txt (source it before {entry_script(ctx.model)}).",
         f"# Plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, {ctx.world} x {ctx.gpu}.",
     ]
     if not needs_max_connections(ctx):
@@ -493,4 +584,4 @@ def task_command(ctx: EmitContext) -> str:
     return """      local args
       if [ "${TOPOPLAN_DATA_ARGS:-mock}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
       else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
-      printf '%s %q %s %s\\n' "$2" "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/pretrain_gpt.py" "$args" "$data" ;;"""
+      printf '%s %q %s %s\\n' "$2" "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/""" + entry_script(ctx.model) + """" "$args" "$data" ;;"""

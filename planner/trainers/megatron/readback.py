@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from planner.config import ParallelConfig, Recipe, Training
 from planner.errors import InputError, pydantic_message
-from planner.output.emit.readback import _one, _pipeline, parse_flags
+from planner.output.emit.readback import _one, _pipeline, _split_of, parse_flags
 from planner.trainers.megatron import NAME
 from planner.trainers.megatron.emit import (
     DISPATCHER_FLAGS,
@@ -25,9 +25,25 @@ from planner.trainers.megatron.emit import (
     RECIPE_BOOLS,
     REUSE_GRAD_BUF_FLAG,
     RECIPE_FLAGS,
+    HYBRID_FLAG,
+    MIXER_FLAGS,
+    hybrid_args,
+    hybrid_pattern,
     parse_args_file,
     rotary_base,
 )
+
+
+def _hybrid_split(flags, model, pp: int, seq_len: int, source: str):
+    """(vpp, pp_first, pp_last) of a ``--hybrid-layer-pattern`` (its ``|`` segments are the pipeline stages);
+    the pattern must be the model's own."""
+    text = _one(flags, HYBRID_FLAG, "", str, source)
+    if text.replace("|", "") != (hybrid_pattern(model) or ""):
+        raise InputError(f"{source}: {HYBRID_FLAG} {text!r} is not --model {model.name}'s block pattern "
+                         f"{hybrid_pattern(model)!r}; give the model the files were written for")
+    if pp == 1 or "|" not in text:
+        return 1, None, None
+    return _split_of(model, pp, [len(seg) for seg in text.split("|")], seq_len, source)
 
 
 def megatron_setup(args: list[str], model, world: int | None = None, *, stack: str | None = None,
@@ -51,7 +67,8 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
     seq = _one(flags, F["seq_len"], None, int, source)
     if gbs is None or seq is None:
         raise InputError(f"{source}: {F['gbs']} and {F['seq_len']} are needed to price a step; add them")
-    vpp, first, last = _pipeline(model, pp, _one(flags, F["layout"], None, str, source), seq, source)
+    vpp, first, last = _hybrid_split(flags, model, pp, seq, source) if HYBRID_FLAG in flags else \
+        _pipeline(model, pp, _one(flags, F["layout"], None, str, source), seq, source)
     gran = _one(flags, F["recompute_granularity"], None, str, source)
     recompute = "full" if gran == "full" else (
         "+".join(flags.get(F["recompute_modules"], ["core_attn"])) if gran == "selective" else "none")
@@ -111,6 +128,20 @@ def _check_hyperparams(flags: dict, model, source: str) -> None:
     if model.num_experts and score is not None and score != model.router_score:
         raise InputError(f"{source}: --moe-router-score-function is {score} but --model {model.name} routes with "
                          f"{model.router_score} (scoring_func); emit the files again for this model")
+    _check_mixers(flags, model, source)
+
+
+def _check_mixers(flags: dict, model, source: str) -> None:
+    """The files build the model's token mixers: every mixer flag (``megatron.MIXER_FLAGS``) as the
+    emitter writes it for this model, none it would not write."""
+    want = {f: v for f, v in parse_flags(hybrid_args(model)).items() if f in MIXER_FLAGS}
+    for flag in MIXER_FLAGS:
+        given = flags.get(flag)
+        if given != want.get(flag):
+            def say(v):
+                return "absent" if v is None else (" ".join(v) or "set")
+            raise InputError(f"{source}: {flag} is {say(given)} but --model {model.name} needs {say(want.get(flag))}; "
+                             "the files build other token mixers: emit them again for this model")
 
 
 def read_args_file(path: Path) -> list[str]:

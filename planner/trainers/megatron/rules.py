@@ -13,7 +13,7 @@ and the step time prices that.
 from __future__ import annotations
 
 from planner.config import Recipe
-from planner.rules import (EXPERTS_DIV_EP, SHARED_DEGREES, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
+from planner.rules import (SHARED_DEGREES, SHARED_HEADS_EXPERTS, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
                            offload_layers)
 from planner.trainers import RECIPE_OFF
 from planner.trainers.megatron import NAME
@@ -395,7 +395,7 @@ RECIPE_RULES: tuple[Rule, ...] = (
 
 RULES: tuple[Rule, ...] = SHARED_DEGREES + (
     Rule("kv_heads_tp_megatron", _kv_heads_tp_megatron),
-    EXPERTS_DIV_EP,
+) + SHARED_HEADS_EXPERTS + (
     Rule("expert_grid_div_world", _expert_grid),
     Rule("etp_only_for_moe", _etp_only_for_moe),
 ) + SHARED_SCHEDULE + (

@@ -37,7 +37,7 @@ TRAINER = Trainer(
                   equal_slices=False),
     emitters={"torchtitan": "emit"},
     refuse_recipe=refuse_recipe,
-    parts=("recipe", "rules", "emit", "readback", "logs"),
+    parts=("recipe", "rules", "families", "emit", "readback", "logs"),
     recipe_fields=FIELDS, recipe_off=OFF,
     aliases={"titan": "torchtitan"},
     launch={"torchtitan": Launch()},   # a pip package: no installation to name

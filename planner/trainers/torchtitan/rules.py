@@ -5,7 +5,7 @@ dp_shard x cp x tp ranks, the pipeline schedules its Trainer builds, CUDA graphs
 from __future__ import annotations
 
 from planner.config import Recipe
-from planner.rules import EXPERTS_DIV_EP, KV_HEADS_DIV_TP, SHARED_DEGREES, SHARED_SCHEDULE, Rule, num_microbatches
+from planner.rules import KV_HEADS_DIV_TP, SHARED_DEGREES, SHARED_HEADS_EXPERTS, SHARED_SCHEDULE, Rule, num_microbatches
 from planner.trainers import RECIPE_OFF
 from planner.trainers.torchtitan import NAME
 
@@ -117,7 +117,7 @@ def _r_graphs(m, c, t, world):
         return graphs_problem(m, c, t, impl)
 
 
-RULES: tuple[Rule, ...] = SHARED_DEGREES + (KV_HEADS_DIV_TP, EXPERTS_DIV_EP) + SHARED_SCHEDULE + (
+RULES: tuple[Rule, ...] = SHARED_DEGREES + (KV_HEADS_DIV_TP,) + SHARED_HEADS_EXPERTS + SHARED_SCHEDULE + (
     Rule("torchtitan_no_etp", _tt_no_etp),
     Rule("torchtitan_ep_divides", _tt_ep_divides),
     Rule("torchtitan_pipeline_microbatches", _tt_schedule),
