@@ -1,6 +1,6 @@
 """MaxText (JAX/XLA): rules, emitter (overrides.yml), log parser. MaxText has no recipe knobs topoplan writes.
 
-Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, ``emit``, ``logs``.
+Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, ``families``, ``emit``, ``logs``.
 """
 
 from __future__ import annotations

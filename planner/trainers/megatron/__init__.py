@@ -1,8 +1,9 @@
 """Megatron-LM and Megatron-Bridge (megatron-core 0.19.2): rules, recipe, emitters, read-back, log parser.
 
-Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules`` (its layout and recipe
-rules, ``effective_recipe``), ``emit`` (Megatron-LM's args.txt / env.sh) and ``bridge`` (Megatron-Bridge's
-overrides), ``readback`` (args.txt back into a layout), ``logs`` (rank logs).
+Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``recipe`` (its Recipe fields),
+``rules`` (its layout and recipe rules, ``effective_recipe``), ``families`` (what megatron-core cannot build),
+``emit`` (Megatron-LM's args.txt / env.sh) and ``bridge`` (Megatron-Bridge's overrides), ``readback``
+(args.txt back into a layout), ``logs`` (rank logs).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """TorchTitan 0.3.0: rules, recipe, emitter (job.toml / command.txt), read-back, log parser.
 
-Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, ``emit``, ``readback``, ``logs``.
+Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``recipe``, ``rules``, ``families``, ``emit``,
+``readback``, ``logs``.
 """
 
 from __future__ import annotations
