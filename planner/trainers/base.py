@@ -7,7 +7,9 @@ that this vocabulary layer imports none of them (docs/architecture.md, "Trainers
 =========  =====================================  =================================================
 part       module                                 layer (tests/test_layers.py)
 =========  =====================================  =================================================
+recipe     ``planner.trainers.<name>.recipe``     vocabulary: its Recipe fields and their off values
 rules      ``planner.trainers.<name>.rules``      vocabulary: RULES, effective_recipe
+families   ``planner.trainers.<name>.families``   vocabulary: the model families it cannot build
 emit       ``planner.trainers.<name>.emit``       output: ``files(ctx)`` for each emitter it owns
 readback   ``planner.trainers.<name>.readback``   output: launch files back into a layout
 logs       ``planner.trainers.<name>.logs``       cost: the rank-log parser (detect, parse)
