@@ -157,8 +157,9 @@ def test_param_all_gather_moves_one_byte_for_fp8_and_bf16_for_mxfp8():
     off = predict(model, cl, cfg, tr.model_copy(update={"recipe": Recipe(fp8_param_gather=False)}))
     assert 0 < on.breakdown["dp_comm"] < off.breakdown["dp_comm"]
     # only the DP term can move
-    assert {k: v for k, v in on.breakdown.items() if k != "dp_comm"} == pytest.approx(
-        {k: v for k, v in off.breakdown.items() if k != "dp_comm"})
+    # only dp_comm moves (and the slowest-GPU wait, a share of the whole step: terms/sync.py)
+    assert {k: v for k, v in on.breakdown.items() if k not in ("dp_comm", "sync")} == pytest.approx(
+        {k: v for k, v in off.breakdown.items() if k not in ("dp_comm", "sync")})
     model, cl, cfg, tr = _dense_dp("mxfp8")
     a = predict(model, cl, cfg, tr)
     b = predict(model, cl, cfg, tr.model_copy(update={"recipe": Recipe(fp8_param_gather=False)}))

@@ -52,6 +52,7 @@ from topologies.fabrics import fabric_kind
 __all__ = [
     "GroupShape", "shape_of", "Fabric", "fabric_for", "collective_time", "distinct_destinations",
     "NET_EFF_NCCL", "NET_EFF_DEEPEP", "PARAMS",
+    "nccl_latency_us", "nccl_choice",
 ]
 
 # Efficiency of the scale-out link for NCCL collectives: busbw x (k-1)/(n-1) = 36.95 GB/s on
@@ -526,6 +527,13 @@ class Fabric:
         t = p["p2p_base_us"] + self._step(tier) + _pipe(nbytes / self.net_bw(tier), self._pipe_net(tier))
         return self._low_latency(t, GroupShape(size=2, per_domain=1, domains=2, tier=tier), nbytes)
 
+    def nccl_latency(self, coll: str, shape: GroupShape) -> float:
+        """Seconds of NCCL latency for one latency-bound ``coll`` over ``shape`` on this fabric
+        (``nccl_choice``): NCCL's own constants, each network step longer by what this fabric kind's
+        step latency exceeds InfiniBand's (EFA, TCPXO: fabrics.yaml ``net_step_us``)."""
+        extra = max(0.0, self.kind.latency_us.get("net_step_us", PARAMS["net_step_us"]) - PARAMS["net_step_us"])
+        return nccl_choice(coll, shape, net_extra_us=extra)[1]
+
     # ---- by name --------------------------------------------------------------------------
     def time(self, kind: str, shape: GroupShape, nbytes: float, **kw) -> float:
         kinds = {
@@ -555,3 +563,91 @@ def collective_time(cluster, kind: str, gpu_indices, nbytes: float, **kw) -> flo
     idx = list(gpu_indices)
     shape = shape_of(cluster, idx)
     return fabric_for(cluster).time(kind, shape, nbytes, **kw)
+
+
+# ---- NCCL's algorithm latencies (its tuning model) -------------------------------------------------
+# NCCL prices each (collective, algorithm, protocol) as latency + bytes / bandwidth and runs the fastest
+# (src/graph/tuning.cc, ncclTopoTuneModel; constants ncclTunerConstantsDefaults, NVIDIA/nccl@5067397).
+# Base latencies (us) per algorithm and protocol (LL, LL128, Simple):
+NCCL_BASE_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet": (0.0, 0.0, 0.0),
+                "nvls": (0.0, 0.0, 0.0), "pat": (8.0, 8.0, 8.0)}
+# Hardware latency (us) per step, inside a node (NVLink) and across nodes (NET):
+NCCL_HW_US = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet": (0.0, 0.0, 3.7),
+               "nvls": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "collnet": (0.0, 0.0, 31.0),
+            "nvls": (0.0, 0.0, 18.0), "pat": (0.0, 0.0, 14.0)},
+}
+NCCL_PROTOCOLS = ("ll", "ll128", "simple")
+# getNetOverhead: 1 us per inter-node ring step on x86 Intel and Arm hosts (2 on AMD), x3 for Simple
+NCCL_NET_OVERHEAD_US = 1.0
+
+
+def _log2i(n: int) -> int:
+    return max(int(n), 1).bit_length() - 1
+
+
+def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "simple",
+                    net_extra_us: float = 0.0) -> float | None:
+    """NCCL's latency (us) of one ``coll`` ("all_reduce", "reduce_scatter", "all_gather") by ``algo``
+    ("ring", "tree", "collnet", "nvls", "pat") over ``ranks`` ranks on ``nodes`` nodes, as its tuning
+    model prices it (None where NCCL does not run that algorithm for that collective)::
+
+        ring       base + (steps - inter) * max(hw_intra, net overhead) + inter * hw_net
+                   steps = 2(n-1) all-reduce, n-1 otherwise; inter = 2(nodes-1) resp. nodes-1
+        tree       all-reduce only: base + 2 ((n/nodes - 1) hw_intra + log2(nodes) hw_net)
+        collnet    all-reduce only (SHARP in the switch): 2 min(1, ppn-1) hw_intra + 0.8 (ppn-1) + hw_net
+        nvls       all-reduce: hw_intra (+ hw_net across nodes)
+        pat        all-gather / reduce-scatter with one rank per node: base + log2(nodes) hw_net/3.5 + 2.8 n
+
+    Ring latency grows linearly with the ranks, tree's and PAT's (nearly) with their logarithm: what makes
+    a bandwidth-sized bucket latency-bound on thousands of GPUs. With one rank per node NCCL prices the
+    network step with the tree's NET latency (it is fully exposed). ``net_extra_us``: what the transport
+    adds to every network step beyond the InfiniBand NCCL's constants assume (``Fabric.nccl_latency``:
+    the fabric kind's step latency over InfiniBand's, topologies/fabrics.py)."""
+    p = NCCL_PROTOCOLS.index(proto)
+    n, k = max(int(ranks), 1), max(int(nodes), 1)
+    ppn = max(n // k, 1)
+    if n <= 1:
+        return 0.0
+    intra = NCCL_HW_US["nvlink"][algo][p]
+    inter = NCCL_HW_US["net"]["tree" if ppn == 1 else algo][p] + net_extra_us
+    base = NCCL_BASE_US[algo][p]
+    if algo == "ring":
+        steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
+        hops = 0 if k == 1 else (2 * (k - 1) if coll == "all_reduce" else k - 1)
+        if k > 1:
+            intra = max(intra, NCCL_NET_OVERHEAD_US * (3 if proto == "simple" else 1))
+        return base + (steps - hops) * intra + hops * inter
+    if algo == "tree":
+        return base + 2 * ((ppn - 1) * intra + _log2i(k) * inter) if coll == "all_reduce" else None
+    if algo == "collnet":
+        return base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter if coll == "all_reduce" else None
+    if algo == "nvls":
+        return intra + (inter if k > 1 else 0.0) if coll == "all_reduce" else None
+    if algo == "pat":
+        if coll == "all_reduce" or ppn != 1:
+            return None
+        return base + _log2i(k) * (inter / 3.5) + n * 2.8
+    raise ValueError(f"unknown NCCL algorithm {algo!r}")
+
+
+def nccl_choice(coll: str, shape: GroupShape, *, nvls: bool = False, collnet: bool = False,
+                pat: bool = True, net_extra_us: float = 0.0) -> tuple[str, float]:
+    """(algorithm, latency in seconds) NCCL takes for a latency-bound ``coll`` over the group ``shape``:
+    the least latency among the algorithms it may run there (ring always; tree for all-reduce; NVLS where
+    the NVLink domain has NVLink SHARP, ``nvls``; CollNet where the switches run SHARP, ``collnet``; PAT
+    for all-gather / reduce-scatter with one rank per node, NCCL >= 2.23, ``pat``). An NVLink domain
+    counts as NCCL's node, and the group spans ``ceil(size / per_domain)`` of them: the even split of
+    its ranks (a worst group of an uneven placement may touch one more domain at its edges; the latency
+    follows the ring's length, and the solver's shape tables and ``predict``'s shapes agree on it)."""
+    if shape.size <= 1:
+        return "none", 0.0
+    nodes = -(-shape.size // max(shape.per_domain, 1))
+    algos = ["ring", "tree"] + (["nvls"] if nvls else []) + (["collnet"] if collnet else []) + (["pat"] if pat else [])
+    best = None
+    for a in algos:
+        lat = nccl_latency_us(coll, a, shape.size, nodes, net_extra_us=net_extra_us)
+        if lat is not None and (best is None or lat < best[1]):
+            best = (a, lat)
+    return best[0], best[1] * 1e-6

@@ -299,6 +299,8 @@ def scale_cmd(
     seq_len: int = typer.Option(4096, "--seq-len", min=1, help="sequence length in tokens"),
     gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default: 16 sequences per GPU of the smallest size)"),
     gbs_range: str = typer.Option(None, "--gbs-range", help="let the solver choose the global batch in A:B"),
+    weak: bool = typer.Option(False, "--weak", help="weak scaling: the global batch grows with the GPUs (--gbs at the "
+                                                     "smallest size); default: it stays fixed (strong scaling)"),
     trainer: str = typer.Option(None, "--trainer", help="megatron | torchtitan | maxtext"),
     time_limit: float = typer.Option(None, "--time-limit", min=0.01, help="solver time limit per size"),
     objective: str = typer.Option("throughput", "--objective", help="throughput | tflops-per-gpu | goodput"),
@@ -324,6 +326,8 @@ def scale_cmd(
         raise InputError(f"--gpus {gpus!r}: give at least one positive GPU count")
     obj = _objective(objective)
     rng = _gbs_range(gbs_range)
+    if weak and rng is not None:
+        raise InputError("--weak with --gbs-range: weak scaling grows --gbs with the GPUs; give one of the two")
     if report is not None:
         check_output(report, "--report", directory=True)   # refused before the sizes are planned
     training = _training(seq_len, gbs or 16 * min(sizes), precision, stack, trainer, cuda_graphs,
@@ -334,7 +338,7 @@ def scale_cmd(
         rows = scale(m, lambda n: load_job(cluster, gpus=n, usable_per_domain=usable_per_rack), sizes, training,
                      time_limit=time_limit,
                      objective=obj, gbs_range=rng, trainer=trainer, on_done=lambda n: bar.advance(),
-                     resilience=res_opts)
+                     resilience=res_opts, weak=weak)
     doc = {"model": m.name, "cluster": cluster, "rows": rows,
            "header": header(training if trainer is None else training.model_copy(update={"trainer": trainer}),
                             m.name, cluster, sizes, [r["world"] for r in rows])}

@@ -33,6 +33,7 @@ from planner.cost.terms import host as HOST
 from planner.cost.terms import offload as OFF
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
+from planner.cost.terms import sync as SYNC
 from planner.cost.terms import tensor_parallel as TP
 from planner.model.flops import layer_costs
 from planner.model.pipeline import pipeline_layout
@@ -41,7 +42,7 @@ from planner.trainers import get_trainer
 from topologies.collectives import fabric_for as ff
 
 _BASE_TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
-               "imbalance", "other", "offload")
+               "imbalance", "other", "offload", "sync")
 TERMS = _BASE_TERMS + tuple(dict.fromkeys(t.name for t in K.EXTRA_TERMS if t.name not in _BASE_TERMS))
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 
@@ -89,6 +90,9 @@ class NetScaled:
     def p2p(self, nbytes, tier):
         t = self.fabric.p2p(nbytes, tier)
         return t / self.scale if tier >= 0 else t
+
+    def nccl_latency(self, coll, shape):
+        return self.fabric.nccl_latency(coll, shape)   # latency: net.bw scales bandwidth only
 
 
 @dataclass
@@ -530,6 +534,8 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
 
     bd = _breakdown(m, mean, PPL.bubble_factor(pp, vpp) * t_mb_max, t_mb_max, p2p, dp_x, t_opt, extra)
     total = K.step(F, core, p2p, dp_x, t_opt, extra)
+    bd["sync"] = SYNC.sync_time(total, world)   # the wait for the slowest of the world's GPUs (terms/sync.py)
+    total += bd["sync"]
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,
                    eff_bf16=eff.eff_bf16, tp_layer_s=t_tp_layer, a2a_layer_s=t_a2a_layer, cp_layer_s=t_cp_layer,
                    dp_raw_s=rs_d + rs_e + ag_d + ag_e, dp_rs_s=rs_d + rs_e, dp_ag_s=ag_d + ag_e,

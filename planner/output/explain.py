@@ -73,11 +73,12 @@ TERM_CATEGORY: dict[str, str] = {
     "optimizer": "optimizer",
     "other": "other",           # per-layer launch overhead (and, in the bar, any unexplained remainder)
     "offload": "other",         # CPU activation offload copies that the layers' compute does not hide
+    "sync": "sync",             # the wait for the slowest of the world's GPUs (terms/sync.py)
     **{t.name: t.category for t in EXTRA_TERMS},   # planner.cost.compose: each term says where it is drawn
 }
 # The categories of a step, in drawing order, with their label and colour (rich and matplotlib both
 # understand these names).
-CATEGORIES: tuple[str, ...] = ("compute", "tp", "cp", "ep", "imbalance", "bubble", "dp", "optimizer", "other")
+CATEGORIES: tuple[str, ...] = ("compute", "tp", "cp", "ep", "imbalance", "bubble", "dp", "optimizer", "sync", "other")
 CATEGORY_LABELS: dict[str, str] = {
     "compute": "compute",
     "tp": "exposed TP",
@@ -87,6 +88,7 @@ CATEGORY_LABELS: dict[str, str] = {
     "bubble": "pipeline bubble and P2P",
     "dp": "exposed DP",
     "optimizer": "optimizer",
+    "sync": "slowest-GPU wait",
     "other": "other",
 }
 CATEGORY_COLORS: dict[str, str] = {
@@ -98,6 +100,7 @@ CATEGORY_COLORS: dict[str, str] = {
     "bubble": "#72b7b2",
     "dp": "#54a24b",
     "optimizer": "#b279a2",
+    "sync": "#ff9da6",
     "other": "#b8b8b8",
 }
 
@@ -114,6 +117,7 @@ TERM_LABELS: dict[str, str] = {
     "optimizer": "optimizer",
     "other": "other",
     "offload": "exposed CPU offload",
+    "sync": "slowest-GPU wait",
 }
 
 # Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal

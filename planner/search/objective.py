@@ -3,13 +3,11 @@ the uncertainty band's lower edge) as a weighted minimisation of the step node."
 
 from __future__ import annotations
 
-import math
-from functools import reduce
-
 import numpy as np
 
 from planner.config import ParallelConfig
 from planner.cost.predict import _flops_per_token
+from planner.cost.terms import sync as SYNC
 from planner.cost.uncertainty import band_for, classify
 from solver.layout import evaluate_many
 
@@ -17,10 +15,6 @@ from solver.layout import evaluate_many
 # only through CP, FSDP and whether the EP group leaves its NVLink domain (planner.cost.uncertainty),
 # so it enters the program as a factor table (exp(h) scaled by BAND_SCALE and rounded): exact.
 BAND_SCALE = 1000
-
-
-def _lcm(values) -> int:
-    return reduce(lambda a, b: a * b // math.gcd(a, b), values, 1)
 
 
 def _band_factor(b):
@@ -61,31 +55,24 @@ def band_scale_of(b, choice) -> int:
 
 def add_objective(b, total) -> None:
     P, vals, tr = b.prog, b.vals, b.training
-    gbs_vals = vals["gbs"]
     if b.objective == "robust":   # tokens/s * exp(-h): minimise step * exp(h) / gbs
         total = P.product(total, _band_factor(b))
+    # the step also waits for the slowest of its W GPUs: (1 + sync_factor(W)) x the program's total
+    # (terms/sync.py; predict adds it as the breakdown's "sync"): a weight over tp, cp, pp, dp, exact
+    sync = {ix: 1.0 + SYNC.sync_factor(a["tp"] * a["cp"] * a["pp"] * a["dp"])
+            for ix, a in b.combos("tp", "cp", "pp", "dp", "gbs")}
     if b.objective in ("throughput", "robust"):
-        # tokens/s = gbs * seq / step: minimise step / gbs, i.e. step * (L / gbs)
-        if len(gbs_vals) == 1:
-            P.minimize(total)
-            return
-        lcm = _lcm(gbs_vals)
-        if lcm <= 10 ** 6:
-            w = {(i,): lcm // g for i, g in enumerate(gbs_vals)}
-        else:
-            K = 10 ** 6 * max(gbs_vals)
-            w = {(i,): max(1, round(K / g)) for i, g in enumerate(gbs_vals)}
-            b.notes.append("global-batch weights rounded to 1e-6 relative")
-        P.minimize(total, b.idx("gbs"), w)
-        return
-    # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * world / (gbs * fpt(tp))
-    fpt = {t: _flops_per_token(b.model, tr.seq_len, t, b.profile.flops_formula) for t in vals["tp"]}
-    ratios = {}
-    for ix, a in b.combos("tp", "cp", "pp", "dp", "gbs"):
-        w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
-        ratios[ix] = w / (a["gbs"] * fpt[a["tp"]])
+        # tokens/s = gbs * seq / step: minimise step * (1 + sync) / gbs
+        ratios = {ix: f / vals["gbs"][ix[-1]] for ix, f in sync.items()}
+    else:
+        # tflops per GPU = gbs * seq * fpt(tp) / (world * step): minimise step * (1 + sync) * world / (gbs * fpt(tp))
+        fpt = {t: _flops_per_token(b.model, tr.seq_len, t, b.profile.flops_formula) for t in vals["tp"]}
+        ratios = {}
+        for ix, a in b.combos("tp", "cp", "pp", "dp", "gbs"):
+            w = a["tp"] * a["cp"] * a["pp"] * a["dp"]
+            ratios[ix] = sync[ix] * w / (a["gbs"] * fpt[a["tp"]])
     lo = min(ratios.values())
     K = 10 ** 6 / lo
     P.minimize(total, b.idx("tp", "cp", "pp", "dp", "gbs"),
                {k: max(1, round(r * K)) for k, r in ratios.items()})
-    b.notes.append("per-GPU objective weights rounded to 1e-6 relative")
+    b.notes.append("objective weights (global batch, world size, FLOPs) rounded to 1e-6 relative")

@@ -558,7 +558,7 @@ def _entries(res, b, model, cluster, training, trainer, prof):
         rm = b.rank_maps[b.vals["gpd"].index(gpd)]
         shapes = {ax: rm.worst_shape(*axis_stride_size(cfg, world, ax), world)
                   for ax in ("tp", "cp", "dp", "pp") + (("ep", "edp") if model.is_moe else ())}
-        step_prog = step_seconds(sol.node_value, band_scale_of(b, sol.choice))
+        step_prog = step_seconds(sol.node_value, band_scale_of(b, sol.choice), world)
         # one composition (planner.cost.compose): the program is step_time up to its rounding
         gap = abs(step_prog - pred.step_time_s)
         bound = quantisation_bound(model, cfg, gbs, world, b.par("pp.overlap"), pred.breakdown["pp_p2p"])
@@ -627,14 +627,18 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
 
 
 def scale(model, cluster_for, sizes, training: Training, *, time_limit=None, objective="throughput",
-          gbs_range=None, trainer=None, on_done=None, resilience: Resilience | None = None) -> list[dict]:
+          gbs_range=None, trainer=None, on_done=None, resilience: Resilience | None = None,
+          weak: bool = False) -> list[dict]:
     """Plan each GPU count; rows with throughput, TFLOP/s per GPU and retention vs the smallest size,
     and goodput (``planner.cost.goodput``): goodput tokens/s, the effective share and goodput per GPU
-    retained against the smallest size."""
+    retained against the smallest size. ``weak``: the global batch grows with the GPU count (``training``'s
+    at the smallest size, ``round(gbs * n / n0)`` at n), as weak-scaling series run; else it stays fixed."""
     rows = []
+    n0 = min(sizes) if sizes else 1
     for n in sorted(sizes):
         cluster = cluster_for(n)
-        res = plan(model, cluster, training, top=1, time_limit=time_limit, objective=objective,
+        tr = training.model_copy(update={"global_batch": max(1, round(training.global_batch * n / n0))}) if weak else training
+        res = plan(model, cluster, tr, top=1, time_limit=time_limit, objective=objective,
                    gbs_range=gbs_range, trainer=trainer, resilience=resilience)
         e = res.plans[0]
         p = e.prediction

@@ -56,6 +56,7 @@ from planner.cost.terms import data_parallel as DPc
 from planner.cost.terms import expert_a2a as EA
 from planner.cost.terms import optimizer as OPT
 from planner.cost.terms import pipeline as PPL
+from planner.cost.terms import sync as SYNC
 from planner.errors import InfeasibleError, InputError
 from planner.model.pipeline import pipeline_layout
 from planner.rules import effective_recipe, offload_layers, quantised_params
@@ -705,9 +706,11 @@ class ProgramBuilder:
         return cfg, world, a["gbs"], a["gpd"], lay
 
 
-def step_seconds(node_value: int, band_scale: int = 1) -> float:
-    """The step, seconds, of the program's objective node value (1/840 ns, times the band factor)."""
-    return node_value / band_scale / BUBBLE * NS
+def step_seconds(node_value: int, band_scale: int = 1, world: int = 1) -> float:
+    """The step, seconds, of the program's objective node value (1/840 ns, times the band factor), with
+    the wait for the slowest of its ``world`` GPUs (``terms/sync.py``: a factor of the step, which the
+    program carries in the objective's weights, ``planner.search.objective``)."""
+    return node_value / band_scale / BUBBLE * NS * (1.0 + SYNC.sync_factor(world))
 
 
 def quantisation_bound(model, config: ParallelConfig, gbs: int, world: int, o_pp: float, p2p_s: float) -> float:
@@ -724,7 +727,7 @@ def quantisation_bound(model, config: ParallelConfig, gbs: int, world: int, o_pp
     core = (m + PPL.bubble_factor(config.pp, config.vpp)) * (6.0 * layers + 2.0)
     transfers = PPL.p2p_transfers(config.pp, config.vpp, int(round(m)), o_pp)
     p2p = 0.5 * transfers + (p2p_s / NS / transfers * 0.5 / BUBBLE if transfers > 0 else 0.0) + 1.0
-    return NS * (core + p2p + 2.0 * (m + 1) + 1.0)
+    return NS * (core + p2p + 2.0 * (m + 1) + 1.0) * (1.0 + SYNC.sync_factor(world))   # the step's sync share
 
 
 def used_per_domain(cluster, gpd, world) -> list[int]:

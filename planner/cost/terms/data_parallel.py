@@ -17,9 +17,21 @@ that micro-batch's compute::
 
 This module gives the transfers (``dp_time``, ``param_gather_bytes``); how they are exposed is part of
 the step's composition, ``planner.cost.compose`` (``dp_exposed``, ``fsdp_exposed``).
+
+Buckets and NCCL latency: megatron-core reduces and gathers in buckets of ``max(40M, 1M x dp)``
+parameters (``distributed_data_parallel.py``: "larger DP sizes need larger buckets" so that NCCL's ring
+stays bandwidth-bound), one NCCL call each. Every call pays NCCL's latency for the group, which grows with
+its ranks (``topologies.collectives.nccl_latency_us``: a ring reduce-scatter over k nodes takes k-1
+network steps of ~14 us; PAT, one rank per node, log2 k): ``RS += buckets x latency(RS)``, the same for AG.
+At 64 nodes a ring step chain is ~0.9 ms a bucket; this is the DP cost that grows with N rather than with
+the work per GPU.
 """
 
 from __future__ import annotations
+
+import math
+
+from topologies.collectives import nccl_choice
 
 # Megatron-Bridge's performance recipes reduce gradients in BF16: they set
 # cfg.ddp.grad_reduce_in_fp32 = False (and mixed_precision.grad_reduce_in_fp32 = False) in the
@@ -30,6 +42,27 @@ from __future__ import annotations
 GRAD_BYTES = 2.0
 PARAM_BYTES = 2.0
 FSDP_GATHERS = 2   # FSDP gathers each micro-batch's parameters twice (forward, backward)
+# megatron-core distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp_group.size())
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def ddp_buckets(param_count: float, dp_size: int) -> int:
+    """Buckets megatron-core splits ``param_count`` parameters into for the DP reduction."""
+    if param_count <= 0:
+        return 0
+    return math.ceil(param_count / max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * dp_size))
+
+
+def bucket_latency(shape, param_count: float, fabric=None) -> tuple[float, float]:
+    """(reduce-scatter, all-gather) seconds of NCCL latency over all buckets of ``param_count``
+    parameters on the group ``shape``: ``fabric.nccl_latency`` (the fabric kind's network steps), or
+    NCCL's own constants without a fabric (``topologies.collectives.nccl_choice``)."""
+    if shape is None or shape.size <= 1 or param_count <= 0:
+        return 0.0, 0.0
+    b = ddp_buckets(param_count, shape.size)
+    lat = fabric.nccl_latency if fabric is not None else (lambda c, sh: nccl_choice(c, sh)[1])
+    return b * lat("reduce_scatter", shape), b * lat("all_gather", shape)
 
 
 def param_gather_bytes(precision: str, quantised_params: bool) -> float:
@@ -54,5 +87,6 @@ def dp_time(fabric, shape, param_count: float, grad_bytes: float = 2.0, param_by
     """(reduce-scatter, all-gather) seconds for ``param_count`` parameters over the group ``shape``."""
     if shape is None or shape.size <= 1 or param_count <= 0:
         return 0.0, 0.0
-    return (fabric.reduce_scatter(shape, param_count * grad_bytes),
-            fabric.all_gather(shape, param_count * param_bytes))
+    lat_rs, lat_ag = bucket_latency(shape, param_count, fabric)
+    return (fabric.reduce_scatter(shape, param_count * grad_bytes) + lat_rs,
+            fabric.all_gather(shape, param_count * param_bytes) + lat_ag)
