@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.output.emit.readback import read_megatron
+from planner.trainers.megatron.readback import read_megatron
 from planner.model.spec import load_model
 
 REPO = Path(__file__).resolve().parents[1]
