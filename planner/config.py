@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+
+from planner.trainers import DEFAULT, NAMES, RECIPE_FIELDS, TRAINERS as _BY_NAME, get_trainer
 
 PRECISIONS = ("bf16", "fp8", "fp8-block", "mxfp8", "nvfp4")
 Precision = Literal["bf16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
@@ -20,7 +22,7 @@ Precision = Literal["bf16", "fp8", "fp8-block", "mxfp8", "nvfp4"]
 # Megatron's --recompute-modules vocabulary (megatron-core 0.19.2).
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "layernorm", "shared_experts")
 DISPATCHERS = ("alltoall", "allgather", "flex-deepep", "flex-hybridep")
-TRAINERS = ("megatron", "torchtitan", "maxtext")
+TRAINERS = NAMES   # the trainer packages (planner.trainers); each owns its rules, recipe and files
 
 # -- memory headroom (issue 11 item 6) -------------------------------------------------------------
 # The share of HBM a plan leaves free for what planner.cost.memory does not model (docs/memory.md).
@@ -193,13 +195,7 @@ class ParallelConfig(BaseModel):
         return " ".join(parts)
 
 
-# The stack profile each trainer is priced with unless ``Training.stack`` says otherwise.
-DEFAULT_STACKS = {"megatron": "megatron-26.08", "torchtitan": "torchtitan", "maxtext": "maxtext"}
-# megatron-core 0.19.2 CudaGraphModule names (--cuda-graph-modules); empty = the whole layer.
-CUDA_GRAPH_MODULES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
-
-
-class Recipe(BaseModel):
+class RecipeBase(BaseModel):
     """The performance settings of a training recipe, named as Megatron-LM names them (megatron-core
     0.19.2 flags without the leading ``--``). Everything the step-time model prices is here, and each
     emitter writes exactly these settings (docs/emitters.md has the table of flags per trainer).
@@ -214,64 +210,11 @@ class Recipe(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    cuda_graph_impl: Literal["none", "local", "transformer_engine", "full_iteration"] | None = Field(
-        None, description="--cuda-graph-impl; None = transformer_engine where the layout allows graphs, else none")
-    cuda_graph_modules: tuple[str, ...] | None = Field(
-        None, description="--cuda-graph-modules (attn, mlp, moe, moe_router, moe_preprocess); () = whole layer; "
-                          "None = attn+moe_router+moe_preprocess (MoE) / attn+mlp (dense), less what the layout forbids")
-    overlap_moe_expert_parallel_comm: bool | None = Field(
-        None, description="--overlap-moe-expert-parallel-comm (1F1B all-to-all overlap); priced with ep.overlap, "
-                          "0 when off")
-    delay_wgrad_compute: bool | None = Field(None, description="--delay-wgrad-compute (needs the all-to-all overlap)")
-    tp_comm_overlap: bool | None = Field(None, description="--tp-comm-overlap (needs sequence parallelism, TP > 1); "
-                                                           "priced with tp.overlap, 0 when off")
-    moe_permute_fusion: bool = Field(True, description="--moe-permute-fusion")
-    moe_router_fusion: bool = Field(True, description="--moe-router-fusion")
-    cross_entropy_loss_fusion: bool = Field(True, description="--cross-entropy-loss-fusion (impl native)")
-    moe_router_enable_expert_bias: bool | None = Field(
-        None, description="--moe-router-enable-expert-bias (aux-loss-free routing); None = the model's routing "
-                          "(DeepSeek-V3 / Kimi-K2 noaux_tc)")
-    fsdp_impl: Literal["megatron", "torch"] = Field("megatron", description="FSDP flavour when the layout shards "
-                                                    "parameters: megatron (--use-megatron-fsdp) | torch (--use-torch-fsdp2)")
-    cpu_offload_layers: int | None = Field(
-        None, ge=0, description="--cpu-offloading-num-layers: the first N decoder layers keep their saved activations "
-                                "in host memory between forward and backward (Transformer Engine's CPU offload; "
-                                "Megatron-Bridge model.cpu_offloading*); None or 0 = off. Megatron only, with pp 1, "
-                                "no recompute, N < num_layers and no per-layer CUDA graphs (planner.rules); priced "
-                                "by planner.cost.memory and planner/cost/terms/offload.py")
-    fp8_param_gather: bool | None = Field(
-        None, description="--fp8-param-gather (with MXFP8 and the distributed optimizer also "
-                          "--reuse-grad-buf-for-mxfp8-param-ag): the parameters of the linear layers are the FP8 / "
-                          "MXFP8 tensors (no BF16 copy; FP32 master weights stay in the optimizer) and the "
-                          "data-parallel all-gather moves FP8 (tensorwise, blockwise) or BF16 through the gradient "
-                          "buffer (MXFP8). None = as NVIDIA's Megatron-Bridge performance recipes: on for fp8 and "
-                          "mxfp8, off for fp8-block, nvfp4 and bf16 and where the layout forbids it (planner.rules); "
-                          "Megatron only")
-    fp4_param_gather: bool | None = Field(
-        None, description="--fp4-param-gather: the parameters of the linear layers are Transformer Engine's NVFP4 "
-                          "tensors (no BF16 copy; FP32 master weights stay in the optimizer) and the data-parallel "
-                          "all-gather moves the packed 4-bit row-wise data (0.5 B per parameter). None = as NVIDIA's "
-                          "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
-                          "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")
 
-    torch_compile: bool | None = Field(
-        None, description="TorchTitan: torch.compile of the model (config.compile.enable with 'model' in "
-                          "config.compile.components: each transformer block compiled, its elementwise ops fused; "
-                          "priced with the profile's mem.elementwise, eager with mem.elementwise_eager). None = what "
-                          "the model's TorchTitan 0.3.0 registry function does (llama3_405b compiles the model; the "
-                          "others compile at most the loss: planner.rules.TORCHTITAN_COMPILED). Independent of CUDA "
-                          "graphs (training.disable_cuda_graphs). TorchTitan only: Megatron and MaxText refuse it")
-
-    @field_validator("cuda_graph_modules", mode="before")
-    @classmethod
-    def _modules(cls, v):
-        if v is None:
-            return None
-        items = v.replace(",", " ").split() if isinstance(v, str) else list(v)
-        bad = [x for x in items if x not in CUDA_GRAPH_MODULES]
-        if bad:
-            raise ValueError(f"unknown CUDA graph module {bad[0]!r}; use {', '.join(CUDA_GRAPH_MODULES)}")
-        return tuple(x for x in CUDA_GRAPH_MODULES if x in items)
+# The fields are declared by the trainer packages that own them (planner/trainers/<name>/recipe.py), in the
+# order of the registry; this assembles them into one frozen model.
+Recipe = create_model("Recipe", __base__=RecipeBase, __module__=__name__, __doc__=RecipeBase.__doc__,
+                      **RECIPE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -313,7 +256,7 @@ class Training(BaseModel):
     """The training setup a plan serves: sequence length, global batch (sequences), precision,
     software stack profile, the trainer the launch configs are for and its recipe settings.
 
-    ``stack`` defaults to the trainer's own profile (``DEFAULT_STACKS``). ``cuda_graphs=False`` is
+    ``stack`` defaults to the trainer's own profile (``Trainer.default_stack``). ``cuda_graphs=False`` is
     the same as ``recipe.cuda_graph_impl="none"``; the two are kept consistent."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -321,8 +264,9 @@ class Training(BaseModel):
     seq_len: int = Field(4096, ge=1, description="sequence length in tokens")
     global_batch: int = Field(..., ge=1, description="global batch size in sequences")
     precision: Precision = Field("bf16", description="bf16 | fp8 | fp8-block | mxfp8 | nvfp4")
-    stack: str = Field("megatron-26.08", description="software stack profile name (default: the trainer's)")
-    trainer: str = Field("megatron", description="megatron | torchtitan | maxtext")
+    stack: str = Field(get_trainer(DEFAULT).default_stack,
+                       description="software stack profile name (default: the trainer's)")
+    trainer: str = Field(DEFAULT, description=" | ".join(NAMES))
     cuda_graphs: bool = Field(True, description="the recipe captures CUDA graphs and fuses its elementwise "
                               "ops (NVIDIA's current Megatron-Bridge recipes); False: it runs eagerly, "
                               "priced with the profile's mem.elementwise_eager (= recipe.cuda_graph_impl none)")
@@ -336,9 +280,10 @@ class Training(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        trainer = data.get("trainer") or "megatron"
+        trainer = data.get("trainer") or DEFAULT
+        owner = _BY_NAME.get(trainer, get_trainer(DEFAULT))   # an unknown name is refused by _trainer below
         if data.get("stack") is None:
-            data["stack"] = DEFAULT_STACKS.get(trainer, DEFAULT_STACKS["megatron"])
+            data["stack"] = owner.default_stack
         recipe = data.get("recipe")
         if recipe is None:
             recipe = Recipe()
@@ -351,23 +296,9 @@ class Training(BaseModel):
             recipe = recipe.model_copy(update={"cuda_graph_impl": "none"})
         elif impl == "none":
             data["cuda_graphs"] = False
-        if recipe.cpu_offload_layers and trainer != "megatron":
-            raise ValueError(f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {trainer} has no layer-wise "
-                             "activation offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
-        if recipe.fp8_param_gather and trainer != "megatron":
-            why = ("torchao's enable_fsdp_float8_all_gather casts FP32 shards to FP8 for the FSDP all-gather but keeps "
-                   "FP32 parameters, a different setting topoplan does not model"
-                   if trainer == "torchtitan" else "it has no FP8 parameter gather")
-            raise ValueError(f"recipe.fp8_param_gather=True: Megatron's --fp8-param-gather has no {trainer} "
-                             f"counterpart ({why}); leave it unset")
-        if recipe.torch_compile is not None and trainer != "torchtitan":
-            why = ("its fusions come from Transformer Engine and CUDA graphs (recipe.cuda_graph_impl)"
-                   if trainer == "megatron" else "XLA always compiles and fuses the step")
-            raise ValueError(f"recipe.torch_compile={recipe.torch_compile}: TorchTitan's model compile has no "
-                             f"{trainer} counterpart ({why}); leave it unset")
-        if recipe.fp4_param_gather and trainer != "megatron":
-            raise ValueError(f"recipe.fp4_param_gather=True: Megatron's --fp4-param-gather has no {trainer} "
-                             "counterpart (it has no NVFP4 parameter gather); leave it unset")
+        refusal = owner.refuse_recipe(recipe) if trainer in _BY_NAME else None
+        if refusal:
+            raise ValueError(refusal)
         data["recipe"] = recipe
         return data
 

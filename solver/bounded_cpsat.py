@@ -120,6 +120,50 @@ class _Collect(cp_model.CpSolverSolutionCallback):
             self.StopSearch()
 
 
+def _expander(prog: Program, keep: list[int]):
+    """``expand(block_rows)``: every completion of each block (rows over the ``keep`` variables)
+    over the free variables, as full rows, keeping those that pass every rule table."""
+    n = len(prog.domains)
+    free = [v for v in range(n) if v not in set(keep)]
+    fgrid = np.array(list(itertools.product(*(range(prog.domains[v]) for v in free))), dtype=np.int64)
+    fgrid = fgrid.reshape(len(fgrid), len(free))
+
+    def expand(block_rows):
+        b = np.asarray(block_rows, dtype=np.int64)
+        rows = np.zeros((len(b) * len(fgrid), n), dtype=np.int64)
+        rows[:, keep] = np.repeat(b, len(fgrid), axis=0)
+        if free:
+            rows[:, free] = np.tile(fgrid, (len(b), 1))
+        return rows[table_mask(prog, rows)]
+    return expand
+
+
+class _Runner:
+    """One CP-SAT solve of a model (minimise, or enumerate every solution up to ``batch``) under
+    the search's remaining time, stoppable by Ctrl-C; ``seconds`` sums the time spent in CP-SAT."""
+
+    def __init__(self, mx, t0: float, time_limit: float | None, workers: int, batch: int):
+        self.mx, self.t0, self.time_limit, self.workers, self.batch = mx, t0, time_limit, workers, batch
+        self.seconds = 0.0
+
+    def __call__(self, model, enumerate_all=False, limit=None):
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1 if enumerate_all else max(1, int(self.workers))
+        if enumerate_all:
+            s.parameters.enumerate_all_solutions = True
+        if self.time_limit is not None:
+            s.parameters.max_time_in_seconds = max(0.05, self.time_limit - (time.perf_counter() - self.t0))
+        cb = _Collect(self.mx, limit or self.batch) if enumerate_all else None
+        t = time.perf_counter()
+        with stoppable(s):
+            st = s.Solve(model, cb) if cb is not None else s.Solve(model)
+        self.seconds += time.perf_counter() - t
+        if _DEBUG:
+            print(f"cp-sat {'enum' if enumerate_all else 'min'} {time.perf_counter() - t:.2f}s "
+                  f"{s.StatusName(st)} rows={len(cb.rows) if cb else '-'}", flush=True)
+        return s, st, cb
+
+
 def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit: float | None = None,
                   workers: int = 2, batch: int = 200_000, master: Sequence[int] | None = None) -> BoundedResult:
     """Exact optimum (and top-K) of ``prog`` by CP-SAT over a separable lower bound plus exact lazy
@@ -147,39 +191,9 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
     t0 = time.perf_counter()
     n = len(prog.domains)
     keep = list(range(n)) if master is None else sorted(set(int(v) for v in master))
-    free = [v for v in range(n) if v not in set(keep)]
     m, xs, B, (blo, bhi) = _cpsat_master(prog, factors, keep)
-    mx = [xs[v] for v in keep]
-    cpsat = 0.0
-    # every completion of a block over the free variables, as columns to tile under its rows
-    fgrid = np.array(list(itertools.product(*(range(prog.domains[v]) for v in free))), dtype=np.int64)
-    fgrid = fgrid.reshape(len(fgrid), len(free))
-
-    def expand(block_rows):
-        b = np.asarray(block_rows, dtype=np.int64)
-        rows = np.zeros((len(b) * len(fgrid), n), dtype=np.int64)
-        rows[:, keep] = np.repeat(b, len(fgrid), axis=0)
-        if free:
-            rows[:, free] = np.tile(fgrid, (len(b), 1))
-        return rows[table_mask(prog, rows)]
-
-    def run(model, enumerate_all=False, limit=None):
-        nonlocal cpsat
-        s = cp_model.CpSolver()
-        s.parameters.num_workers = 1 if enumerate_all else max(1, int(workers))
-        if enumerate_all:
-            s.parameters.enumerate_all_solutions = True
-        if time_limit is not None:
-            s.parameters.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
-        cb = _Collect(mx, limit or batch) if enumerate_all else None
-        t = time.perf_counter()
-        with stoppable(s):
-            st = s.Solve(model, cb) if cb is not None else s.Solve(model)
-        cpsat += time.perf_counter() - t
-        if _DEBUG:
-            print(f"cp-sat {'enum' if enumerate_all else 'min'} {time.perf_counter() - t:.2f}s "
-                  f"{s.StatusName(st)} rows={len(cb.rows) if cb else '-'}", flush=True)
-        return s, st, cb
+    expand = _expander(prog, keep)
+    run = _Runner([xs[v] for v in keep], t0, time_limit, workers, batch)
 
     m.Minimize(B)
     s, st, _ = run(m)
@@ -187,7 +201,7 @@ def solve_bounded(prog: Program, factors, top: int = 1, accept=None, time_limit:
     done = lambda status, sols, bound, **kw: BoundedResult(  # noqa: E731
         status=status, objective=sols[0].objective if sols else None, bound=bound,
         wall_s=time.perf_counter() - t0, solutions=sols, statuses=[status] * len(sols), num_vars=nvars,
-        num_constraints=ncons, cpsat_s=cpsat, **kw)
+        num_constraints=ncons, cpsat_s=run.seconds, **kw)
     if st == cp_model.INFEASIBLE:
         return done("INFEASIBLE", [], None)
     if st != cp_model.OPTIMAL:

@@ -25,9 +25,10 @@ def read_back(doc: dict, index: int = 0, args: list[str] | None = None):
     from planner.cost.placement import make_placement
     from planner.cost.predict import predict
     from planner.output.emit import load_context, render_files
-    from planner.output.emit.megatron import megatron_args, parse_args_file, render_args
-    from planner.output.emit.readback import megatron_setup, torchtitan_setup
-    from planner.output.emit.torchtitan import parse_command
+    from planner.trainers.megatron.emit import megatron_args, parse_args_file, render_args
+    from planner.trainers.megatron.readback import megatron_setup
+    from planner.trainers.torchtitan.readback import torchtitan_setup
+    from planner.trainers.torchtitan.emit import parse_command
 
     ctx = load_context(doc, index)
     if ctx.training.trainer == "torchtitan":

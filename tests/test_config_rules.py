@@ -142,7 +142,8 @@ def test_interleaved_schedule_needs_pp_microbatch_groups():
 # --- recipe settings (issue 11 item 1): megatron-core 0.19.2's rules as named predicates --------
 
 from planner.config import Recipe  # noqa: E402
-from planner.rules import RECIPE_RULES, effective_recipe  # noqa: E402
+from planner.rules import effective_recipe  # noqa: E402
+from planner.trainers.megatron.rules import RECIPE_RULES  # noqa: E402
 
 
 def _req(**kw) -> Training:
@@ -185,7 +186,7 @@ def test_required_recipe_settings_break_megatron_rules(name, cfg, recipe, rule):
     tr = _req(**recipe)
     assert rule in names(violations(m, cfg, tr, world))
     # auto (the default) never refuses: the setting is switched off for this layout instead
-    assert not {r for r in names(violations(m, cfg, T, world)) if r in {n for n, _, _ in RECIPE_RULES}}
+    assert not {r for r in names(violations(m, cfg, T, world)) if r in {r.name for r in RECIPE_RULES}}
 
 
 def test_defaults_follow_the_trainer_and_the_model():
@@ -238,7 +239,7 @@ def test_effective_recipe_is_idempotent_and_never_breaks_a_recipe_rule(cfg, reci
         cfg = cfg.model_copy(update={"ep": 1})
     tr = T.model_copy(update={"trainer": trainer, "recipe": Recipe(**recipe)})
     world = cfg.model_parallel * 8
-    recipe_rules = {n for n, _, _ in RECIPE_RULES}
+    recipe_rules = {r.name for r in RECIPE_RULES}
     given_broken = names(violations(m, cfg, tr, world)) & recipe_rules
     e = effective_recipe(m, cfg, tr)
     fixed = tr.model_copy(update={"recipe": e})

@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from planner.config import ParallelConfig, Training
 from planner.output.emit import ALL, EMITTERS, emit_plan, load_context, parse_trainers, render_files
-from planner.output.emit import bridge, maxtext, megatron, slurm
+from planner.output.emit import slurm
+from planner.trainers.maxtext import emit as maxtext
+from planner.trainers.megatron import bridge
+from planner.trainers.megatron import emit as megatron
 from planner.errors import InputError
 from planner.rules import violations
 from topologies.cluster import Cluster
@@ -338,7 +341,7 @@ def test_maxtext_rule_matches_the_emitter():
 def test_torchtitan_toml_matches_the_command_line(dsv3_doc):
     import tomllib
 
-    from planner.output.emit.torchtitan import parse_command
+    from planner.trainers.torchtitan.emit import parse_command
 
     files = render_files(load_context(dsv3_doc), ["torchtitan"])
     job = tomllib.loads(files["torchtitan/job.toml"])

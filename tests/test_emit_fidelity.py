@@ -24,10 +24,10 @@ from planner.config import ParallelConfig, Training
 from planner.errors import InputError
 from planner.model.spec import catalog, catalog_entry, load_model
 from planner.output.emit import emit_plan
-from planner.output.emit.megatron import mla_yarn_unexpressed
+from planner.trainers.megatron.emit import mla_yarn_unexpressed
 from planner.output.emit.support import check_family
-from planner.output.emit.torchtitan import BASE_CONFIG, BUILTIN_MODEL, REGISTRY_KWARGS, parse_command
-from planner.output.emit.torchtitan import MODELS as TT_MODELS
+from planner.trainers.torchtitan.emit import BASE_CONFIG, BUILTIN_MODEL, REGISTRY_KWARGS, parse_command
+from planner.trainers.torchtitan.emit import MODELS as TT_MODELS
 from test_emit_trainers import _megatron_env, _run, _say, mcore_dir  # noqa: F401 - mcore_dir is a fixture
 from trainers.plans import hgx_cluster, plan_doc
 from trainers.sites import bash_words
@@ -376,7 +376,7 @@ def test_torchtitan_builds_the_config(name, titan_read, request):
 
 
 def test_builtin_flavour_table_is_torchtitans(titan_read):
-    """planner.output.emit.torchtitan.BUILTIN_MODEL (what decides whether a catalog model's launch must set
+    """planner.trainers.torchtitan.emit.BUILTIN_MODEL (what decides whether a catalog model's launch must set
     the config's RoPE and eps itself) says what torchtitan's own flavours build: RoPE fields and eps."""
     assert set(BUILTIN_MODEL) == set(TT_MODELS)
     for name, (rope, eps) in BUILTIN_MODEL.items():

@@ -22,7 +22,7 @@ from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import load_context
 from planner.cost.hybridep import hybrid_ep_ranks_per_domain
-from planner.output.emit.megatron import megatron_env
+from planner.trainers.megatron.emit import megatron_env
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc
 
 T = Training(seq_len=4096, global_batch=4096, precision="mxfp8")

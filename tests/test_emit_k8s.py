@@ -34,7 +34,8 @@ from planner.cost.placement import AXES, rank_groups
 from planner.errors import InputError
 from planner.launch.place import place
 from planner.output.emit import emit_plan, launch_shape_of, load_context
-from planner.output.emit import megatron, torchtitan
+from planner.trainers.megatron import emit as megatron
+from planner.trainers.torchtitan import emit as torchtitan
 from topologies.loader import load_cluster
 from topologies.presets import build_preset
 from trainers.plans import hgx_cluster, nvl72_cluster, plan_doc

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from planner.config import ParallelConfig, Training
 from planner.output.emit import for_trainer, load_context, render_files
-from planner.output.emit.megatron import megatron_args
+from planner.trainers.megatron.emit import megatron_args
 from planner.rules import effective_recipe
 from trainers.plans import hgx_cluster, plan_doc
 

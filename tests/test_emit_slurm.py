@@ -22,7 +22,10 @@ from planner.config import ParallelConfig, Training
 from planner.cost.placement import rank_groups
 from planner.errors import InputError
 from planner.output.emit import emit_plan, load_context
-from planner.output.emit import maxtext, megatron, slurm, torchtitan
+from planner.output.emit import slurm
+from planner.trainers.maxtext import emit as maxtext
+from planner.trainers.megatron import emit as megatron
+from planner.trainers.torchtitan import emit as torchtitan
 from topologies.cluster import Cluster, cluster_from_dict
 from topologies.hostlist import expand
 from topologies.presets import PRESETS, build_preset, is_preset_host

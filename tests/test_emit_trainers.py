@@ -234,7 +234,7 @@ def emitted(tmp_path_factory):
         d = root / name.replace("@", "_")
         emit_plan(doc, ["megatron", "bridge", "slurm"] + (["torchtitan"] if name in TITAN_EXAMPLES else []), d)
         out[name] = (doc, d)
-    from planner.output.emit.torchtitan import MODELS as TITAN_MODELS_KNOWN
+    from planner.trainers.torchtitan.emit import MODELS as TITAN_MODELS_KNOWN
 
     for name, doc in REAL_PLANS.items():
         d = root / name.replace(":", "_").replace("#", "_").replace("()", "")
@@ -309,7 +309,7 @@ def titan_results(emitted, tmp_path_factory):
     jobs = []
     for name, (doc, out) in emitted.items():
         if (out / "torchtitan").exists():
-            from planner.output.emit.torchtitan import parse_command
+            from planner.trainers.torchtitan.emit import parse_command
 
             ctx = load_context(doc)
             reg = out / "torchtitan" / "topoplan_config.py"
@@ -440,6 +440,7 @@ def test_megatron_schedule_accepts_what_planner_rules_accept(megatron_results, e
     """Every emitted plan reached megatron-core's first forward step (step 5), with M and N equal to
     the planner's (M = GBS / (MBS * DP), N = PP); the search's own plans included."""
     from planner import rules
+    from planner.trainers.megatron import rules as megatron_rules
 
     names = [n for n in emitted if megatron_results.get(n)]
     assert any(n.startswith("plan-request-") for n in names)
@@ -452,7 +453,7 @@ def test_megatron_schedule_accepts_what_planner_rules_accept(megatron_results, e
         if c.pp > 1 and c.vpp > 1:
             assert r["schedule"] == "forward_backward_pipelining_with_interleaving"
             assert r["microbatch_group"] == c.pp
-            assert rules.megatron_interleaved_problem(c.pp, r["num_microbatches"], r["microbatch_group"]) is None
+            assert megatron_rules.megatron_interleaved_problem(c.pp, r["num_microbatches"], r["microbatch_group"]) is None
         if name.startswith("plan-request-"):
             _say(request, f"megatron-core {MCORE} schedule check {name} ({ctx.model.name}, {c.short()}, "
                           f"GBS {ctx.training.global_batch}): OK, {r['schedule']} with M={r['num_microbatches']}")
@@ -460,6 +461,7 @@ def test_megatron_schedule_accepts_what_planner_rules_accept(megatron_results, e
 
 def test_megatron_schedule_refuses_what_planner_rules_refuse(megatron_results, emitted, request):
     from planner import rules
+    from planner.trainers.megatron import rules as megatron_rules
 
     ctx = load_context(emitted["llama3.1-405b@1024xH100"][0])
     for name, (gbs, words) in MEGATRON_SCHEDULE_NEGATIVE.items():
@@ -468,14 +470,14 @@ def test_megatron_schedule_refuses_what_planner_rules_refuse(megatron_results, e
         tr = ctx.training.model_copy(update={"global_batch": int(gbs)})
         assert [v.rule for v in violations(ctx.model, ctx.config, tr, ctx.world)] == [
             "megatron_interleaved_microbatches"]
-        assert rules.megatron_interleaved_problem(ctx.config.pp, r["num_microbatches"], r["microbatch_group"])
+        assert megatron_rules.megatron_interleaved_problem(ctx.config.pp, r["num_microbatches"], r["microbatch_group"])
         _say(request, f"megatron-core {MCORE} schedule check {name}: REJECTED as expected ({r['error'][:90]})")
 
 
 def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
     """Every model.* / ddp.* override names a real megatron-core config field, and the model.* values
     equal the TransformerConfig megatron-core built from megatron/args.txt."""
-    from planner.output.emit.bridge import parse_overrides
+    from planner.trainers.megatron.bridge import parse_overrides
 
     fields = megatron_results["fields"]
     # GPTModelProvider fields (Bridge) and MLATransformerConfig's, not TransformerConfig's
@@ -555,7 +557,7 @@ MAXTEXT_EXAMPLES = ["deepseek-v3@256xGB300", "llama3.1-405b@1024xH100", "qwen3-2
 
 @pytest.mark.parametrize("name", MAXTEXT_EXAMPLES)
 def test_maxtext_example_obeys_mesh_rules(name, request):
-    from planner.output.emit import maxtext
+    from planner.trainers.maxtext import emit as maxtext
 
     ctx = load_context(EXAMPLES[name].doc())
     o = maxtext.overrides(ctx)
@@ -605,8 +607,8 @@ def _norm_modules(v):
 
 
 def test_megatron_parse_args_reads_what_topoplan_reads(megatron_results, emitted, request):
-    from planner.output.emit.megatron import PRECISION_FLAGS
-    from planner.output.emit.readback import read_megatron
+    from planner.trainers.megatron.emit import PRECISION_FLAGS
+    from planner.trainers.megatron.readback import read_megatron
 
     checked = 0
     for name, (doc, out) in emitted.items():
@@ -651,7 +653,7 @@ def test_megatron_parse_args_reads_what_topoplan_reads(megatron_results, emitted
 
 
 def test_torchtitan_files_train_in_the_plan_precision(titan_results, emitted, request):
-    from planner.output.emit.torchtitan import cuda_graphs
+    from planner.trainers.torchtitan.emit import cuda_graphs
 
     checked = 0
     for name, (doc, out) in emitted.items():
@@ -712,7 +714,7 @@ def test_torchtitan_builds_a_user_config_json(tmp_path, request):
     parses them, its mesh has the plan's degrees, and the model it builds (meta device) has exactly
     the parameters topoplan counts for the config.json."""
     from planner.model.flops import param_counts
-    from planner.output.emit.torchtitan import parse_command
+    from planner.trainers.torchtitan.emit import parse_command
 
     cases = [("acme-llama", ParallelConfig(tp=2, pp=2, mbs=1), "bf16", 16),
              ("acme-qwen3", ParallelConfig(tp=2, pp=1, mbs=1), "fp8", 16),
@@ -764,7 +766,7 @@ def test_megatron_builds_llama4_and_glm45(mcore_dir, tmp_path, request):
     half of each head (partial_rotary_factor 0.5), Llama 4's NoPE layer every 4th, interleaved MoE
     (Maverick), shared expert, sigmoid routing applied to the expert input, L2 q/k norm where the
     config has use_qk_norm."""
-    from planner.output.emit.megatron import hf_extras
+    from planner.trainers.megatron.emit import hf_extras
 
     cases = {"glm-4.5": ParallelConfig(tp=2, pp=4, ep=8, etp=1, mbs=1),
              "llama4-scout": ParallelConfig(tp=2, pp=2, ep=8, etp=1, mbs=1),

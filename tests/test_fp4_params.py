@@ -24,8 +24,9 @@ from planner.calibration.validate import predict_case, row_case
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import megatron_args
-from planner.rules import effective_recipe, fp4_param_gather_on, fp8_param_gather_on, violations
+from planner.trainers.megatron.emit import megatron_args
+from planner.rules import effective_recipe, violations
+from planner.trainers.megatron.rules import fp4_param_gather_on, fp8_param_gather_on
 from planner.search.plan import plan
 from roundtrip_check import assert_round_trip
 from topologies.loader import load_cluster
@@ -183,7 +184,7 @@ def test_emitted_flag_follows_the_recipe_and_reads_back(prec, fsdp, value, flagg
 
 
 def test_bridge_names_the_precision_recipe_and_refuses_what_it_cannot_express():
-    from planner.output.emit.bridge import BRIDGE_FP4_PARAM_GATHER, overrides
+    from planner.trainers.megatron.bridge import BRIDGE_FP4_PARAM_GATHER, overrides
 
     assert BRIDGE_FP4_PARAM_GATHER == BRIDGE
     model = load_model("llama3-8b")
@@ -200,7 +201,7 @@ def test_bridge_names_the_precision_recipe_and_refuses_what_it_cannot_express():
 @pytest.mark.trainers
 def test_megatron_core_accepts_the_flag_and_refuses_what_the_rule_refuses(tmp_path):
     from test_emit_trainers import _run, mcore_dir
-    from planner.output.emit.megatron import megatron_env
+    from planner.trainers.megatron.emit import megatron_env
 
     root = mcore_dir.__wrapped__()
     model = load_model("llama3-8b")

@@ -23,8 +23,9 @@ from planner.calibration.validate import predict_case, row_case
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import megatron_args
-from planner.rules import effective_recipe, fp8_param_gather_on, violations
+from planner.trainers.megatron.emit import megatron_args
+from planner.rules import effective_recipe, violations
+from planner.trainers.megatron.rules import fp8_param_gather_on
 from planner.search.plan import plan
 from roundtrip_check import assert_round_trip
 from topologies.loader import load_cluster
@@ -203,7 +204,7 @@ def test_emitted_flags_follow_the_recipe_and_read_back(prec, fsdp, flags):
 
 
 def test_bridge_names_the_precision_recipe_and_refuses_what_it_cannot_express():
-    from planner.output.emit.bridge import BRIDGE_FP8_PARAM_GATHER, overrides
+    from planner.trainers.megatron.bridge import BRIDGE_FP8_PARAM_GATHER, overrides
 
     assert BRIDGE_FP8_PARAM_GATHER == BRIDGE_PERF
     model = load_model("llama3-8b")
@@ -219,7 +220,7 @@ def test_bridge_names_the_precision_recipe_and_refuses_what_it_cannot_express():
 @pytest.mark.trainers
 def test_megatron_core_accepts_the_flags_and_refuses_what_the_rules_refuse(tmp_path):
     from test_emit_trainers import _run, mcore_dir
-    from planner.output.emit.megatron import megatron_env
+    from planner.trainers.megatron.emit import megatron_env
 
     root = mcore_dir.__wrapped__()
     model = load_model("llama3-8b")

@@ -21,7 +21,6 @@ LIMIT = 100
 # They sit in code other branches were changing when the rule came in (issue 22):
 # the solver and search (speed), the CLI commands.
 OVER = {
-    ("solver/bounded_cpsat.py", "solve_bounded"): 118,   # +1: the solve wrapped in solver.interrupt.stoppable (Ctrl-C)
 }
 
 

@@ -299,8 +299,8 @@ def test_the_slurm_task_starts_megatrons_script_for_the_model(name, script):
 def test_read_back_refuses_args_with_other_mixers(name, flag, value):
     """``predict --from megatron/args.txt`` prices the files only when they build this model's mixers: a changed
     width or a dropped flag names the flag."""
-    from planner.output.emit.megatron import megatron_args
-    from planner.output.emit.readback import megatron_setup
+    from planner.trainers.megatron.emit import megatron_args
+    from planner.trainers.megatron.readback import megatron_setup
 
     m = _model(name)
     doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1),

@@ -17,7 +17,7 @@ from planner.config import ParallelConfig, Training
 from planner.model.flops import flops_per_token
 from planner.model.spec import load_model, spec_from_config
 from planner.output.emit import emit_plan
-from planner.output.emit.readback import megatron_setup
+from planner.trainers.megatron.readback import megatron_setup
 from test_emit_trainers import _megatron_env, _run, mcore_dir  # noqa: F401 - mcore_dir is a fixture
 from trainers.plans import hgx_cluster, plan_doc
 from trainers.sites import bash_words

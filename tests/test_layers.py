@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each layer, in the order data flows, and what it may import of the project's own packages. The
 # planner's shared vocabulary (config values, trainer rules, errors, atomic writes) sits under model.
 BASE = ("planner.config", "planner.rules", "planner.errors", "planner.io")
+# A trainer package (planner/trainers/<name>/) spans layers, module by module: its registry entry, rules
+# and families are vocabulary, its log parser is cost (calibration reads it), its emitters and read-back
+# are output. The Trainer object loads the heavier parts by name on first use (planner/trainers/base.py).
+TRAINERS = "planner.trainers"
+TRAINER_PARTS = {"recipe": "planner.base", "rules": "planner.base", "families": "planner.base", "logs": "planner.cost",
+                 "emit": "planner.output", "bridge": "planner.output", "readback": "planner.output"}
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("solver", ("solver",)),
     ("topologies", ("topologies",)),
@@ -40,6 +46,8 @@ OWN = ("planner", "solver", "topologies")
 def layer_of(module: str) -> str | None:
     if module in BASE:
         return "planner.base"
+    if module == TRAINERS or module.startswith(TRAINERS + "."):
+        return TRAINER_PARTS.get(module.rsplit(".", 1)[-1], "planner.base")
     if module == "planner":
         return "planner.cli"  # the package root binds the public API (plan, predict): the top layer
     for name, _ in LAYERS:
@@ -65,6 +73,12 @@ def from_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return base
 
 
+def is_module(name: str) -> bool:
+    """``name`` is a module or package of the project's source tree."""
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 @functools.lru_cache(maxsize=None)
 def _parse(source: str) -> ast.Module:
     """The syntax tree of a source (each module is read by two checks; parsed once per process)."""
@@ -81,8 +95,9 @@ def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, st
             base = from_base(node, module, is_package)
             if base in OWN:  # ``from planner import x``: x is a submodule or the package's API
                 out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, base))
+            else:   # ``from pkg import sub`` imports the module pkg.sub (a trainer package's emit, say)
+                subs = [f"{base}.{a.name}" for a in node.names if is_module(f"{base}.{a.name}")]
+                out += [(node.lineno, m) for m in [base] + subs]
     return [(line, m) for line, m in out if m.split(".")[0] in OWN]
 
 
@@ -94,6 +109,8 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
         if imported in OWN and layer == "planner.cli":
             continue
         ok = any(imported == a or imported.startswith(a + ".") for a in allowed)
+        if layer != "planner.cli" and (imported == TRAINERS or imported.startswith(TRAINERS + ".")):
+            ok = layer_of(imported) in {layer_of(a) for a in allowed}
         if imported in ("planner",) and layer != "planner.cli":
             ok = False
         if not ok:
@@ -130,6 +147,10 @@ def test_no_import_runs_against_the_data_flow():
     ("planner.cost.memory", "import planner"),
     ("planner.config", "from planner.model.spec import ModelSpec"),
     ("planner.cost.steptime", "from ..search import plan"),
+    ("planner.cost.memory", "from planner.trainers.megatron.emit import megatron_args"),
+    ("planner.trainers.megatron.rules", "from planner.trainers.megatron.logs import parse"),
+    ("planner.trainers.torchtitan.logs", "from planner.output.emit import EmitContext"),
+    ("planner.trainers", "from planner.trainers.maxtext import emit"),
 ])
 def test_the_checker_catches_a_wrong_way_import(module, source):
     """Mutants: one import against the flow in each layer, the checker names it."""
@@ -139,6 +160,9 @@ def test_the_checker_catches_a_wrong_way_import(module, source):
 def test_the_checker_accepts_the_flow():
     assert violations("from planner.cost.predict import predict\nimport numpy", "planner.search.plan") == []
     assert violations("from topologies.errors import InputError", "planner.model.spec") == []
+    assert violations("from planner.trainers.megatron.rules import RULES", "planner.cost.memory") == []
+    assert violations("from planner.output.emit import EmitContext", "planner.trainers.maxtext.emit") == []
+    assert violations("from planner.trainers.logs import gpu_key", "planner.trainers.torchtitan.logs") == []
 
 
 def test_importing_the_hardware_layer_loads_no_solver():

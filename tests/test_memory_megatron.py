@@ -1,5 +1,5 @@
 """Memory per GPU against megatron-core's own arithmetic (``megatron/training/theoretical_memory_usage.py``,
-megatron-core 0.19.2), on the arguments topoplan emits (``planner.output.emit.megatron.megatron_args``),
+megatron-core 0.19.2), on the arguments topoplan emits (``planner.trainers.megatron.emit.megatron_args``),
 parsed by megatron's own ``parse_args`` / ``validate_args`` (tests/trainers/megatron_memory.py).
 
 **Model state** (weights, gradients, optimizer): for every layout of the grid and every pipeline rank,
@@ -37,7 +37,7 @@ from planner.cost.memory import GIB, WEIGHT_COPY_BYTES, memory_per_gpu, options_
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import megatron_args, megatron_env
+from planner.trainers.megatron.emit import megatron_args, megatron_env
 from trainers.plans import hgx_cluster, plan_doc
 
 pytestmark = pytest.mark.trainers

@@ -16,8 +16,8 @@ from planner.config import ParallelConfig, Training
 from planner.errors import InputError
 from planner.model.spec import load_model, spec_from_config
 from planner.output.emit import emit_plan
-from planner.output.emit.bridge import parse_overrides
-from planner.output.emit.megatron import parse_args_file
+from planner.trainers.megatron.bridge import parse_overrides
+from planner.trainers.megatron.emit import parse_args_file
 from trainers.plans import hgx_cluster, plan_doc
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
@@ -144,7 +144,7 @@ def test_megatron_refuses_what_pretrain_gpt_cannot_run(tmp_path, edit, words):
 def test_readback_refuses_args_of_another_config(tmp_path):
     """predict --from args.txt with a model whose config.json says another rope base or eps: refused,
     naming the flag and the field (Qwen2.5-72B files read as a copy with Megatron's old default 10,000)."""
-    from planner.output.emit.readback import read_megatron
+    from planner.trainers.megatron.readback import read_megatron
 
     out = _emit(str(CONFIGS / "qwen2.5-72b-instruct"), "megatron", tmp_path)
     config, _, _ = read_megatron(out, load_model(str(CONFIGS / "qwen2.5-72b-instruct")))

@@ -25,7 +25,7 @@ from planner.cost.terms.sync import sync_factor
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import megatron_args
+from planner.trainers.megatron.emit import megatron_args
 from planner.rules import effective_recipe, violations
 from planner.search.plan import plan
 from roundtrip_check import assert_round_trip
@@ -180,7 +180,7 @@ def test_round_trip_and_a_missing_flag_fails_it():
 
 
 def test_bridge_overrides_set_the_model_fields():
-    from planner.output.emit.bridge import overrides
+    from planner.trainers.megatron.bridge import overrides
 
     model, cl, cfg, tr = _l8("dgx-h100", 16)
     o = overrides(load_context(plan(model, cl, tr, top=1).to_dict(), 0))
@@ -245,7 +245,7 @@ def test_megatron_core_accepts_the_flags_and_refuses_what_the_rules_refuse(tmp_p
     doc = plan(model, cl, tr, top=1).to_dict()
     ctx = load_context(doc, 0)
     args = megatron_args(ctx)
-    from planner.output.emit.megatron import megatron_env
+    from planner.trainers.megatron.emit import megatron_env
 
     env = megatron_env(ctx)
 

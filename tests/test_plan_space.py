@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from planner import rules
+from planner.trainers import TRAINERS, get_trainer
 from planner.config import Training
 from planner.search.space import (RULE_VARS, VARIABLES, build_space, config_of, gbs_candidates, gpd_candidates,
                            rule_tables, split_layers, structural_ok)
@@ -25,7 +26,7 @@ def _model(layers, heads, kv, experts):
 
 
 def test_every_rule_has_a_variable_map():
-    assert {r.name for r in rules.RULES} <= set(RULE_VARS)
+    assert {r.name for t in TRAINERS.values() for r in t.rules} <= set(RULE_VARS)
     for vars_ in RULE_VARS.values():
         assert set(vars_) <= set(VARIABLES)
 
@@ -109,5 +110,5 @@ def test_schedule_tables_by_closed_form():
 
 def zip_tables(space, model, training):
     """(rule name, variables, allowed) in the order rule_tables builds them."""
-    names = [r.name for r in rules.RULES if space.trainer in r.trainers]
+    names = [r.name for r in get_trainer(space.trainer).rules]
     return [(n, v, a) for n, (v, a) in zip(names, rule_tables(space, model, training))]

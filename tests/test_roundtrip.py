@@ -28,7 +28,7 @@ from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.megatron import RECIPE_FLAGS, megatron_args
+from planner.trainers.megatron.emit import RECIPE_FLAGS, megatron_args
 from planner.output.emit.readback import read_files
 from planner.rules import effective_recipe, violations
 from planner.search.plan import plan
@@ -230,8 +230,8 @@ def test_examples_launch_files_read_back_to_their_plan(tmp_path, script, files):
                                   "converters", "--parallelism.expert_parallel_degree"])
 def test_torchtitan_files_without_a_setting_fail_the_round_trip(drop):
     from planner.output.emit import render_files
-    from planner.output.emit.readback import torchtitan_setup
-    from planner.output.emit.torchtitan import parse_command
+    from planner.trainers.torchtitan.readback import torchtitan_setup
+    from planner.trainers.torchtitan.emit import parse_command
 
     if drop == "--training.no_disable_cuda_graphs":   # graphs run only without PP and EP
         tr = Training(seq_len=4096, global_batch=64, precision="fp8", trainer="torchtitan")

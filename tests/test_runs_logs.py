@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.cost.runs import megatron as mreader
 from planner.calibration.runs import read_log, rows_from_logs, run_row, warmup_iters
 from planner.calibration.validate import read_rows
+from planner.trainers.megatron import logs as mreader
 from planner.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def _mcore() -> Path:
 
 # --- the format strings, built exactly as megatron-core 0.19.2 builds them ------------------------------
 def megatron_iteration(it, total, consumed, ms, tflops, gbs):
-    # training.py training_log, the lines quoted in planner/cost/runs/megatron.py
+    # training.py training_log, the lines quoted in planner/trainers/megatron/logs.py
     log_string = " [2026-01-01 00:00:00.000000]"
     log_string += ' iteration {:8d}/{:8d} |'.format(it, total)
     log_string += ' consumed samples: {:12d} |'.format(consumed)
@@ -67,7 +67,7 @@ def test_quoted_format_strings_are_megatrons():
 
 
 def test_quoted_format_strings_are_torchtitans():
-    from planner.cost.runs import torchtitan as treader
+    from planner.trainers.torchtitan import logs as treader
     import torchtitan
 
     root = Path(torchtitan.__file__).parent

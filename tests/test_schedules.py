@@ -23,6 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from planner import rules
+from planner.trainers.megatron import rules as megatron_rules
+from planner.trainers.torchtitan.rules import torchtitan_schedule_problem
 from planner.config import ParallelConfig, Training
 from planner.errors import InfeasibleError, InputError
 from planner.model.spec import load_model
@@ -49,7 +51,7 @@ SCHEDULE_RULES = ("megatron_interleaved_microbatches", "torchtitan_pipeline_micr
     (2, 5, 3, True),        # ModelParallelConfig docstring: PP2 VP2 N3 M5 (5 % 3 = 2 >= PP)
 ])
 def test_megatron_interleaved_rule_by_hand(pp, m, n, ok):
-    msg = rules.megatron_interleaved_problem(pp, m, n)
+    msg = megatron_rules.megatron_interleaved_problem(pp, m, n)
     assert (msg is None) == ok, msg
     if not ok:
         assert "should range in" in msg or "remainder of M" in msg
@@ -58,7 +60,7 @@ def test_megatron_interleaved_rule_by_hand(pp, m, n, ok):
 def test_megatron_rule_with_default_group_is_m_ge_pp_and_multiple():
     for pp in range(2, 17):
         for m in range(1, 5 * pp):
-            assert (rules.megatron_interleaved_problem(pp, m) is None) == (m >= pp and m % pp == 0), (pp, m)
+            assert (megatron_rules.megatron_interleaved_problem(pp, m) is None) == (m >= pp and m % pp == 0), (pp, m)
 
 
 @pytest.mark.parametrize("pp,vpp,m,ok", [
@@ -67,7 +69,7 @@ def test_megatron_rule_with_default_group_is_m_ge_pp_and_multiple():
     (4, 2, 12, True), (4, 2, 13, False), (2, 8, 1, True), (1, 1, 1, True),
 ])
 def test_torchtitan_rule_by_hand(pp, vpp, m, ok):
-    assert (rules.torchtitan_schedule_problem(pp, vpp, m) is None) == ok
+    assert (torchtitan_schedule_problem(pp, vpp, m) is None) == ok
 
 
 def test_rules_read_m_from_the_layout():
@@ -128,7 +130,7 @@ def test_torchtitan_rule_equals_torchtitan_schedules():
             for m in range(1, 3 * pp + 2):
                 want = _torchtitan_accepts(pp, vpp, m)
                 seen.add(want)
-                assert (rules.torchtitan_schedule_problem(pp, vpp, m) is None) == want, (pp, vpp, m)
+                assert (torchtitan_schedule_problem(pp, vpp, m) is None) == want, (pp, vpp, m)
     assert seen == {True, False}
 
 
@@ -179,6 +181,6 @@ def test_without_the_rules_the_search_breaks_them(monkeypatch):
     tr = Training(global_batch=1024, precision="fp8")
     kept = plan(qwen, cluster, tr, top=10).plans
     assert kept and not [e.config.short() for e in kept if _breaks_schedule(e, tr)]
-    monkeypatch.setattr(rules, "RULES", tuple(r for r in rules.RULES if r.name not in SCHEDULE_RULES))
+    monkeypatch.setattr(megatron_rules, "RULES", tuple(r for r in megatron_rules.RULES if r.name not in SCHEDULE_RULES))
     loose = plan(qwen, cluster, tr, top=10).plans
     assert [e.config.short() for e in loose if _breaks_schedule(e, tr)]

@@ -28,8 +28,8 @@ from planner.calibration.validate import row_case
 from planner.errors import InputError
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.output.emit.readback import torchtitan_setup
-from planner.output.emit.torchtitan import (
+from planner.trainers.torchtitan.readback import torchtitan_setup
+from planner.trainers.torchtitan.emit import (
     BASE_COMPILE,
     BASE_CONFIG,
     DEFAULT_COMPILE,
@@ -39,7 +39,8 @@ from planner.output.emit.torchtitan import (
     compile_setting,
     custom_registry,
 )
-from planner.rules import TORCHTITAN_COMPILED, effective_recipe, torch_compile_on
+from planner.rules import effective_recipe
+from planner.trainers.torchtitan.rules import TORCHTITAN_COMPILED, torch_compile_on
 from planner.search.plan import plan
 from topologies.gpus import get_gpu
 from topologies.loader import load_cluster
@@ -72,7 +73,7 @@ print(json.dumps(out))
 
 @pytest.mark.trainers
 def test_base_compile_is_what_torchtitans_registry_functions_do():
-    """BASE_COMPILE / DEFAULT_COMPILE and planner.rules.TORCHTITAN_COMPILED against torchtitan 0.3.0's own
+    """BASE_COMPILE / DEFAULT_COMPILE and planner.trainers.torchtitan.rules.TORCHTITAN_COMPILED against torchtitan 0.3.0's own
     registry functions (every function a launch starts from)."""
     functions = sorted({(m, f) for m, f, _ in MODELS.values() if f} | set(USER_FAMILIES.values())
                        | {(m, f) for m, f in BASE_CONFIG.items()})
@@ -201,7 +202,7 @@ CASES = {   # id: (model, GPUs, precision, torch_compile, layout)
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory):
     from planner.output.emit import emit_plan
-    from planner.output.emit.torchtitan import parse_command
+    from planner.trainers.torchtitan.emit import parse_command
 
     out, jobs = {}, []
     for cid, (model, gpus, prec, value, restrict) in CASES.items():
@@ -262,7 +263,7 @@ def test_readback_without_compile_flags_is_the_registry_default():
     _, tr, _ = torchtitan_setup(bare + ["--compile.no_enable"], m, 8)
     assert tr.recipe.torch_compile is False
     # a catalog model in BF16 gets no converters; its registry is written only because torchtitan's 8B flavour
-    # has Llama 3.1's RoPE scaling where Llama 3's config has none (planner.output.emit.torchtitan.model_fixes)
+    # has Llama 3.1's RoPE scaling where Llama 3's config has none (planner.trainers.torchtitan.emit.model_fixes)
     reg = custom_registry(load_context(doc, 0))
     assert "converters=None" in reg and "'scaling': 'none'" in reg
 

@@ -3,7 +3,7 @@
 No GPU ran these files: each is built from one published measurement (its step time follows from the
 row's tokens/s per GPU) with the format strings of megatron-core 0.19.2, so that the closed loop
 (``examples/closed_loop.py``) can be walked on shipped data. Every file says so in its first line and
-in its name (``*.synthesized.log``). The strings are the ones ``planner/cost/runs/megatron.py`` quotes:
+in its name (``*.synthesized.log``). The strings are the ones ``planner/trainers/megatron/logs.py`` quotes:
 ``_print_args`` (arguments.py), ``training_log`` (training.py), ``report_memory`` (utils/common_utils.py).
 
     python examples/logs/synthesize.py planner/data/profiles/calibration.csv ID [ID ...] --out examples/logs

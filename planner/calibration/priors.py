@@ -8,6 +8,7 @@ from __future__ import annotations
 import yaml
 
 from planner.cost.profiles import PROFILE_DIR, Param, Profile, _version, available, load_profile
+from planner.trainers import DEFAULT
 
 # name: (prior, min, max, fit, spread, source)
 PRIORS: dict[str, tuple] = {
@@ -77,7 +78,7 @@ VARIANTS: dict[str, tuple] = {
 }
 
 def prior_profile(name: str, description: str = "", flops_formula: str = "current", dispatcher: str = "alltoall",
-                  trainer: str = "megatron", overrides: dict | None = None) -> Profile:
+                  trainer: str = DEFAULT, overrides: dict | None = None) -> Profile:
     """A profile whose parameters all sit at their priors (optionally some fixed to other values)."""
     params = {}
     for n, (prior, lo, hi, fit, _spread, src) in list(PRIORS.items()) + list(VARIANTS.items()):
@@ -106,7 +107,7 @@ def base_profile(stack: str) -> Profile:
             overrides[key] = dict(value=prior, min=float(spec["min"]), max=float(spec["max"]), prior=prior,
                                   fit=bool(spec.get("fit", True)), source=str(spec["source"]))
     return prior_profile(stack, doc.get("description", ""), doc.get("flops_formula", "current"),
-                         doc.get("dispatcher", "alltoall"), doc.get("trainer", "megatron"), overrides)
+                         doc.get("dispatcher", "alltoall"), doc.get("trainer", DEFAULT), overrides)
 
 
 def nearest_profile(trainer: str, exclude: tuple[str, ...] = ()) -> str | None:

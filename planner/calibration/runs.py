@@ -16,32 +16,24 @@ dropped (CUDA-graph capture, allocator growth, NCCL set-up); the step time is th
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.calibration.priors import base_profile
 from planner.cost.profiles import load_profile
-from planner.cost.runs import maxtext, megatron, torchtitan
 from planner.errors import InputError
 from planner.model.flops import flops_per_token, param_counts
 from planner.model.spec import catalog, load_model
+from planner.trainers import TRAINERS, get_trainer
+from planner.trainers.logs import MIN_ITERS, gpu_key, warmup_iters  # noqa: F401 (the docstring's names)
 
-MIN_ITERS = 3
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
-GPU_KEYS = ("GB300", "GB200", "B300", "B200", "H200", "H100")
-
-
-def warmup_iters(last: int) -> int:
-    """Iterations dropped at the start of a run of ``last`` iterations."""
-    return max(2, math.ceil(last / 5))
 
 
 @dataclass
 class Run:
     source: str
-    trainer: str                     # megatron | torchtitan | maxtext
+    trainer: str                     # planner.trainers name of the trainer that wrote the log
     fields: dict                     # CSV fields read from the log (tp, pp, ..., precision, recompute)
     shape: dict = field(default_factory=dict)   # model shape, matched against the catalog
     gpu: str | None = None           # GPU catalog key when the log names the device
@@ -55,82 +47,15 @@ class Run:
     device_used_gib: float | None = None         # worst rank, whole device (when printed)
 
 
-def _median_after_warmup(points: list[tuple[int, float]], source: str, what: str) -> tuple[float, int, int]:
-    """(median value, points used, iterations skipped) of ``(iteration, value)`` after the warm-up."""
-    if not points:
-        raise InputError(f"{source}: no {what} lines; log every iteration (Megatron --log-interval 1, TorchTitan "
-                         "--metrics.log_freq 1) and run at least 10 iterations")
-    last = max(i for i, _ in points)
-    skip = warmup_iters(last)
-    used = [v for i, v in points if i > skip and math.isfinite(v)]
-    if len(used) < MIN_ITERS:
-        raise InputError(f"{source}: {len(used)} {what} lines after the {skip}-iteration warm-up (of {last}); "
-                         f"need {MIN_ITERS}: run more iterations (topoplan trial --iters 20)")
-    return statistics.median(used), len(used), skip
-
-
-def _gpu_key(name: str | None) -> str | None:
-    if not name:
-        return None
-    up = "".join(ch for ch in name.upper() if ch.isalnum() or ch == " ")
-    for k in GPU_KEYS:
-        if any(tok.startswith(k) for tok in up.split()):
-            return k
-    return None
-
-
-def _megatron(text: str, source: str) -> Run:
-    p = megatron.parse(text, source)
-    iters = p["iterations"]
-    step_ms, used, skip = _median_after_warmup([(it[0], it[2]) for it in iters], source, "iteration")
-    tfl = [it[3] for it in iters if it[0] > skip and it[3] is not None]
-    fields = megatron.row_fields(p["args"])
-    gbs = [it[4] for it in iters if it[4] is not None]
-    if gbs and "gbs" not in fields:
-        fields["gbs"] = gbs[-1]
-    run = Run(source, "megatron", fields, megatron.model_shape(p["args"]), step_s=step_ms / 1000.0,
-              logged_tflops_per_gpu=statistics.median(tfl) if tfl else None, iters_used=used, iters_skipped=skip)
-    if p["memory"]:
-        last = max(m[1] for m in p["memory"])
-        final = [m for m in p["memory"] if m[1] == last]   # the latest report, one line per model-parallel rank
-        run.peak_allocated_gib = max(m[3] for m in final) / 1024.0
-        run.peak_reserved_gib = max(m[5] for m in final) / 1024.0
-        dev = [m[6] for m in final if m[6] is not None]
-        run.device_used_gib = max(dev) / 1024.0 if dev else None
-    return run
-
-
-def _torchtitan(text: str, source: str) -> Run:
-    p = torchtitan.parse(text, source)
-    steps = p["steps"]
-    tps, used, skip = _median_after_warmup([(s[0], s[2]) for s in steps], source, "step")
-    kept = [s for s in steps if s[0] > skip]
-    return Run(source, "torchtitan", torchtitan.row_fields(p), torchtitan.model_shape(p), gpu=_gpu_key(p["device"]),
-               tokens_per_s_per_gpu=tps, logged_tflops_per_gpu=statistics.median(s[3] for s in kept),
-               iters_used=used, iters_skipped=skip, peak_reserved_gib=max(s[1] for s in kept))
-
-
-def _maxtext(text: str, source: str) -> Run:
-    p = maxtext.parse(text, source)
-    steps = p["steps"]
-    sec, used, skip = _median_after_warmup([(s[0], s[1]) for s in steps], source, "step")
-    kept = [s for s in steps if s[0] > skip]
-    tok = [s[3] for s in kept if s[3] is not None]
-    return Run(source, "maxtext", maxtext.row_fields(p), maxtext.model_shape(p), step_s=sec,
-               tokens_per_s_per_gpu=statistics.median(tok) if tok else None,
-               logged_tflops_per_gpu=statistics.median(s[2] for s in kept), iters_used=used, iters_skipped=skip)
-
-
 def read_log(path: str | Path) -> Run:
     """The run a rank log records (the trainer is recognised from the text)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such log file")
     text = path.read_text(errors="replace")
-    for name, mod, reader in (("megatron", megatron, _megatron), ("torchtitan", torchtitan, _torchtitan),
-                              ("maxtext", maxtext, _maxtext)):
-        if mod.detect(text):
-            return reader(text, str(path))
+    for trainer in TRAINERS.values():
+        if trainer.logs.detect(text):
+            return Run(str(path), trainer.name, **trainer.logs.run_fields(text, str(path)))
     raise InputError(f"{path}: not a Megatron, TorchTitan or MaxText log (no iteration or step lines and no "
                      "argument listing); give the rank log the trainer printed")
 
@@ -147,7 +72,7 @@ def log_files(path: str | Path) -> list[Path]:
     for p in sorted(path.rglob("*")):
         if p.is_file() and p.suffix in LOG_SUFFIXES and p.name not in ("args.txt", "command.txt", "overrides.txt"):
             head = p.read_text(errors="replace")
-            if megatron.detect(head) or torchtitan.detect(head) or maxtext.detect(head):
+            if any(t.logs.detect(head) for t in TRAINERS.values()):
                 found.append(p)
     if not found:
         raise InputError(f"{path}: no trainer logs found (looked for *.log, *.out, *.txt, *.err with iteration or "
@@ -200,14 +125,11 @@ def match_model(shape: dict, source: str) -> str | None:
     return hits[0].name if len(same) == 1 else None
 
 
-DEFAULT_STACK = {"megatron": "megatron-26.08", "torchtitan": "torchtitan", "maxtext": "maxtext"}
-
-
 def gpu_of(cluster: str | None) -> str | None:
     """``--cluster`` as a GPU name: a preset (dgx-h100, gb200-nvl72) or a GPU (H100, GB200)."""
     if not cluster:
         return None
-    return _gpu_key(cluster.replace("-", " ").replace("_", " "))
+    return gpu_key(cluster.replace("-", " ").replace("_", " "))
 
 
 def run_row(run: Run, base: dict | None = None, *, rid: str | None = None, model_from: str = "--model") -> dict:
@@ -217,7 +139,7 @@ def run_row(run: Run, base: dict | None = None, *, rid: str | None = None, model
     row = {k: str(v) for k, v in run.fields.items() if v not in (None, "")}
     row.update({k: str(v) for k, v in base.items()})
     row.setdefault("id", rid or Path(run.source).stem)
-    row.setdefault("stack", DEFAULT_STACK[run.trainer])
+    row.setdefault("stack", get_trainer(run.trainer).default_stack)
     if "model" in base:
         check_model(run, row["model"], model_from)
     if "model" not in row:
@@ -236,11 +158,9 @@ def run_row(run: Run, base: dict | None = None, *, rid: str | None = None, model
             hint = {"precision": "a precision column (bf16, fp8, mxfp8, ...)"}.get(key, f"a {key} column")
             raise InputError(f"{run.source}: the log does not print {key}; give {hint} in the runs CSV")
     n, seq, gbs = int(row["num_gpus"]), int(row["seq_len"]), int(row["gbs"])
-    if run.step_s is not None and run.trainer == "megatron":
-        tok = gbs * seq / run.step_s / n
-    elif run.tokens_per_s_per_gpu is not None:
+    if run.tokens_per_s_per_gpu is not None:   # the trainer's own tokens/s (TorchTitan, MaxText)
         tok = run.tokens_per_s_per_gpu
-    else:
+    else:                                      # from the step time (Megatron)
         tok = gbs * seq / run.step_s / n
     row["tokens_per_s_per_gpu"] = f"{tok:.1f}"
     row["model_tflops_per_gpu"] = f"{tok * _flops_per_token(row) / 1e12:.1f}"

@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from planner.config import CUDA_GRAPH_MODULES, ParallelConfig, Training
+from planner.config import ParallelConfig, Training
 from planner.cost.placement import inner_block
 from planner.cost.predict import predict
 from planner.cost.prediction import Prediction
@@ -53,6 +53,7 @@ from planner.calibration.runs import LOG_REQUIRED, rows_from_csv_logs, rows_from
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import load_model
 from planner.rules import offload_layers, violations
+from planner.trainers.megatron.recipe import CUDA_GRAPH_MODULES
 from topologies.loader import load_cluster
 
 GPU_PRESETS = {"H100": "dgx-h100", "H200": "dgx-h200", "B200": "dgx-b200", "B300": "dgx-b300",

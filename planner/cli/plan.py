@@ -30,6 +30,7 @@ from planner.output.explain import (compact_table, first_that_fits, idle_note, l
 from planner.output.report import write_report
 from planner.rules import check, violations
 from planner.search.plan import plan, scale
+from planner.trainers import DEFAULT, needs_equal_slices
 from topologies.loader import load_job
 
 _OBJECTIVES = ("throughput", "tflops-per-gpu", "robust", "goodput")
@@ -94,7 +95,7 @@ def _gbs_range(text: str | None) -> tuple[int, int] | None:
 def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_headroom=None):
     try:
         return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
-                        trainer=trainer or "megatron", cuda_graphs=cuda_graphs,
+                        trainer=trainer or DEFAULT, cuda_graphs=cuda_graphs,
                         **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "training options").replace("memory_headroom", "--memory-headroom")) from None
@@ -245,8 +246,8 @@ def plan_cmd(
     job = load_job(cluster, gpus=gpus, usable_per_domain=usable_per_rack)
     c = job.cluster
     emits = [t.strip().lower() for t in (emit or "").split(",") if t.strip()]
-    # MaxText's equal slices are a constraint of the search when MaxText runs the plan
-    eq = (trainer or training.trainer) == "maxtext" or "maxtext" in emits or "all" in emits
+    # a trainer's equal slices (MaxText's mesh) are a constraint of the search when that trainer runs the plan
+    eq = needs_equal_slices(trainer or training.trainer, emits)
     try:
         result = plan(m, job, training, top=top, time_limit=time_limit, objective=obj, gbs_range=rng,
                       trainer=trainer, method=method, equal_slices=eq, resilience=res_opts)

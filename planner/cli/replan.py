@@ -14,6 +14,7 @@ from planner.launch.inprocess import rank_assignment_file
 from planner.launch.replan import replan
 from planner.output.emit import EMITTERS, load_context, parse_trainers, render_files
 from planner.output.explain import compact_table
+from planner.trainers import DEFAULT
 from topologies.hostlist import compress
 
 RESILIENCE_FILE = "resilience/inprocess_rank_assignment.py"
@@ -42,7 +43,7 @@ def write_outputs(result, out: Path, trainers: list[str]) -> list[str]:
 
 def default_trainers(doc: dict) -> list[str]:
     """The plan's trainer and Slurm, and k8s when that emitter exists."""
-    names = [doc["training"].get("trainer", "megatron"), "slurm"] + (["k8s"] if "k8s" in EMITTERS else [])
+    names = [doc["training"].get("trainer", DEFAULT), "slurm"] + (["k8s"] if "k8s" in EMITTERS else [])
     return list(dict.fromkeys(names))
 
 

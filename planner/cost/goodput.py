@@ -37,6 +37,7 @@ from planner.cost.failures import FailureModel, carried_over, load_failure_model
 from planner.cost.memory import options_for, state_bytes
 from planner.errors import InputError
 from planner.model.flops import param_counts
+from planner.trainers import get_trainer
 
 INTERVALS = ("young", "daly")
 
@@ -124,7 +125,7 @@ def held_spares(cluster) -> list[str]:
 def checkpoint_bytes(model, training: Training) -> float:
     """Bytes of one checkpoint: every parameter's weight and optimizer state (gradients are not
     saved), with the trainer's bytes per parameter (``planner.cost.memory.state_bytes``)."""
-    w, _, opt = state_bytes(options_for(training), training.trainer == "megatron")
+    w, _, opt = state_bytes(options_for(training), get_trainer(training.trainer).pricing.master_weights)
     return float(param_counts(model).total) * (w + opt)
 
 

@@ -8,7 +8,7 @@ at commit 94a9f8f) reads the environment variable as ``n`` and asserts ``group_s
 group's ranks that one NVLink domain holds in this plan (64 on NVL72 racks of which the job uses 64),
 not the size of the domain (72), and each block of ``n`` consecutive group ranks must sit in one domain.
 The planner offers HybridEP only on placements where this holds (``planner.search.plan``'s lazy
-constraint), and the Megatron emitter writes the value (``planner.output.emit.megatron.megatron_env``).
+constraint), and the Megatron emitter writes the value (``planner.trainers.megatron.emit.megatron_env``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ the rank's stages after TP / EP / ETP splitting)::
     per 16 values).
 
     FP8 parameters (Megatron ``--fp8-param-gather``, ``Recipe.fp8_param_gather``; auto on for fp8 and
-    mxfp8 as NVIDIA's Megatron-Bridge recipes, ``planner.rules.fp8_param_gather_on``): the linear
+    mxfp8 as NVIDIA's Megatron-Bridge recipes, ``planner.trainers.megatron.rules.fp8_param_gather_on``): the linear
     layers' parameters ARE the quantised tensors, so their 2 B BF16 weight goes
     (``linear_weight_bytes``) and the quantised copy above stays (tensorwise: the uint8 data lives
     in the distributed optimizer's parameter buffer, 1 B, plus TE's transpose, 1 B; MXFP8: the
@@ -36,7 +36,7 @@ the rank's stages after TP / EP / ETP splitting)::
     BF16. Under Megatron-FSDP the gathered buffer of a layer loses its BF16 weight likewise.
 
     NVFP4 parameters (Megatron ``--fp4-param-gather``, ``Recipe.fp4_param_gather``; auto on for nvfp4
-    as NVIDIA's bf16_with_nvfp4_mixed, ``planner.rules.fp4_param_gather_on``) do the same: the
+    as NVIDIA's bf16_with_nvfp4_mixed, ``planner.trainers.megatron.rules.fp4_param_gather_on``) do the same: the
     parameter is Transformer Engine's NVFP4Tensor (row-wise and column-wise packed 4-bit data, 0.5 B
     each, and their E4M3 scales, one per 16 values: the nvfp4 copy bytes above) and no BF16 weight
     stays; the packed row-wise data is the distributed optimizer's uint8 parameter buffer
@@ -142,7 +142,8 @@ from planner.errors import InputError
 from planner.model.flops import LayerCost, layer_costs
 from planner.model.spec import ModelSpec
 from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
-from planner.rules import offload_layers, quantised_params_on
+from planner.rules import effective_recipe, offload_layers, quantised_params
+from planner.trainers import get_trainer
 
 GIB = float(1 << 30)
 
@@ -180,9 +181,7 @@ def options_for(training: Training, profile=None) -> MemoryOptions:
     from measured peaks, issue 13) replaces the reserve and the fragmentation share."""
     fit = getattr(profile, "memory", None)
     extra = {} if fit is None else {"reserve_gib": fit.reserve_gib, "fragmentation": fit.fragmentation}
-    if training.trainer == "megatron":
-        return MemoryOptions(grad_bytes=2.0, **extra)
-    return MemoryOptions(grad_bytes=4.0, **extra)
+    return MemoryOptions(grad_bytes=get_trainer(training.trainer).pricing.grad_bytes, **extra)
 
 
 @dataclass(frozen=True)
@@ -446,8 +445,8 @@ def cuda_graph_bytes(model: ModelSpec, c: LayerCost, cfg: ParallelConfig, traini
 def graphs_apply(training: Training) -> bool:
     """CUDA-graph static buffers are counted for Megatron recipes that capture graphs per layer: not
     with CPU offloading, which megatron-core allows only beside full-iteration graphs
-    (``planner.rules.OFFLOAD_GRAPH_MESSAGE``)."""
-    if not training.cuda_graphs or training.trainer != "megatron":
+    (``planner.trainers.megatron.rules.OFFLOAD_GRAPH_MESSAGE``)."""
+    if not training.cuda_graphs or not get_trainer(training.trainer).pricing.graph_buffers:
         return False
     return not (offload_layers(training) and training.recipe.cuda_graph_impl != "full_iteration")
 
@@ -466,11 +465,12 @@ def offloaded_layer_bytes(model: ModelSpec, config: ParallelConfig, training: Tr
     return tuple(layer_activation_bytes(model, costs[i], config, training)[0] for i in range(k))
 
 
-def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, float]:
+def state_bytes(opt: "MemoryOptions", master: bool) -> tuple[float, float, float]:
     """(weight, gradient, optimizer-state) bytes per parameter: Megatron keeps BF16 weights,
     ``opt.grad_bytes`` gradients and FP32 master weights + two Adam moments (the optimizer state is
-    sharded over data parallel); TorchTitan / MaxText keep FP32 weights and gradients and two moments."""
-    if megatron:
+    sharded over data parallel); TorchTitan / MaxText keep FP32 weights and gradients and two moments.
+    ``master``: the trainer's ``Pricing.master_weights`` (planner.trainers)."""
+    if master:
         return 2.0, opt.grad_bytes, opt.master_bytes + 2 * opt.moment_bytes
     return 4.0, 4.0, 2 * opt.moment_bytes
 
@@ -478,7 +478,7 @@ def state_bytes(opt: "MemoryOptions", megatron: bool) -> tuple[float, float, flo
 def linear_weight_bytes(wb: float, quantised_params: bool) -> float:
     """Bytes per parameter of the high-precision weight a quantised linear layer keeps beside its quantised
     copy (``WEIGHT_COPY_BYTES``): ``wb`` (BF16, 2) normally; 0 with Megatron's FP8 or NVFP4 parameters
-    (``--fp8-param-gather`` / ``--fp4-param-gather``, ``planner.rules.quantised_params_on``), where the
+    (``--fp8-param-gather`` / ``--fp4-param-gather``, ``planner.rules.quantised_params``), where the
     parameter IS the quantised tensor (Transformer Engine's Float8Tensor / Float8BlockwiseQTensor /
     MXFP8Tensor / NVFP4Tensor, holding the row-wise and column-wise data the copy bytes count) and the FP32
     master weight lives in the distributed optimizer. The one place the BF16 weight of a linear layer is
@@ -486,12 +486,12 @@ def linear_weight_bytes(wb: float, quantised_params: bool) -> float:
     return 0.0 if quantised_params else wb
 
 
-def fsdp_buffer_bytes(opt: "MemoryOptions", megatron: bool, weight_copy_bytes: float,
+def fsdp_buffer_bytes(opt: "MemoryOptions", master: bool, weight_copy_bytes: float,
                       quantised_params: bool = False) -> float:
     """Bytes per parameter of FSDP's gathered buffers: the BF16 gathered weights (none with FP8 / NVFP4
     parameters: the gathered weight is the quantised one), their gradients and the low-precision
     weight copy."""
-    _, gb, _ = state_bytes(opt, megatron)
+    _, gb, _ = state_bytes(opt, master)
     return linear_weight_bytes(2.0, quantised_params) + gb + weight_copy_bytes
 
 
@@ -642,25 +642,26 @@ def _chunk_activations(model, seq_len, chunk, dec, mtp, act, off_bytes) -> tuple
     return a, routed, graph, work
 
 
-def _model_state(opt, megatron, fsdp, qparams, q, dense, expert, linear, biggest, d_dense, edp):
+def _model_state(opt, master, fsdp, qparams, q, dense, expert, linear, biggest, d_dense, edp):
     """(weights, low-precision weight copies, grads, optimizer, FSDP buffers) in bytes of one rank
     holding ``dense`` and ``expert`` parameters (``linear`` of them in GEMMs, ``biggest`` the largest
-    layer), for the trainer's sharding."""
-    wb, gb, ob = state_bytes(opt, megatron)
+    layer), for the trainer's sharding (``master``: BF16 weights, FP32 masters in Megatron's distributed
+    optimizer, sharded over data parallel)."""
+    wb, gb, ob = state_bytes(opt, master)
     lin_drop = (wb - linear_weight_bytes(wb, qparams)) * linear   # FP8 / NVFP4 parameters: no BF16 linear weights
-    if megatron and not fsdp:
+    if master and not fsdp:
         return (wb * (dense + expert) - lin_drop, q * linear, gb * (dense + expert),
                 ob * (dense / d_dense + expert / edp), 0.0)
-    if megatron:
+    if master:
         return (wb * (dense / d_dense + expert / edp) - lin_drop / d_dense, q * linear / d_dense,
                 gb * (dense / d_dense + expert / edp), ob * (dense / d_dense + expert / edp),
-                2 * biggest * fsdp_buffer_bytes(opt, megatron, q, qparams))
+                2 * biggest * fsdp_buffer_bytes(opt, master, q, qparams))
     # TorchTitan / MaxText: fp32 params and grads, sharded when FSDP
     shard_d = d_dense if fsdp else 1
     shard_e = edp if fsdp else 1
     return (wb * (dense / shard_d + expert / shard_e), q * linear / shard_d, gb * (dense / shard_d + expert / shard_e),
             ob * (dense / shard_d + expert / shard_e),
-            2 * biggest * fsdp_buffer_bytes(opt, megatron, q) if fsdp else 0.0)
+            2 * biggest * fsdp_buffer_bytes(opt, master, q) if fsdp else 0.0)
 
 
 def memory_per_gpu(
@@ -672,6 +673,7 @@ def memory_per_gpu(
     layout: PipelineLayout | None = None,
     options: MemoryOptions | None = None,
     expert_balance=None,
+    recipe=None,
 ) -> MemoryEstimate:
     """Peak memory per GPU of ``config`` (see the module docstring for every formula).
 
@@ -679,6 +681,7 @@ def memory_per_gpu(
     (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec`` is
     accepted for the caller's ``fits(gpu_spec.hbm_gib)``; the estimate itself does not depend on it.
     ``expert_balance``: busiest expert GPU / mean (a float or an ``ExpertBalance``; None = 1.0).
+    ``recipe``: the effective recipe (``planner.rules.effective_recipe``) when the caller resolved it.
     """
     opt = options or options_for(training)
     pp, vpp, tp, cp = config.pp, config.vpp, config.tp, config.cp
@@ -695,8 +698,8 @@ def memory_per_gpu(
     dec = [c for c in costs if c.kind == "decoder"]
     mtp = [c for c in costs if c.kind == "mtp"]
     q = WEIGHT_COPY_BYTES[training.precision]
-    megatron = training.trainer == "megatron"
-    qparams = quantised_params_on(model, config, training)   # FP8 or NVFP4 parameters
+    master = get_trainer(training.trainer).pricing.master_weights
+    qparams = quantised_params(recipe or effective_recipe(model, config, training))   # FP8 or NVFP4 parameters
     fsdp = config.fsdp
     graphs = graphs_apply(training)
     bal = 1.0 if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
@@ -737,7 +740,7 @@ def memory_per_gpu(
         if config.recompute == "full":
             acts += work  # one layer recomputed at a time during backward
 
-        weights, copies, grads, optim, fsdp_buf = _model_state(opt, megatron, fsdp, qparams, q, dense, expert, linear,
+        weights, copies, grads, optim, fsdp_buf = _model_state(opt, master, fsdp, qparams, q, dense, expert, linear,
                                                                biggest, d_dense, edp)
         reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + imbalance + logits)
         ranks.append(
@@ -772,5 +775,5 @@ def expert_state_bytes_per_gpu(model: ModelSpec, config: ParallelConfig, trainin
     layout = pipeline_layout(model, config.pp, config.vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
     params = max(sum(_stage_params(model, st, training.seq_len, config.tp, config.ep, config.etp_eff)[1]
                      for st in layout.for_rank(r)) for r in range(config.pp))
-    wb, _gb, ob = state_bytes(options_for(training), training.trainer == "megatron")
+    wb, _gb, ob = state_bytes(options_for(training), get_trainer(training.trainer).pricing.master_weights)
     return params * (wb + ob / max(1, config.edp_for(world)))

@@ -29,7 +29,7 @@ from planner.cost.uncertainty import band
 from planner.errors import InputError
 from planner.model.flops import flops_per_token
 from planner.model.pipeline import pipeline_layout
-from planner.rules import violations as rule_violations
+from planner.rules import effective_recipe, violations as rule_violations
 
 
 @lru_cache(maxsize=256)
@@ -40,7 +40,7 @@ def _flops_per_token(model, seq_len: int, tp: int, formula: str) -> float:
 _MEM_CACHE: dict = {}
 
 
-def _memory(model, config, training, world, gpu_spec, layout, balance=None, profile=None):
+def _memory(model, config, training, world, gpu_spec, layout, balance=None, profile=None, recipe=None):
     # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
     # and the profile's fitted memory terms (issue 13)
     opts = options_for(training, profile)
@@ -48,7 +48,7 @@ def _memory(model, config, training, world, gpu_spec, layout, balance=None, prof
     hit = _MEM_CACHE.get(key)
     if hit is None:
         hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout, expert_balance=balance,
-                             options=opts)
+                             options=opts, recipe=recipe)
         if len(_MEM_CACHE) > 4096:
             _MEM_CACHE.clear()
         _MEM_CACHE[key] = hit
@@ -92,14 +92,15 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         raise InputError(problem)
     shapes = group_shapes(cluster, config, placement)
     layout = pipeline_layout(model, config.pp, config.vpp, config.pp_first, config.pp_last, seq_len=training.seq_len)
+    recipe = effective_recipe(model, config, training)   # resolved once; step time and memory read it
     st = step_time(model, cluster, config, training, world, placement, prof, shapes,
-                   expert_balance=expert_balance, layout=layout)
+                   expert_balance=expert_balance, layout=layout, recipe=recipe)
     fpt = _flops_per_token(model, training.seq_len, config.tp, prof.flops_formula)
     tokens_per_s = training.global_batch * training.seq_len / st.step_time_s
     unc = band(model, cluster, config, training, prof.name, ep_domains=shapes["ep"].domains)
     low, high = unc.bounds(tokens_per_s / world * fpt / 1e12)
     bal = None if expert_balance is None else float(getattr(expert_balance, "balance", expert_balance))
-    mem = _memory(model, config, training, world, gpu, layout, bal, prof)
+    mem = _memory(model, config, training, world, gpu, layout, bal, prof, recipe)
     peak = float(mem.peak_gib)
     usable = usable_hbm_gib(gpu.hbm_gib, training)  # fits = within HBM less the memory headroom
     return Prediction(

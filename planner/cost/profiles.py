@@ -45,12 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.io import read_yaml
+from planner.trainers import DEFAULT, TRAINERS
 
 PROFILE_DIR = Path(__file__).resolve().parents[1] / "data" / "profiles"
 # The measured Megatron-Bridge runs the megatron-* profiles are fitted to (provenance per row in its
 # `source` column and in planner/data/profiles/README.md).
 CALIBRATION_CSV = PROFILE_DIR / "calibration.csv"
-DEFAULT_STACK = "megatron-26.08"
+DEFAULT_STACK = TRAINERS[DEFAULT].default_stack   # what a plan is priced with unless it names a stack
 
 PARAM_NAMES = (
     "gemm.bf16", "gemm.fp8", "gemm.mxfp8", "gemm.nvfp4", "gemm.dim_half", "gemm.grouped_m_half",
@@ -105,7 +106,7 @@ class Profile(BaseModel):
 
     name: str
     description: str = ""
-    trainer: str = "megatron"
+    trainer: str = DEFAULT
     flops_formula: str = Field("current", description="'current' or 'legacy' (Megatron-Bridge <= 26.04)")
     dispatcher: str = Field("alltoall", description="MoE dispatcher the stack's recipes use")
     fit_rows: str = Field("", description="rows the parameters were fitted to (file and stack)")
@@ -172,8 +173,8 @@ def resolve_name(name: str) -> str:
     shipped = available()
     if name in shipped:
         return name
-    if name == "megatron":
-        return DEFAULT_STACK
+    if name in TRAINERS:   # a trainer's name: its default stack
+        return TRAINERS[name].default_stack
     want = _version(name)
     if want is None:
         return name

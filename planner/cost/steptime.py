@@ -37,7 +37,8 @@ from planner.cost.terms import sync as SYNC
 from planner.cost.terms import tensor_parallel as TP
 from planner.model.flops import layer_costs
 from planner.model.pipeline import pipeline_layout
-from planner.rules import TRAINER_KNOBS, effective_recipe, quantised_params_on
+from planner.rules import effective_recipe, quantised_params
+from planner.trainers import get_trainer
 from topologies.collectives import fabric_for as ff
 
 _BASE_TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
@@ -145,41 +146,37 @@ def efficiencies(gpu, precision: str, profile, fused: bool = True) -> Efficienci
         quant_bytes=C.quant_bytes_per_element(precision))
 
 
-def recipe_pricing(model, config: ParallelConfig, training: Training, profile, arch: str) -> tuple:
+def recipe_pricing(model, config: ParallelConfig, training: Training, profile, arch: str, recipe=None) -> tuple:
     """(TP overlap, EP overlap, fused elementwise) the step time prices for ``config``: the recipe as the
     trainer runs the layout (``planner.rules.effective_recipe``). A Megatron overlap the recipe
     switches off (by the user, or by a trainer rule for this layout) hides nothing: overlap 0. A
     trainer without the knob keeps the profile's fitted overlap, which its measured runs reached
     without it. The third value says whether elementwise traffic is fused: ``mem.elementwise``, else
-    ``mem.elementwise_eager``. Megatron fuses with CUDA graphs (``cuda_graph_impl`` not none);
-    TorchTitan with torch.compile of the model (``planner.rules.torch_compile_on``), whatever its CUDA
-    graph switch (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``."""
-    rec = effective_recipe(model, config, training)
-    knobs = TRAINER_KNOBS.get(training.trainer, ())
+    ``mem.elementwise_eager``: the trainer's ``Pricing.fused`` (planner.trainers). Megatron fuses with CUDA
+    graphs (``cuda_graph_impl`` not none); TorchTitan with torch.compile of the model
+    (``planner.trainers.torchtitan.rules.torch_compile_on``), whatever its CUDA graph switch
+    (``training.disable_cuda_graphs``, not priced); MaxText as ``Training.cuda_graphs``.
+    ``recipe``: the effective recipe when the caller resolved it (``predict`` does, once)."""
+    rec = recipe or effective_recipe(model, config, training)
+    trainer = get_trainer(training.trainer)
     o_tp = profile.param("tp.overlap", arch)
     o_ep = profile.param("ep.overlap", arch)
-    if "tp_comm_overlap" in knobs and not rec.tp_comm_overlap:
+    if trainer.has("tp_comm_overlap") and not rec.tp_comm_overlap:
         o_tp = 0.0
-    if "overlap_moe_expert_parallel_comm" in knobs and not rec.overlap_moe_expert_parallel_comm:
+    if trainer.has("overlap_moe_expert_parallel_comm") and not rec.overlap_moe_expert_parallel_comm:
         o_ep = 0.0
-    if training.trainer == "megatron":
-        fused = rec.cuda_graph_impl != "none"
-    elif training.trainer == "torchtitan":
-        fused = bool(rec.torch_compile)   # torch.compile of the blocks fuses; TorchTitan's CUDA graphs are not priced
-    else:
-        fused = training.cuda_graphs      # MaxText: XLA always fuses (its eager factor equals the fused one)
-    return o_tp, o_ep, fused
+    return o_tp, o_ep, trainer.pricing.fused(rec, training.cuda_graphs)
 
 
-def host_regime(model, config: ParallelConfig, training: Training) -> tuple[tuple, bool]:
+def host_regime(model, config: ParallelConfig, training: Training, recipe=None) -> tuple[tuple, bool]:
     """(graphed modules, experts launched per step) for the host floor (``terms/host.py``), from the
     recipe as the trainer runs ``config`` (``planner.rules.effective_recipe``): no CUDA graphs is an
     eager layer, ``()``; a full-iteration graph, or a graph of the whole layer (modules ``()``), is
     ``HOST.WHOLE_LAYER``; partial graphs name their modules, and capture the expert launches only
     when they graph the MoE block. Megatron only: other trainers have no host floor."""
-    if training.trainer != "megatron":
+    if not get_trainer(training.trainer).pricing.host_floor:
         return HOST.WHOLE_LAYER, False
-    rec = effective_recipe(model, config, training)
+    rec = recipe or effective_recipe(model, config, training)
     impl, mods = rec.cuda_graph_impl, rec.cuda_graph_modules
     if impl == "full_iteration" or (impl != "none" and not mods):
         return HOST.WHOLE_LAYER, False
@@ -414,13 +411,13 @@ def _term_values(term, config: ParallelConfig, training: Training, world: int, d
     return {n: known[n] for n in term.reads}
 
 
-def _data_parallel(model, config, training, fabric, shapes, par, crit, m) -> tuple[float, ...]:
+def _data_parallel(config, training, recipe, fabric, shapes, par, crit, m) -> tuple[float, ...]:
     """(exposed seconds, dense and expert reduce-scatter, dense and expert all-gather) of the gradient
     reduction and parameter gather of the critical rank ``crit``."""
     dp_shape = shapes.get("dp-cp") or shapes.get("dp")   # dense gradients are reduced over dp x cp
     edp_shape = shapes.get("edp")
     grad_b = par("dp.grad_bytes")  # 2 (BF16) for Megatron-Bridge recipes, 4 for FP32 reduction
-    param_b = DP.param_gather_bytes(training.precision, quantised_params_on(model, config, training))   # FP8 1, NVFP4 0.5
+    param_b = DP.param_gather_bytes(training.precision, quantised_params(recipe))   # FP8 1, NVFP4 0.5
     rs_d, ag_d = DP.dp_time(fabric, dp_shape, crit["dense_params"], grad_bytes=grad_b, param_bytes=param_b)
     rs_e, ag_e = DP.dp_time(fabric, edp_shape, crit["expert_params"], grad_bytes=grad_b, param_bytes=param_b)
     keep = 1.0 - par("dp.overlap")
@@ -453,15 +450,17 @@ def _breakdown(m, mean, bubble, t_mb_max, p2p, dp_x, t_opt, extra) -> "OrderedDi
 
 
 def step_time(model, cluster, config: ParallelConfig, training: Training, world: int, placement, profile,
-              shapes: dict, expert_balance=None, layout=None) -> StepTime:
-    """Seconds per training step and its breakdown for ``config`` placed by ``placement``."""
+              shapes: dict, expert_balance=None, layout=None, recipe=None) -> StepTime:
+    """Seconds per training step and its breakdown for ``config`` placed by ``placement``. ``recipe``: the
+    effective recipe (``planner.rules.effective_recipe``) when the caller resolved it; else resolved here, once."""
+    rec = recipe or effective_recipe(model, config, training)
     gpu = cluster.gpu_spec
     prec = training.precision
     s = training.seq_len
     tp, cp, pp, vpp, ep, etp, mbs = config.tp, config.cp, config.pp, config.vpp, config.ep, config.etp_eff, config.mbs
     arch = gpu.arch
     par = lambda n: profile.param(n, arch)  # noqa: E731
-    o_tp, o_ep, graphs = recipe_pricing(model, config, training, profile, arch)
+    o_tp, o_ep, graphs = recipe_pricing(model, config, training, profile, arch, rec)
     ep_sms = EA.sm_share(gpu.name)
     o_ep = EA.overlap_with_sms(o_ep, ep_sms)
     eff = efficiencies(gpu, prec, profile, graphs)
@@ -491,7 +490,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     launch = par("other.layer_us") * 1e-6
     o_cp = par("cp.overlap")
 
-    graphed, experts_launched = host_regime(model, config, training)
+    graphed, experts_launched = host_regime(model, config, training, rec)
     call_us = par("host.launch_us")
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
@@ -525,7 +524,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     # --- pipeline, data parallel, optimizer: the step ---------------------------------------------
     pp_shape = shapes.get("pp")
     p2p_one = fabric.p2p(p2p_bytes(mbs, s, cp, tp, h), pp_shape.tier if pp_shape else -1) if pp > 1 else 0.0
-    dp_x, rs_d, rs_e, ag_d, ag_e = _data_parallel(model, config, training, fabric, shapes, par, crit, m)
+    dp_x, rs_d, rs_e, ag_d, ag_e = _data_parallel(config, training, rec, fabric, shapes, par, crit, m)
     shard = crit["dense_params"] / max(dp * cp, 1) + crit["expert_params"] / max(edp, 1)
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)
     extra = [term.seconds(K.TermContext(model, cluster, training, profile, fabric),

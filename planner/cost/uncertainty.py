@@ -44,6 +44,7 @@ import yaml
 from planner.cost.placement import default_gpus_per_domain, group_shapes, make_placement
 from planner.errors import InputError
 from planner.io import read_yaml
+from planner.trainers import NAMES
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "uncertainty.yaml"
 PRECISION_CLASS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
@@ -150,7 +151,7 @@ def load_table(path: str | Path | None = None) -> dict:
 def family_of(stack: str, trainer: str | None = None) -> str:
     """The trainer family of a stack profile name: ``megatron-26.08`` -> ``megatron``."""
     s = (stack or "").lower()
-    for fam in ("megatron", "torchtitan", "maxtext"):
+    for fam in NAMES:
         if s.startswith(fam):
             return fam
     return trainer or s

@@ -174,7 +174,7 @@ def _experts_of_intermediate(cfg: dict, source: str) -> tuple[dict, dict]:
             out["sliding_window"] = None                 # a window as long as the context masks nothing
         if isinstance(cfg.get("rope_scaling"), dict) and "longrope" in str(cfg["rope_scaling"].get("type")
                                                                          or cfg["rope_scaling"].get("rope_type")):
-            out["rope_scaling"] = None                   # LongRoPE: refused at emit (planner.output.emit.support)
+            out["rope_scaling"] = None                   # LongRoPE: refused at emit (planner.trainers.megatron.families)
             out["_longrope"] = True
     if family == "granitemoe":
         out.setdefault("norm_topk_prob", True)           # GraniteMoeTopKGating: softmax over the top-k logits

@@ -37,9 +37,10 @@ from planner.output.emit import emit_plan
 from planner.rules import check
 from planner.search.document import load_launch
 from planner.search.plan import PlanEntry, PlanResult
+from planner.trainers import DEFAULT, EMITTER_OWNER, owner_of
 
 MANIFEST = "trials.json"
-TRAINERS = ("megatron", "bridge", "torchtitan", "maxtext")
+TRAINERS = tuple(EMITTER_OWNER)   # every trainer emitter (planner.trainers): each edits its files for a trial
 
 
 def _slug(label: str) -> str:
@@ -65,57 +66,6 @@ def compare_plan_entry(doc: dict, cfg) -> dict:
                       shapes={ax: (None, None, sh.domains) for ax, sh in group_shapes(cluster, cfg, placement).items()})
     res = PlanResult(plans=[entry], solver={}, model=model, cluster=cluster, training=training)
     return res.to_dict()["plans"][0]
-
-
-def _megatron_args(text: str, iters: int) -> str:
-    lines = [ln.rstrip().removesuffix("\\").rstrip() for ln in text.strip().splitlines()]
-    set_flags = {"--train-iters": str(iters), "--log-interval": "1", "--log-memory-interval": str(iters)}
-    out, seen = [], set()
-    for ln in lines:
-        flag = ln.split(" ", 1)[0]
-        if flag in set_flags:
-            ln = f"{flag} {set_flags[flag]}"
-            seen.add(flag)
-        out.append(ln)
-    out += [f"{f} {v}" for f, v in set_flags.items() if f not in seen]
-    out += [f for f in ("--log-throughput", "--log-device-memory-used") if f not in lines]
-    return " \\\n".join(out) + "\n"
-
-
-def _torchtitan_command(text: str, iters: int) -> str:
-    extra = f"--training.steps {iters} --metrics.log_freq 1 --debug.print_config"
-    out = []
-    for ln in text.splitlines():
-        if ln.startswith("python ") or "torchtitan.train" in ln and not ln.startswith("#"):
-            words = ln.split(" ")
-            sub = next((i for i, w in enumerate(words) if re.fullmatch(r"[a-z][a-z0-9-]*:[a-z0-9-]+", w)), len(words))
-            ln = " ".join(words[:sub] + extra.split(" ") + words[sub:])
-        out.append(ln)
-    return "\n".join(out) + "\n"
-
-
-def _torchtitan_toml(text: str, iters: int) -> str:
-    text = re.sub(r"(?m)^\[training\]\n", f"[training]\nsteps = {iters}\n", text, count=1)
-    return text.rstrip("\n") + "\n\n[metrics]\nlog_freq = 1\n\n[debug]\nprint_config = true\n"
-
-
-def _edit_trainer_files(d: Path, trainer: str, iters: int) -> None:
-    if trainer == "megatron":
-        p = d / "megatron" / "args.txt"
-        p.write_text(_megatron_args(p.read_text(), iters))
-    elif trainer == "bridge":
-        p = d / "bridge" / "overrides.txt"
-        p.write_text(p.read_text().rstrip("\n") + f"\ntrain.train_iters={iters}\nlogger.log_interval=1\n"
-                     "logger.log_throughput=true\n")
-    elif trainer == "torchtitan":
-        p = d / "torchtitan" / "command.txt"
-        p.write_text(_torchtitan_command(p.read_text(), iters))
-        t = d / "torchtitan" / "job.toml"
-        if t.exists():
-            t.write_text(_torchtitan_toml(t.read_text(), iters))
-    elif trainer == "maxtext":
-        p = d / "maxtext" / "overrides.yml"
-        p.write_text(p.read_text().rstrip("\n") + f"\nsteps: {iters}\n")
 
 
 SUBMIT = """#!/usr/bin/env bash
@@ -160,7 +110,7 @@ def write_trials(plan_doc: dict, out: Path, *, top: int = 3, iters: int = 20, co
                          "median needs 3 more); 20 is a good default")
     doc = copy.deepcopy(plan_doc)
     launch = load_launch(doc)
-    trainer = (trainer or launch.training.trainer or "megatron").lower()
+    trainer = (trainer or launch.training.trainer or DEFAULT).lower()
     if trainer not in TRAINERS:
         raise InputError(f"--trainer {trainer!r}: use one of {', '.join(TRAINERS)}")
     plans = doc.get("plans") or []
@@ -181,7 +131,7 @@ def write_trials(plan_doc: dict, out: Path, *, top: int = 3, iters: int = 20, co
             name = f"trial-{k:02d}-{_slug(entry['label'])}"
             d = stage / name
             emit_plan(doc, [trainer, "slurm"], d, index=idx)
-            _edit_trainer_files(d, trainer, iters)
+            owner_of(trainer).emitter(trainer).for_trial(d, iters)
             (d / "logs").mkdir(exist_ok=True)
             pred = entry["prediction"]
             cfg = entry["config"]

@@ -24,13 +24,14 @@ from planner.cost.prediction import Prediction, Term
 from planner.cost.shape import LaunchShape
 from planner.errors import InputError, not_utf8, pydantic_message
 from planner.model.spec import ModelSpec, catalog, load_model
+from planner.trainers import DEFAULT, NAMES
 from topologies.cluster import Cluster
 
 VERSION = 1
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "data" / "plan.schema.json"
 REGENERATE = "topoplan schema plan > planner/data/plan.schema.json"
 
-Trainer = Literal["megatron", "torchtitan", "maxtext"]
+Trainer = Literal[NAMES]   # the trainer packages (planner.trainers)
 Method = Literal["enumerate", "cp-sat", "exhaustive", "cp-sat-full"]
 # The quantity the solver maximised: cluster tokens/s (--objective throughput), their lower
 # uncertainty bound (robust), model TFLOP/s per GPU (tflops-per-gpu), or goodput tokens/s (goodput).
@@ -49,7 +50,7 @@ class ModelPart(_Strict):
 class TrainingPart(Training):
     """``planner.config.Training`` as the document holds it (the trainer one of three names)."""
 
-    trainer: Trainer = Field("megatron", description="megatron | torchtitan | maxtext")
+    trainer: Trainer = Field(DEFAULT, description=" | ".join(NAMES))
 
 
 class ConfigPart(_Strict):

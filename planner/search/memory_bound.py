@@ -10,7 +10,8 @@ from planner.config import ParallelConfig
 from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
                                  usable_hbm_gib)
 from planner.model.flops import layer_costs, param_counts
-from planner.rules import quantised_params_on
+from planner.rules import effective_recipe, quantised_params
+from planner.trainers import get_trainer
 
 
 def add_memory_bound(b) -> None:
@@ -28,7 +29,7 @@ def add_memory_bound(b) -> None:
     ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
     P, vals, model, tr = b.prog, b.vals, b.model, b.training
     opt = options_for(tr, b.profile)   # a fitted profile's reserve (issue 13) bounds memory too
-    megatron = tr.trainer == "megatron"
+    megatron = get_trainer(tr.trainer).pricing.master_weights   # BF16 weights, distributed optimizer
     pc = param_counts(model)
     # MTP layers excluded and the vocabulary unpadded: both counts are at most what memory holds
     expert_total = float(pc.experts) if model.is_moe else 0.0
@@ -43,9 +44,9 @@ def add_memory_bound(b) -> None:
     # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
     # everything only under FSDP
     wb, gb, optb = state_bytes(opt, megatron)
-    # FP8 / NVFP4 parameters (planner.rules.quantised_params_on, per FSDP value) drop the BF16 weight of the
+    # FP8 / NVFP4 parameters (planner.rules.quantised_params, per FSDP value) drop the BF16 weight of the
     # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
-    qparams = any(quantised_params_on(model, ParallelConfig(fsdp=f), tr) for f in vals["fsdp"])
+    qparams = any(quantised_params(effective_recipe(model, ParallelConfig(fsdp=f), tr)) for f in vals["fsdp"])
     state = linear_weight_bytes(wb, qparams) + gb
     buf = fsdp_buffer_bytes(opt, megatron, q, qparams)
     lb1, lb2 = {}, {}

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.config import DEFAULT_STACKS, ParallelConfig, Training
+from planner.config import ParallelConfig, Training
 from planner.cost.goodput import Resilience, plan_goodput
 from planner.cost.dispatch_fabric import dispatcher_problem, fabric_note
 from planner.cost.hybridep import hybridep_runs
@@ -54,6 +54,7 @@ from planner.search.document import PlanDocument
 from planner.search.objective import band_scale_of
 from planner.search.program import ProgramBuilder, quantisation_bound, step_seconds, used_per_domain
 from planner.search.space import VARIABLES, build_space, gpd_candidates
+from planner.trainers import get_trainer
 from solver import layout as engines   # engines.solve / solve_bounded load OR-Tools on first use
 from solver.layout import enumerate_bounded, evaluate_many, feasible_rows
 from solver.numpy_engine import ancestors
@@ -165,7 +166,7 @@ def gpd_options(job) -> list[int | None]:
 
 
 def _maxtext_mesh_ok(cluster, model, cfg, world, gpd) -> bool:
-    """MaxText's mesh rule as ``planner.output.emit.maxtext.split_mesh`` applies it: the axes
+    """MaxText's mesh rule as ``planner.trainers.maxtext.emit.split_mesh`` applies it: the axes
     (tensor, context, expert, fsdp = dp / ep, stage) fill a slice innermost-first by gcd, and the
     ICI part must be the slice and the DCN part the number of slices."""
     used = used_per_domain(cluster, gpd, world)
@@ -392,8 +393,8 @@ def _request(model, cluster, training, trainer, profile, gbs_range, min_world, i
     trainer = trainer or training.trainer
     if trainer != training.trainer:   # priced with the trainer's own profile unless a stack was chosen
         update = {"trainer": trainer}
-        if training.stack == DEFAULT_STACKS.get(training.trainer):
-            update["stack"] = DEFAULT_STACKS[trainer]
+        if training.stack == get_trainer(training.trainer).default_stack:
+            update["stack"] = get_trainer(trainer).default_stack
         training = training.model_copy(update=update)
     prof = load_profile(profile if profile is not None else training.stack)
     # issue 11 item 5: a topologies.loader.Job is the cluster's racks and the GPUs the job uses;
@@ -405,7 +406,7 @@ def _request(model, cluster, training, trainer, profile, gbs_range, min_world, i
             restrict = {**(restrict or {}), "gpd": [None]}
     n = max_world or cluster.num_gpus
     if equal_slices is None:
-        equal_slices = trainer == "maxtext"
+        equal_slices = get_trainer(trainer).search.equal_slices
     include = dict(include or {})
     even = even_per_domain(cluster.domain_sizes(), n, cluster.gpu_spec.gpus_per_node)
     if even is not None and not (restrict or {}).get("gpd"):
@@ -416,7 +417,7 @@ def _request(model, cluster, training, trainer, profile, gbs_range, min_world, i
         training = training.model_copy(update={"global_batch": gbs_range[0]})
     total_params = float(getattr(param_counts(model), "total", 0) or 0)
     offered = None
-    if trainer == "megatron":  # the plain all-to-all and the stack's own (flex) dispatcher
+    if get_trainer(trainer).search.flex_dispatchers:  # the plain all-to-all and the stack's own (flex) one
         offered = tuple(dict.fromkeys(("alltoall", prof.dispatcher or "alltoall")))
     space = build_space(model, training, n, cluster.domain_sizes(), gbs_range=gbs_range, trainer=trainer,
                         dispatchers=offered, nvlink_domain=max(cluster.domain_sizes()), total_params=total_params,

@@ -59,7 +59,7 @@ from planner.cost.terms import pipeline as PPL
 from planner.cost.terms import sync as SYNC
 from planner.errors import InfeasibleError, InputError
 from planner.model.pipeline import pipeline_layout
-from planner.rules import offload_layers, quantised_params_on
+from planner.rules import effective_recipe, offload_layers, quantised_params
 from planner.search.memory_bound import add_memory_bound
 from planner.search.nodeops import NodeOps, Val, Var
 from planner.search.objective import add_objective
@@ -616,9 +616,9 @@ class ProgramBuilder:
             ids_by_pp.setdefault(la["pp"], []).append(lix)
         o_dp, grad_b, q = self.par("dp.overlap"), self.par("dp.grad_bytes"), self.q
         # bytes per gathered parameter (terms.data_parallel.param_gather_bytes): quantised parameters depend
-        # on the layout only through FSDP (planner.rules.quantised_params_on: torch FSDP2 turns FP8 ones off)
-        pb_of = {f: DPc.param_gather_bytes(self.training.precision,
-                                           quantised_params_on(model, ParallelConfig(fsdp=f), self.training))
+        # on the layout only through FSDP (planner.rules.quantised_params: torch FSDP2 turns FP8 ones off)
+        pb_of = {f: DPc.param_gather_bytes(self.training.precision, quantised_params(
+                     effective_recipe(model, ParallelConfig(fsdp=f), self.training)))
                  for f in vals["fsdp"]}
 
         @functools.lru_cache(maxsize=None)

@@ -42,7 +42,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from planner import rules as trainer_rules
+from planner.trainers import get_trainer
 from planner.config import ParallelConfig, Training
 
 VARIABLES = ("tp", "cp", "pp", "vpp", "split", "ep", "etp", "dp", "mbs", "recompute", "fsdp",
@@ -72,7 +72,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "moe_bias_needs_etp1": ("tp", "etp"),
     # dp = world / (tp*pp*cp) is the dp variable: reads dp, ep.
     "maxtext_ep_divides_dp": ("dp", "ep"),
-    # Recipe settings (planner.rules RECIPE_RULES) read only these layout choices; the model is fixed.
+    # Recipe settings (planner.trainers.megatron.rules.RECIPE_RULES) read only these layout choices; the model is fixed.
     "cpu_offloading_layout": ("pp", "recompute"),
     "fp8_param_gather_recipe": ("fsdp",),
     "fp4_param_gather_recipe": (),   # the precision alone decides
@@ -186,7 +186,7 @@ def gpd_candidates(domain_sizes: list[int]) -> list[int | None]:
 
 
 def recompute_candidates(model, trainer: str) -> list[str]:
-    if trainer != "megatron":
+    if not get_trainer(trainer).search.selective_recompute:
         return ["none", "core_attn", "full"]
     out = ["none", "core_attn"]
     if model.is_moe:
@@ -204,7 +204,7 @@ def recompute_candidates(model, trainer: str) -> list[str]:
 def dispatcher_candidates(model, trainer: str, offered: tuple[str, ...] | None = None) -> list[str]:
     if not model.is_moe:
         return ["alltoall"]
-    if trainer != "megatron":
+    if not get_trainer(trainer).search.flex_dispatchers:
         return ["alltoall"]
     offered = offered or ("alltoall", "flex-deepep", "flex-hybridep")
     return list(offered)
@@ -228,13 +228,13 @@ def build_space(model, training: Training, gpus: int, domain_sizes: list[int], *
     pp = [p for p in PP_CANDIDATES if p <= L and p <= gpus]
     vpp = [v for v in VPP_CANDIDATES if v <= L]
     ep = [e for e in _divisors(model.num_experts) if e <= gpus] if model.is_moe else [1]
-    etp = [None, 1] if (model.is_moe and trainer in ("megatron", "torchtitan")) else [None]
+    etp = [None, 1] if (model.is_moe and get_trainer(trainer).search.expert_tp) else [None]
     gbs = gbs_candidates(training.global_batch, gbs_range)
     dp = sorted({d for g in gbs for d in _divisors(g) if d <= gpus})
     big = total_params is not None and total_params >= 20e9
     mbs = [1, 2, 4] if big else [1, 2, 4, 8]
     rc = recompute_candidates(model, trainer)
-    fsdp = [False, True] if trainer == "megatron" else [True]
+    fsdp = list(get_trainer(trainer).search.fsdp)
     disp = dispatcher_candidates(model, trainer, dispatchers)
     gpd = gpd_candidates(domain_sizes)
     values = dict(tp=tp, cp=cp, pp=pp, vpp=vpp, split=[0, 1, 2], ep=ep, etp=etp, dp=dp, mbs=mbs,
@@ -273,18 +273,11 @@ def structural_ok(space: Space, a: dict) -> bool:
     return True
 
 
-def _rule_fn(name: str):
-    for r in trainer_rules.RULES:
-        if r.name == name:
-            return r
-    raise KeyError(name)
-
-
 def rule_tables(space: Space, model, training: Training) -> list[tuple[tuple[str, ...], list[tuple]]]:
     """For every rule of the target trainer: (variables, allowed tuples of candidate *indices*).
 
     Rules that read the same variables share one walk over their tuples (one ParallelConfig each)."""
-    rules = [r for r in trainer_rules.RULES if space.trainer in r.trainers]
+    rules = list(get_trainer(space.trainer).rules)
     for rule in rules:
         if rule.name not in RULE_VARS:
             raise KeyError(f"planner.search.space.RULE_VARS has no entry for trainer rule {rule.name!r}")

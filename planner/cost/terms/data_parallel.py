@@ -67,7 +67,7 @@ def bucket_latency(shape, param_count: float, fabric=None) -> tuple[float, float
 
 def param_gather_bytes(precision: str, quantised_params: bool) -> float:
     """Bytes per parameter of the data-parallel parameter all-gather. With quantised parameters
-    (``planner.rules.quantised_params_on``) megatron-core gathers the uint8 storage of tensorwise and
+    (``planner.rules.quantised_params``) megatron-core gathers the uint8 storage of tensorwise and
     blockwise FP8 parameters (param_and_grad_buffer.py:888-916, param_dtype torch.uint8): 1 B; of NVFP4
     parameters it gathers the packed row-wise data, two 4-bit values a byte (param_and_grad_buffer.py:
     1080-1111, 1176: the uint8 buffer has nvfp4_packed_numel = numel // 2, 1494), the scales and the

@@ -26,10 +26,13 @@ from planner.io import atomic_dir, current_umask
 from planner.output.emit.support import check_family
 from planner.rules import violations
 from planner.search.document import load_launch
+from planner.trainers import EMITTER_ALIASES, EMITTER_OWNER, owner_of
 
-EMITTERS = ("megatron", "bridge", "torchtitan", "maxtext", "slurm", "k8s", "k8s-cluster")
+# the launchers here: they start a trainer's files (the trainers' own emitters live in planner.trainers)
+LAUNCHERS = ("slurm", "k8s", "k8s-cluster")
+EMITTERS = tuple(EMITTER_OWNER) + LAUNCHERS
 # what ``all`` names: every trainer and Slurm; the Kubernetes manifests (k8s, k8s-cluster) are asked for by name
-ALL = ("megatron", "bridge", "torchtitan", "maxtext", "slurm")
+ALL = tuple(EMITTER_OWNER) + LAUNCHERS[:1]
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,7 @@ def parse_trainers(value: str | list[str]) -> list[str]:
         raise InputError("--trainer: name at least one of " + ", ".join(EMITTERS) + " (or all)")
     out: list[str] = []
     for n in names:
-        n = {"megatron-lm": "megatron", "mcore": "megatron", "megatron-bridge": "bridge", "titan": "torchtitan",
-             "kubernetes": "k8s", "k8s_cluster": "k8s-cluster"}.get(n, n)
+        n = {**EMITTER_ALIASES, "kubernetes": "k8s", "k8s_cluster": "k8s-cluster"}.get(n, n)
         if n == "all":
             out.extend(e for e in ALL if e not in out)
         elif n in EMITTERS:
@@ -165,19 +167,16 @@ def parse_trainers(value: str | list[str]) -> list[str]:
     return out
 
 
-# The trainer whose rules an emitter's files must satisfy (the Slurm files launch the others').
-EMITTER_TRAINER = {"megatron": "megatron", "bridge": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext"}
-
-
 def for_trainer(ctx: EmitContext, name: str) -> EmitContext:
     """``ctx`` as emitter ``name``'s trainer runs it: a plan made for another trainer gets its training
     setup re-validated for this one (its auto recipe settings resolve by this trainer's rules), and the
     layout is checked against this trainer's rules (planner.rules): InputError naming the first broken
     rule, so no file is written that the trainer would refuse."""
     check_family(ctx.model, name, ctx.training.seq_len)
-    target = EMITTER_TRAINER.get(name)
-    if target is None:
+    owner = owner_of(name)   # the trainer whose rules the files must satisfy (Slurm launches the others')
+    if owner is None:
         return ctx
+    target = owner.name
     made, training = ctx.training.trainer, ctx.training
     where = f"--trainer {name}: plan {ctx.index} was made for {made}"
     if target != made:
@@ -201,7 +200,12 @@ def render_files(ctx: EmitContext, trainers: list[str]) -> dict[str, str]:
     ctx = dataclasses.replace(ctx, trainers=tuple(trainers))
     files: dict[str, str] = {}
     for name in trainers:
-        files.update(importlib.import_module(f"planner.output.emit.{name.replace('-', '_')}").files(for_trainer(ctx, name)))
+        owner = owner_of(name)
+        if owner is not None:
+            files.update(owner.emit(for_trainer(ctx, name), name))
+        else:
+            mod = importlib.import_module(f"planner.output.emit.{name.replace('-', '_')}")
+            files.update(mod.files(for_trainer(ctx, name)))
     return files
 
 

@@ -39,9 +39,9 @@ import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
-from planner.output.emit.bridge import RECIPES
-from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, multi_node_nvlink,
-                                       nccl_env, placeholder, site_settings, trainer_shell)
+from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, unlaunchable,
+                                       multi_node_nvlink, nccl_env, placeholder, site_settings, trainer_shell)
+from planner.trainers import LAUNCH
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -60,7 +60,7 @@ REPLICATED_JOB = "workers"
 TRAINER_NODE = "node"             # Kubeflow Trainer's replicated Job and container name (constants.Node)
 TRAINER_PORT = 29400              # Kubeflow Trainer's PET_MASTER_PORT (constants.ContainerTrainerPort)
 MOUNT = "/topoplan"
-K8S_TRAINERS = ("megatron", "bridge", "torchtitan")   # torchrun trainers the pods can start, default first
+K8S_TRAINERS = tuple(t for t, launch in LAUNCH.items() if not launch.per_host)   # torchrun trainers, default first
 
 
 @dataclass(frozen=True)
@@ -103,9 +103,10 @@ def job_name(ctx: EmitContext) -> str:
 
 
 def trainer_of(ctx: EmitContext) -> str:
-    """The trainer the pods start: the first emitted of megatron, bridge (with a recipe), torchtitan."""
+    """The trainer the pods start: the first emitted of the torchrun trainers (:data:`K8S_TRAINERS`) that can
+    start this plan (Megatron-Bridge needs a recipe: its emitter's ``unlaunchable``)."""
     for t in K8S_TRAINERS:
-        if t in ctx.trainers and (t != "bridge" or ctx.model.name.lower() in RECIPES):
+        if t in ctx.trainers and unlaunchable(ctx, t) is None:
             return t
     raise InputError("--emit k8s: the pods start a torchrun trainer emitted with them; add megatron or "
                      "torchtitan (or bridge for a model with a Megatron-Bridge recipe), e.g. --emit megatron,k8s")

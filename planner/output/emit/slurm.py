@@ -26,29 +26,23 @@ docs/emitters.md ("Slurm") lists every setting with its source.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from planner.cost.shape import host_domains
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of
-from planner.output.emit.bridge import RECIPES
-from planner.output.emit.megatron import entry_script, megatron_env
+from planner.trainers import LAUNCH, owner_of
 from topologies.gpus import get_gpu
 from topologies.hostlist import compress
 from topologies.presets import is_preset_host
 
 MASTER_PORT = 29500
 FILL = "FILL_ME"
-# trainers slurm/task.sh can start, in the order the default is picked when several are emitted
-LAUNCHABLE = ("megatron", "bridge", "torchtitan", "maxtext")
+# trainers slurm/task.sh can start, in the order the default is picked when several are emitted (each
+# trainer package says how: planner.trainers.base.Launch, and its emitter's task_env / task_command)
+LAUNCHABLE = tuple(LAUNCH)
 # the variable naming each trainer's installation (none for TorchTitan: a pip package)
-TRAINER_HOME = {
-    "megatron": ("MEGATRON_LM", "Megatron-LM checkout (the directory holding pretrain_gpt.py)"),
-    "bridge": ("MEGATRON_BRIDGE", "Megatron-Bridge checkout (the directory holding scripts/training/run_recipe.py)"),
-    "maxtext": ("MAXTEXT_TRAIN", "MaxText's train command up to its base config, e.g. "
-                "'python3 -m maxtext.trainers.pre_train.train /path/to/configs/base.yml'"),
-}
+TRAINER_HOME = {t: launch.home for t, launch in LAUNCH.items() if launch.home}
 IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
 # the one place implementation (standard library only), shipped as slurm/place.py; read as a file, not
 # imported: planner.launch sits above planner.output
@@ -82,7 +76,7 @@ def trainers(ctx: EmitContext) -> list[str]:
     for t in LAUNCHABLE:
         if t not in ctx.trainers:
             continue
-        why = _unlaunchable(ctx, t)
+        why = unlaunchable(ctx, t)
         if why and len([x for x in LAUNCHABLE if x in ctx.trainers]) == 1:
             raise InputError(f"--trainer {t},slurm: {why}")
         if not why:
@@ -90,19 +84,20 @@ def trainers(ctx: EmitContext) -> list[str]:
     return out
 
 
-def _unlaunchable(ctx: EmitContext, trainer: str) -> str | None:
-    if trainer == "bridge":
-        if ctx.model.name.lower() not in RECIPES:
-            return (f"Megatron-Bridge has no recipe for {ctx.model.name} (it has {', '.join(sorted(RECIPES))}); "
-                    "emit megatron,slurm instead")
-    if trainer == "maxtext" and node_blocks(ctx) is None:
-        return ("MaxText runs one JAX process per host and needs whole hosts of consecutive ranks, which this "
-                "placement does not have (a host with fewer GPUs); emit megatron or torchtitan instead")
-    return None
+def unlaunchable(ctx: EmitContext, trainer: str) -> str | None:
+    """Why the launchers cannot start emitter ``trainer`` for this plan (its emitter's ``unlaunchable``), or None."""
+    check = getattr(owner_of(trainer).emitter(trainer), "unlaunchable", None)
+    return check(ctx) if check else None
+
+
+def per_host_test(var: str) -> str:
+    """A shell test: the trainer named by ``var`` runs one process per host (``Launch.per_host``: MaxText)."""
+    names = [t for t, launch in LAUNCH.items() if launch.per_host]
+    return " || ".join(f'[ "{var}" = {t} ]' for t in names) or "false"
 
 
 def default_launcher(trainer: str) -> str:
-    return "node" if trainer == "maxtext" else "srun"
+    return "node" if LAUNCH[trainer].per_host else "srun"
 
 
 def fabric(ctx: EmitContext) -> str:
@@ -270,20 +265,31 @@ topoplan_refuse_placeholders() {{  # a value still reading FILL_ME... was never 
 """
 
 
+def _emitter(name: str):
+    return owner_of(name).emitter(name)
+
+
 def trainer_shell(ctx: EmitContext) -> str:
     """The shell functions that set up and print the command line of an emitted trainer (``trainer_cmd
-    TRAINER PREFIX``): slurm/task.sh and the Kubernetes pods' launch.sh share them."""
-    mega_env = " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
-    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.output.emit.megatron)
+    TRAINER PREFIX``): slurm/task.sh and the Kubernetes pods' launch.sh share them. Each trainer's part is
+    its emitter's ``task_env`` and ``task_command`` (planner.trainers)."""
+    envs: dict[str, list[str]] = {}
+    for t in LAUNCHABLE:
+        env = _emitter(t).task_env(ctx)
+        if env:
+            envs.setdefault(env, []).append(t)
+    env_arms = "\n".join(f"    {'|'.join(names)}) {env} ;;" for env, names in envs.items())
+    mock = "".join(f'if [ "$1" = {t} ]; then echo "{launch.mock_data}"; fi' for t, launch in LAUNCH.items()
+                   if launch.mock_data)
+    return f"""topoplan_trainer_env() {{  # the environment the trainer asserts or reads (megatron: planner.trainers.megatron.emit)
   case "$1" in
-    megatron|bridge) export {mega_env} ;;
-    torchtitan) export PYTHONPATH="$ROOT/torchtitan${{PYTHONPATH:+:$PYTHONPATH}}" ;;
+{env_arms}
   esac
 }}
 
 topoplan_data() {{  # prints extra trainer arguments for TOPOPLAN_DATA_ARGS (mock: the emitted synthetic data)
   case "${{TOPOPLAN_DATA_ARGS:-mock}}" in
-    mock) if [ "$1" = maxtext ]; then echo "dataset_type=synthetic"; fi ;;
+    mock) {mock} ;;
     *) echo "$TOPOPLAN_DATA_ARGS" ;;
   esac
 }}
@@ -296,26 +302,12 @@ topoplan_quote_lines() {{  # each line of stdin as one shell-quoted word
 
 
 def _task_trainers(ctx: EmitContext) -> str:
-    recipe = RECIPES[ctx.model.name.lower()] if "bridge" in trainers(ctx) else ""
+    arms = "\n".join(f"    {t})\n{_emitter(t).task_command(ctx)}" for t in LAUNCHABLE)
     return f"""trainer_cmd() {{  # prints the command line (for eval) of trainer $1; $2 = "python" or the torchrun prefix
   local data
   data=$(topoplan_data "$1")
   case "$1" in
-    megatron)
-      local args
-      if [ "${{TOPOPLAN_DATA_ARGS:-mock}}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
-      else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
-      printf '%s %q %s %s\\n' "$2" "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}}/{entry_script(ctx.model)}" "$args" "$data" ;;
-    bridge)
-      printf '%s %q --recipe {recipe}%s %s\\n' "$2" \\
-        "${{MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}}/scripts/training/run_recipe.py" \\
-        "$(grep -v -e '^#' -e '^$' "$ROOT/bridge/overrides.txt" | topoplan_quote_lines)" "$data" ;;
-    torchtitan)
-      printf '%s -m torchtitan.train %s %s\\n' "$2" "$(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")" "$data" ;;
-    maxtext)
-      printf '%s%s run_name=topoplan-%q %s\\n' "${{MAXTEXT_TRAIN:?set MAXTEXT_TRAIN to the MaxText train command and its base.yml}}" \\
-        "$(sed -n 's/^\\([A-Za-z0-9_]*\\): \\(.*\\)$/\\1=\\2/p' "$ROOT/maxtext/overrides.yml" | topoplan_quote_lines)" \\
-        "${{SLURM_JOB_ID:-run}}" "$data" ;;
+{arms}
   esac
 }}
 """
@@ -323,6 +315,8 @@ def _task_trainers(ctx: EmitContext) -> str:
 
 def _task_main(ctx: EmitContext) -> str:
     names = trainers(ctx)
+    node_envs = "".join(f'    if [ "$trainer" = {t} ]; then\n      {launch.node_env}\n    fi\n'
+                        for t, launch in LAUNCH.items() if launch.node_env)
     return f"""main() {{
   topoplan_refuse_placeholders || exit 2
   local trainer="${{TOPOPLAN_TRAINER:-{names[0] if names else ''}}}"
@@ -333,14 +327,14 @@ def _task_main(ctx: EmitContext) -> str:
     esac
   fi
   local launcher="${{TOPOPLAN_LAUNCHER:-srun}}"
-  if [ "$trainer" = maxtext ]; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
+  if {per_host_test('$trainer')}; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
   case "$launcher" in
     srun) ;;
     node|torchrun) launcher=node ;;
     *) echo "topoplan: TOPOPLAN_LAUNCHER=$launcher: use srun (one task per GPU) or node (one per host)" >&2; exit 2 ;;
   esac
-  if [ "$trainer" = maxtext ] && [ "$launcher" = srun ]; then
-    echo "topoplan: MaxText runs one JAX process per host; use TOPOPLAN_LAUNCHER=node" >&2; exit 2
+  if {{ {per_host_test('$trainer')}; }} && [ "$launcher" = srun ]; then
+    echo "topoplan: $trainer runs one process per host; use TOPOPLAN_LAUNCHER=node" >&2; exit 2
   fi
   topoplan_load_placement || exit 2
   export WORLD_SIZE="$WORLD" MASTER_ADDR="${{MASTER_ADDR:-$MASTER_HOST}}" MASTER_PORT="${{MASTER_PORT:-{MASTER_PORT}}}"
@@ -351,15 +345,12 @@ def _task_main(ctx: EmitContext) -> str:
     export CUDA_VISIBLE_DEVICES="$GPUS"
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "NODE_RANK=$NODE_RANK CUDA_VISIBLE_DEVICES=$GPUS"; exit 0; fi
     prefix="torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT"
-    if [ "$trainer" = maxtext ]; then  # MaxText's GPU initialisation (max_utils.initialize_jax_for_gpu)
-      export JAX_COORDINATOR_IP="$MASTER_ADDR" JAX_COORDINATOR_PORT="$MASTER_PORT" NNODES NODE_RANK
-    fi
-  else
+{node_envs}  else
     topoplan_rank_env "${{SLURM_PROCID:?run under srun}}"
     export RANK LOCAL_RANK
     if [ "${{TOPOPLAN_DRY_RUN:-0}}" = 1 ]; then echo "RANK=$RANK LOCAL_RANK=$LOCAL_RANK"; exit 0; fi
   fi
-  [ -n "$trainer" ] || {{ echo "topoplan: no trainer was emitted with slurm; emit again with --trainer megatron,slurm (or bridge, torchtitan, maxtext)" >&2; exit 2; }}
+  [ -n "$trainer" ] || {{ echo "topoplan: no trainer was emitted with slurm; emit again with --trainer {LAUNCHABLE[0]},slurm (or {', '.join(LAUNCHABLE[1:])})" >&2; exit 2; }}
   local v
   for v in NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_IB_GID_INDEX; do
     if [ "${{!v:-}}" = auto ]; then unset "$v"; fi
@@ -376,7 +367,7 @@ def _task_main(ctx: EmitContext) -> str:
   fi
   topoplan_trainer_env "$trainer"
   local cmd
-  if [ "$trainer" = maxtext ]; then cmd=$(trainer_cmd maxtext ""); else cmd=$(trainer_cmd "$trainer" "$prefix"); fi
+  if {per_host_test('$trainer')}; then cmd=$(trainer_cmd "$trainer" ""); else cmd=$(trainer_cmd "$trainer" "$prefix"); fi
   eval "exec $cmd"
 }}
 
@@ -532,7 +523,7 @@ export TOPOPLAN_DIR="${{TOPOPLAN_DIR:-${{SLURM_SUBMIT_DIR:-$PWD}}}}"
 export SLURM_HOSTFILE="$TOPOPLAN_DIR/slurm/hostfile" TOPOPLAN_PLACED="$TOPOPLAN_DIR/slurm"
 {place_step(ctx)}
 launcher="${{TOPOPLAN_LAUNCHER:-srun}}"
-if [ "$TOPOPLAN_TRAINER" = maxtext ]; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
+if {per_host_test('$TOPOPLAN_TRAINER')}; then launcher="${{TOPOPLAN_LAUNCHER:-node}}"; fi
 export TOPOPLAN_LAUNCHER="$launcher"
 srun_opts=(--kill-on-bad-exit=1)
 if [ "$TOPOPLAN_CONTAINER_IMAGE" != none ]; then

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import ast
 import re
+import statistics
 
 from planner.errors import InputError
+from planner.trainers.logs import median_after_warmup
 
 ARGS_TITLE = "arguments"
 _ARGS_OPEN = re.compile(r"^-{24} (\S+) -{24}$")
@@ -190,3 +192,26 @@ def model_shape(a: dict) -> dict:
     return {"num_layers": _int(a, "num_layers"), "hidden_size": _int(a, "hidden_size"),
             "num_attention_heads": _int(a, "num_attention_heads"),
             "num_experts": _int(a, "num_experts", 0) or 0}
+
+
+def run_fields(text: str, source: str) -> dict:
+    """What a Megatron rank log says of its run (``planner.calibration.runs.Run`` fields): the median iteration time
+    after the warm-up, its own TFLOP/s figure, the latest memory report of the worst rank."""
+    p = parse(text, source)
+    iters = p["iterations"]
+    step_ms, used, skip = median_after_warmup([(it[0], it[2]) for it in iters], source, "iteration")
+    tfl = [it[3] for it in iters if it[0] > skip and it[3] is not None]
+    fields = row_fields(p["args"])
+    gbs = [it[4] for it in iters if it[4] is not None]
+    if gbs and "gbs" not in fields:
+        fields["gbs"] = gbs[-1]
+    run = dict(fields=fields, shape=model_shape(p["args"]), step_s=step_ms / 1000.0,
+               logged_tflops_per_gpu=statistics.median(tfl) if tfl else None, iters_used=used, iters_skipped=skip)
+    if p["memory"]:
+        last = max(m[1] for m in p["memory"])
+        final = [m for m in p["memory"] if m[1] == last]   # the latest report, one line per model-parallel rank
+        run["peak_allocated_gib"] = max(m[3] for m in final) / 1024.0
+        run["peak_reserved_gib"] = max(m[5] for m in final) / 1024.0
+        dev = [m[6] for m in final if m[6] is not None]
+        run["device_used_gib"] = max(dev) / 1024.0 if dev else None
+    return run

@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 
 from planner.errors import InputError
+from planner.trainers.logs import gpu_key, median_after_warmup
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"step: *(\d+)  .*?memory: *([0-9.]+)GiB\(([0-9.]+)%\)  tps: ([0-9,]+)  tflops: ([0-9,.]+)  "
@@ -129,3 +131,15 @@ def row_fields(parsed: dict) -> dict:
 def model_shape(parsed: dict) -> dict:
     """What identifies the model in the log: its parameter count, when printed."""
     return {"params": parsed["params"]} if parsed.get("params") else {}
+
+
+def run_fields(text: str, source: str) -> dict:
+    """What a TorchTitan log says of its run (``planner.calibration.runs.Run`` fields): the median tokens/s per GPU
+    after the warm-up, its own TFLOP/s figure, the device it names, the peak reserved memory."""
+    p = parse(text, source)
+    steps = p["steps"]
+    tps, used, skip = median_after_warmup([(s[0], s[2]) for s in steps], source, "step")
+    kept = [s for s in steps if s[0] > skip]
+    return dict(fields=row_fields(p), shape=model_shape(p), gpu=gpu_key(p["device"]),
+                tokens_per_s_per_gpu=tps, logged_tflops_per_gpu=statistics.median(s[3] for s in kept),
+                iters_used=used, iters_skipped=skip, peak_reserved_gib=max(s[1] for s in kept))

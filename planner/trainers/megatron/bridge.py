@@ -12,11 +12,14 @@ megatron/args.txt. Keys: Megatron-Bridge 0.6.2's ``ConfigContainer`` (parallelis
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.output.emit.megatron import (hybrid_pattern, hybrid_stages, megatron_env, mla_yarn_unexpressed,
-                                         recipe_of)
+from planner.trainers.megatron.emit import (hybrid_pattern, hybrid_stages, megatron_env, mla_yarn_unexpressed,
+                                           recipe_of)
+from planner.trainers.megatron.emit import task_env as megatron_task_env
 
 # catalog model -> Bridge recipe function (megatron.bridge.recipes)
 RECIPES = {
@@ -147,7 +150,7 @@ def model_overrides(m) -> dict[str, object]:
 
 def mixer_overrides(m) -> dict[str, object]:
     """The hybrid mixers on the provider, the TransformerConfig fields megatron/args.txt sets
-    (planner.output.emit.megatron.hybrid_args): Mamba-2 widths (the block pattern: ``overrides``), Gated DeltaNet
+    (planner.trainers.megatron.emit.hybrid_args): Mamba-2 widths (the block pattern: ``overrides``), Gated DeltaNet
     layers and widths, Qwen3-Next's attention output gate, DSA's indexer."""
     o: dict[str, object] = {}
     if m.mamba is not None:
@@ -214,3 +217,33 @@ def parse_overrides(text: str) -> dict[str, str]:
             k, _, v = line.partition("=")
             out[k] = v
     return out
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted overrides under ``directory`` run ``iters`` iterations, logging each one."""
+    p = Path(directory) / "bridge" / "overrides.txt"
+    p.write_text(p.read_text().rstrip("\n") + f"\ntrain.train_iters={iters}\nlogger.log_interval=1\n"
+                 "logger.log_throughput=true\n")
+
+
+# -- slurm/task.sh and the Kubernetes pods (planner.output.emit.slurm.trainer_shell) ----------------------
+
+def unlaunchable(ctx: EmitContext) -> str | None:
+    """Why the launchers cannot start Megatron-Bridge for this plan: it runs a recipe, and has none for the model."""
+    if ctx.model.name.lower() not in RECIPES:
+        return (f"Megatron-Bridge has no recipe for {ctx.model.name} (it has {', '.join(sorted(RECIPES))}); "
+                "emit megatron,slurm instead")
+    return None
+
+
+def task_env(ctx: EmitContext) -> str:
+    """The same environment as Megatron-LM's (megatron-core asserts it)."""
+    return megatron_task_env(ctx)
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints run_recipe.py with the model's recipe and the overrides."""
+    recipe = RECIPES[ctx.model.name.lower()] if "bridge" in ctx.trainers and unlaunchable(ctx) is None else ""
+    return f"""      printf '%s %q --recipe {recipe}%s %s\\n' "$2" \\
+        "${{MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}}/scripts/training/run_recipe.py" \\
+        "$(grep -v -e '^#' -e '^$' "$ROOT/bridge/overrides.txt" | topoplan_quote_lines)" "$data" ;;"""

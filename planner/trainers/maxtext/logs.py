@@ -11,8 +11,10 @@ Format strings (AI-Hypercomputer/maxtext, ``MetricLogger.log_metrics`` in metric
 from __future__ import annotations
 
 import re
+import statistics
 
 from planner.errors import InputError
+from planner.trainers.logs import median_after_warmup
 
 _STEP = re.compile(r"completed step: (\d+), seconds: ([0-9.]+), TFLOP/s/device: ([0-9.]+)"
                    r"(?:, Tokens/s/device: ([0-9.]+))?")
@@ -76,3 +78,16 @@ def model_shape(parsed: dict) -> dict:
     return {"num_layers": _p(p, "base_num_decoder_layers"), "hidden_size": _p(p, "base_emb_dim"),
             "num_attention_heads": _p(p, "base_num_query_heads", 0),
             "num_experts": experts if (experts := _p(p, "num_experts", 1)) > 1 else 0}   # MaxText: dense = 1
+
+
+def run_fields(text: str, source: str) -> dict:
+    """What a MaxText log says of its run (``planner.calibration.runs.Run`` fields): the median step time after the
+    warm-up, tokens/s per GPU where it logs them, its own TFLOP/s figure."""
+    p = parse(text, source)
+    steps = p["steps"]
+    sec, used, skip = median_after_warmup([(s[0], s[1]) for s in steps], source, "step")
+    kept = [s for s in steps if s[0] > skip]
+    tok = [s[3] for s in kept if s[3] is not None]
+    return dict(fields=row_fields(p), shape=model_shape(p), step_s=sec,
+                tokens_per_s_per_gpu=statistics.median(tok) if tok else None,
+                logged_tflops_per_gpu=statistics.median(s[2] for s in kept), iters_used=used, iters_skipped=skip)

@@ -15,10 +15,12 @@ group (topoplan writes none), and DCN parallelism needs more than one slice.
 from __future__ import annotations
 
 from math import gcd
+from pathlib import Path
 
 from planner.output.emit import EmitContext
+from planner.output.emit.slurm import node_blocks
 from planner.errors import InputError
-from planner.output.emit.support import maxtext_builtin
+from planner.trainers.maxtext.families import maxtext_builtin
 
 # planner catalog name -> MaxText model_name (configs/models/<name>.yml)
 MODEL_NAMES = {
@@ -136,3 +138,30 @@ def _prod(xs) -> int:
 
 def _num(x: float):
     return int(x) if float(x).is_integer() else round(float(x), 6)
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted overrides under ``directory`` run ``iters`` steps."""
+    p = Path(directory) / "maxtext" / "overrides.yml"
+    p.write_text(p.read_text().rstrip("\n") + f"\nsteps: {iters}\n")
+
+
+# -- slurm/task.sh (planner.output.emit.slurm.trainer_shell) -----------------------------------------------
+
+def unlaunchable(ctx: EmitContext) -> str | None:
+    """Why Slurm cannot start MaxText for this plan: one JAX process per host needs whole hosts of ranks."""
+    if node_blocks(ctx) is None:
+        return ("MaxText runs one JAX process per host and needs whole hosts of consecutive ranks, which this "
+                "placement does not have (a host with fewer GPUs); emit megatron or torchtitan instead")
+    return None
+
+
+def task_env(ctx: EmitContext) -> str:
+    return ""
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints MaxText's train command with the overrides as key=value words."""
+    return """      printf '%s%s run_name=topoplan-%q %s\\n' "${MAXTEXT_TRAIN:?set MAXTEXT_TRAIN to the MaxText train command and its base.yml}" \\
+        "$(sed -n 's/^\\([A-Za-z0-9_]*\\): \\(.*\\)$/\\1=\\2/p' "$ROOT/maxtext/overrides.yml" | topoplan_quote_lines)" \\
+        "${SLURM_JOB_ID:-run}" "$data" ;;"""

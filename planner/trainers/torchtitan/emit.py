@@ -22,7 +22,8 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.rules import _graphs_problem, effective_recipe, torch_compile_on
+from planner.trainers.torchtitan import NAME
+from planner.trainers.torchtitan.rules import effective_recipe, graphs_problem, torch_compile_on
 
 # catalog model -> (module, config function or None, model_registry flavour)
 MODELS = {
@@ -228,11 +229,11 @@ def base_compile(ctx: EmitContext) -> tuple[bool, tuple, bool]:
 
 def compile_setting(ctx: EmitContext) -> tuple[bool, tuple, bool]:
     """(compile.enable, compile.components, compile.enable_async_tensor_parallel) that run the plan's
-    ``Recipe.torch_compile`` (planner.rules.torch_compile_on): compiled = "model" in the components and
+    ``Recipe.torch_compile`` (planner.trainers.torchtitan.rules.torch_compile_on): compiled = "model" in the components and
     enabled; the loss keeps the registry function's setting. Model compile off also switches off async TP,
     which needs it (CompileConfig.__post_init__, config/configs.py:303-310)."""
     enable, components, async_tp = base_compile(ctx)
-    tr = ctx.training.model_copy(update={"trainer": "torchtitan"})
+    tr = ctx.training.model_copy(update={"trainer": NAME})
     if torch_compile_on(ctx.model, ctx.config, tr):
         return True, ("model",) + tuple(c for c in components if c != "model"), async_tp
     rest = tuple(c for c in components if c != "model")
@@ -241,12 +242,12 @@ def compile_setting(ctx: EmitContext) -> tuple[bool, tuple, bool]:
 
 def cuda_graphs(ctx: EmitContext) -> bool:
     """TorchTitan captures CUDA graphs (``training.disable_cuda_graphs`` off): the recipe as TorchTitan
-    runs the layout (planner.rules.effective_recipe with trainer torchtitan). Trainer.Config.
+    runs the layout (planner.trainers.torchtitan.rules.effective_recipe). Trainer.Config.
     _validate_cuda_graphs refuses graphs with PP or with the all-to-all EP dispatcher, so those layouts
     run without them whatever the plan's recipe asked for."""
-    tr = ctx.training.model_copy(update={"trainer": "torchtitan"})
+    tr = ctx.training.model_copy(update={"trainer": NAME})
     impl = effective_recipe(ctx.model, ctx.config, tr).cuda_graph_impl
-    return impl != "none" and _graphs_problem(ctx.model, ctx.config, tr, impl) is None
+    return impl != "none" and graphs_problem(ctx.model, ctx.config, tr, impl) is None
 
 
 def needs_converters(ctx: EmitContext) -> bool:
@@ -627,3 +628,34 @@ def _toml(v) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     return str(v)
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted command line (and job.toml) under ``directory`` run ``iters`` steps,
+    logging each one and printing the config."""
+    d = Path(directory) / "torchtitan"
+    extra = f"--training.steps {iters} --metrics.log_freq 1 --debug.print_config"
+    out = []
+    for ln in (d / "command.txt").read_text().splitlines():
+        if ln.startswith("python ") or "torchtitan.train" in ln and not ln.startswith("#"):
+            words = ln.split(" ")
+            sub = next((i for i, w in enumerate(words) if re.fullmatch(r"[a-z][a-z0-9-]*:[a-z0-9-]+", w)), len(words))
+            ln = " ".join(words[:sub] + extra.split(" ") + words[sub:])
+        out.append(ln)
+    (d / "command.txt").write_text("\n".join(out) + "\n")
+    toml = d / "job.toml"
+    if toml.exists():
+        text = re.sub(r"(?m)^\[training\]\n", f"[training]\nsteps = {iters}\n", toml.read_text(), count=1)
+        toml.write_text(text.rstrip("\n") + "\n\n[metrics]\nlog_freq = 1\n\n[debug]\nprint_config = true\n")
+
+
+# -- slurm/task.sh and the Kubernetes pods (planner.output.emit.slurm.trainer_shell) ----------------------
+
+def task_env(ctx: EmitContext) -> str:
+    """The emitted registry module (torchtitan/) on the path."""
+    return 'export PYTHONPATH="$ROOT/torchtitan${PYTHONPATH:+:$PYTHONPATH}"'
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints torchtitan.train with the emitted arguments."""
+    return """      printf '%s -m torchtitan.train %s %s\\n' "$2" "$(sed -n 's/^python -m torchtitan.train //p' "$ROOT/torchtitan/command.txt")" "$data" ;;"""

@@ -12,13 +12,15 @@ own ``parse_args`` / ``validate_args`` / ``TransformerConfig`` / ``initialize_mo
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from planner.cost.hybridep import hybrid_ep_ranks_per_domain
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.model.spec import catalog_entry
 from planner.output.emit import EmitContext
-from planner.rules import effective_recipe, reuse_grad_buf_for_mxfp8
+from planner.rules import effective_recipe
+from planner.trainers.megatron.rules import reuse_grad_buf_for_mxfp8
 
 # Megatron precision recipe per planner precision (--fp8-format / --fp8-recipe, --fp4-format / --fp4-recipe).
 PRECISION_FLAGS = {
@@ -70,7 +72,7 @@ RECIPE_FLAGS = {
     "fp4_param_gather": "--fp4-param-gather",
 }
 # arguments.py:2927; written with --fp8-param-gather for MXFP8 under the distributed optimizer
-# (planner.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
+# (planner.trainers.megatron.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
 REUSE_GRAD_BUF_FLAG = "--reuse-grad-buf-for-mxfp8-param-ag"
 RECIPE_BOOLS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap", "moe_permute_fusion",
                 "moe_router_fusion", "cross_entropy_loss_fusion", "moe_router_enable_expert_bias", "fp8_param_gather",
@@ -550,3 +552,36 @@ def files(ctx: EmitContext) -> dict[str, str]:
 def _num(x) -> str:
     f = float(x)
     return str(int(f)) if f.is_integer() and abs(f) >= 1 else repr(f)
+
+
+def for_trial(directory, iters: int) -> None:
+    """``topoplan trial``: the emitted args.txt under ``directory`` runs ``iters`` iterations, logging each one
+    (throughput, and the memory report once, at the end)."""
+    p = Path(directory) / "megatron" / "args.txt"
+    lines = [ln.rstrip().removesuffix("\\").rstrip() for ln in p.read_text().strip().splitlines()]
+    set_flags = {"--train-iters": str(iters), "--log-interval": "1", "--log-memory-interval": str(iters)}
+    out, seen = [], set()
+    for ln in lines:
+        flag = ln.split(" ", 1)[0]
+        if flag in set_flags:
+            ln = f"{flag} {set_flags[flag]}"
+            seen.add(flag)
+        out.append(ln)
+    out += [f"{f} {v}" for f, v in set_flags.items() if f not in seen]
+    out += [f for f in ("--log-throughput", "--log-device-memory-used") if f not in lines]
+    p.write_text(" \\\n".join(out) + "\n")
+
+
+# -- slurm/task.sh and the Kubernetes pods (planner.output.emit.slurm.trainer_shell) ----------------------
+
+def task_env(ctx: EmitContext) -> str:
+    """The shell that sets the environment megatron-core asserts or reads (``megatron_env``)."""
+    return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in megatron_env(ctx).items())
+
+
+def task_command(ctx: EmitContext) -> str:
+    """The ``trainer_cmd`` case arm: prints Megatron-LM's command line ($2: python or the torchrun prefix)."""
+    return """      local args
+      if [ "${TOPOPLAN_DATA_ARGS:-mock}" = mock ]; then args=$(cat "$ROOT/megatron/args.txt")
+      else args=$(grep -v -x -e '--mock-data [\\]' -e '--mock-data' "$ROOT/megatron/args.txt"); fi
+      printf '%s %q %s %s\\n' "$2" "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout}/""" + entry_script(ctx.model) + """" "$args" "$data" ;;"""

@@ -1,0 +1,40 @@
+"""The model families MaxText 0.x cannot build as their config says (refused at emit by
+``planner.output.emit.support.check_family``)."""
+
+from __future__ import annotations
+
+TITLES = {"maxtext": "MaxText"}
+MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
+                  "ministral3")
+# Hybrid families (issue 23)
+MAXTEXT_CANNOT_HYBRID = {
+    "nemotron_h": "Mamba-2 decoder block",
+    "deepseek_v32": "full-size DeepSeek-V3.2 model (configs/models/deepseek3.2-671b.yml is a reduced test shape: "
+                    "1024 wide, 5 layers, index_topk 64)",
+}
+# a family MaxText builds only as its own model file: (configs/models/<name>.yml, the shape it fixes:
+# layers, hidden, experts, top-k); AI-Hypercomputer/maxtext src/MaxText/configs/models/qwen3-next-80b-a3b.yml
+MAXTEXT_BUILTIN = {"qwen3_next": ("qwen3-next-80b-a3b", (48, 2048, 512, 10))}
+
+
+def maxtext_builtin(model) -> str | None:
+    """MaxText's model_name for a config of a family MaxText builds only as its own model file, when the
+    config is that model's shape; None otherwise."""
+    name, shape = MAXTEXT_BUILTIN.get(model.family, (None, None))
+    if name and (model.num_layers, model.hidden_size, model.num_experts, model.top_k) == shape:
+        return name
+    return None
+
+
+def why_not(model, seq_len: int) -> str | None:
+    """Why MaxText cannot build ``model`` (None: it can)."""
+    family = model.family
+    if family in MAXTEXT_CANNOT:
+        return "it has no decoder block for this family"
+    if family in MAXTEXT_BUILTIN and maxtext_builtin(model) is None:
+        name, shape = MAXTEXT_BUILTIN[family]
+        return (f"it builds this family only as configs/models/{name}.yml (layers, hidden, experts, top-k {shape}), "
+                "and this config differs")
+    if family in MAXTEXT_CANNOT_HYBRID:
+        return f"it has no {MAXTEXT_CANNOT_HYBRID[family]}"
+    return None
