@@ -138,6 +138,27 @@ def test_a_trainer_that_cannot_build_the_family_refuses_in_one_line(name, traine
     assert fam in msg
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-72b-instruct", "llama-3.1-8b-v5", "qwen3-8b-v5"])
+def test_maxtext_refuses_a_user_config_it_ships_no_model_file_for(name):
+    """MaxText builds configs/models/<model_name>.yml; a user's config.json of a family it has a decoder
+    block for would train base.yml's default model (the old emitter wrote no model_name), so it is refused;
+    Megatron builds the same config."""
+    doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1), ParallelConfig(tp=8, pp=1),
+                   Training(seq_len=4096, global_batch=64))
+    with pytest.raises(InputError) as exc:
+        render_files(load_context(doc), ["maxtext"])
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("--trainer maxtext:") and "configs/models/" in msg
+    assert "megatron/args.txt" in render_files(load_context(doc), ["megatron"])
+
+
+def test_maxtext_files_always_name_the_model_they_train():
+    doc = plan_doc("qwen3-30b-a3b", hgx_cluster("h100", 1), ParallelConfig(tp=1, pp=1, ep=8),
+                   Training(seq_len=4096, global_batch=64))
+    text = render_files(load_context(doc), ["maxtext"])["maxtext/overrides.yml"]
+    assert "model_name: qwen3-30b-a3b" in text.splitlines()
+
+
 def test_mistral3_emits_for_megatron_up_to_its_original_context_only():
     def doc(seq):
         return plan_doc(str(CONFIGS / "devstral-small-2-24b-instruct-2512" / "config.json"), hgx_cluster("h100", 1),

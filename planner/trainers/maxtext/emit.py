@@ -20,22 +20,8 @@ from pathlib import Path
 from planner.output.emit import EmitContext
 from planner.output.emit.slurm import node_blocks
 from planner.errors import InputError
-from planner.trainers.maxtext.families import maxtext_builtin
+from planner.trainers.maxtext.families import maxtext_model_name
 
-# planner catalog name -> MaxText model_name (configs/models/<name>.yml)
-MODEL_NAMES = {
-    "deepseek-v3": "deepseek3-671b",
-    "kimi-k2": "kimi-k2-1t",
-    "llama3-8b": "llama3-8b",
-    "llama3-70b": "llama3-70b",
-    "llama3.1-405b": "llama3.1-405b",
-    "qwen3-30b-a3b": "qwen3-30b-a3b",
-    "qwen3-235b-a22b": "qwen3-235b-a22b",
-    "gpt-oss-120b": "gpt-oss-120b",
-    "gpt-oss-20b": "gpt-oss-20b",
-    "mixtral-8x7b": "mixtral-8x7b",
-    "mixtral-8x22b": "mixtral-8x22b",
-}
 # MaxText's Transformer Engine recipes (QuantizationType); it has no per-block FP8 recipe, so
 # fp8-block uses current (per-tensor) scaling.
 QUANTIZATION = {"bf16": None, "fp8": "te_fp8_currentscaling", "fp8-block": "te_fp8_currentscaling",
@@ -77,7 +63,7 @@ def split_mesh(deg: dict[str, int], per_slice: int) -> tuple[dict[str, int], dic
 
 
 def overrides(ctx: EmitContext) -> dict[str, object]:
-    name = MODEL_NAMES.get(ctx.model.name.lower()) or maxtext_builtin(ctx.model)
+    name = maxtext_model_name(ctx.model)
     n_slices, per_slice = slices(ctx)
     deg = degrees(ctx)
     ici, dcn = split_mesh(deg, per_slice)
@@ -86,8 +72,7 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
                          f"{per_slice} devices (ICI {ici}, DCN {dcn}); choose degrees that divide the slice size")
     c, gbs = ctx.config, ctx.training.global_batch
     out: dict[str, object] = {}
-    if name:
-        out["model_name"] = name
+    out["model_name"] = name
     out.update({"hardware": "gpu", "num_slices": n_slices, "max_target_length": ctx.training.seq_len})
     micro = c.mbs * ctx.dp                       # sequences per micro-step over the whole job
     if c.pp > 1:
@@ -118,8 +103,6 @@ def render(data: dict[str, object], ctx: EmitContext) -> str:
     lines = [f"# MaxText overrides written by topoplan for plan {ctx.index}: {ctx.model.name}, {ctx.config.short()}, "
              f"{ctx.world} x {ctx.gpu}.",
              "# One slice = one NVLink domain (ICI); slices talk over DCN. Pass as KEY=VALUE after base.yml."]
-    if "model_name" not in data:
-        lines.append(f"# {ctx.model.name} has no MaxText model config: set model_name or the model keys yourself.")
     for k, v in data.items():
         lines.append(f"{k}: {v}")
     return "\n".join(lines) + "\n"

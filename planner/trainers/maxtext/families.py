@@ -17,6 +17,27 @@ MAXTEXT_CANNOT_HYBRID = {
 MAXTEXT_BUILTIN = {"qwen3_next": ("qwen3-next-80b-a3b", (48, 2048, 512, 10))}
 
 
+# planner catalog name -> MaxText model_name (configs/models/<name>.yml)
+MODEL_NAMES = {
+    "deepseek-v3": "deepseek3-671b",
+    "kimi-k2": "kimi-k2-1t",
+    "llama3-8b": "llama3-8b",
+    "llama3-70b": "llama3-70b",
+    "llama3.1-405b": "llama3.1-405b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "gpt-oss-120b": "gpt-oss-120b",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "mixtral-8x22b": "mixtral-8x22b",
+}
+
+
+def maxtext_model_name(model) -> str | None:
+    """MaxText's model_name for ``model`` (None: MaxText ships no model config for it)."""
+    return MODEL_NAMES.get(model.name.lower()) or maxtext_builtin(model)
+
+
 def maxtext_builtin(model) -> str | None:
     """MaxText's model_name for a config of a family MaxText builds only as its own model file, when the
     config is that model's shape; None otherwise."""
@@ -37,4 +58,9 @@ def why_not(model, seq_len: int) -> str | None:
                 "and this config differs")
     if family in MAXTEXT_CANNOT_HYBRID:
         return f"it has no {MAXTEXT_CANNOT_HYBRID[family]}"
+    if maxtext_model_name(model) is None:
+        # MaxText builds a model from its configs/models/<model_name>.yml; without one it trains base.yml's
+        # default model, and topoplan does not write MaxText's model keys for a user's config
+        return ("topoplan writes MaxText files only for the models MaxText ships a configs/models/ file for ("
+                + ", ".join(sorted(MODEL_NAMES)) + ")")
     return None
