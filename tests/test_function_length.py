@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("planner", "solver", "topologies")
@@ -38,7 +39,7 @@ def function_lengths(source: str) -> dict[str, int]:
             else:
                 visit(child, prefix)
 
-    visit(ast.parse(source), "")
+    visit(parse(source), "")
     return out
 
 

@@ -14,6 +14,7 @@ import ast
 import networkx as nx
 import pytest
 from test_layers import OWN, from_base, module_name, project_modules
+from source_ast import parse
 
 
 def resolve(name: str, modules: set[str]) -> str | None:
@@ -29,7 +30,7 @@ def imported_names(source: str, module: str, is_package: bool) -> list[str]:
     """Every dotted name ``source`` imports, anywhere in it; ``from x import y`` gives ``x.y`` (a
     submodule, or a name that ``resolve`` takes back to ``x``)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

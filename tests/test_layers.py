@@ -7,12 +7,12 @@ and imports none of them.
 from __future__ import annotations
 
 import ast
-import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,10 +79,9 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-@functools.lru_cache(maxsize=None)
 def _parse(source: str) -> ast.Module:
-    """The syntax tree of a source (each module is read by two checks; parsed once per process)."""
-    return ast.parse(source)
+    """The syntax tree of a source (parsed once per process: tests/source_ast.py)."""
+    return parse(source)
 
 
 def imports_of(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:

@@ -4,6 +4,7 @@
 import ast
 from collections import defaultdict
 from pathlib import Path
+from source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,7 +13,7 @@ def class_names() -> dict[str, list[str]]:
     where: dict[str, list[str]] = defaultdict(list)
     for pkg in ("planner", "solver", "topologies"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            for node in ast.walk(parse(path.read_text())):
                 if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                     where[node.name].append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return where

@@ -21,6 +21,7 @@ from planner.cost.profiles import CALIBRATION_CSV, load_profile
 from planner.model.flops import flops_per_token
 from planner.search.document import SCHEMA_FILE, load_document
 from topologies.loader import load_cluster
+from source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +110,7 @@ SIGNATURE = {"tflops_per_gpu", "step_time_s", "memory_gib_per_gpu"}
 def prediction_classes(source: str) -> list[str]:
     """Classes of ``source`` whose annotated fields hold a prediction's figures (SIGNATURE)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.ClassDef):
             fields = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
             if SIGNATURE <= fields:

@@ -31,6 +31,7 @@ from planner.trainers import (EMITTER_OWNER, LAUNCH, NAMES, RECIPE_FIELDS, RECIP
 from planner.trainers.base import Pricing
 from test_layers import TRAINER_PARTS, layer_of
 from topologies.loader import load_cluster
+from source_ast import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER_WORDS = frozenset(NAMES) | frozenset(EMITTER_OWNER)   # megatron, torchtitan, maxtext, bridge
@@ -43,7 +44,7 @@ ALLOWED: dict[tuple[str, str], int] = {}
 def trainer_names(source: str) -> list[tuple[int, str]]:
     """Every string constant of ``source`` that is a trainer or emitter name (a branch such as ``trainer ==
     "maxtext"`` or a table keyed by trainer), with its line. Docstrings and comments do not count."""
-    return [(n.lineno, n.value) for n in ast.walk(ast.parse(source))
+    return [(n.lineno, n.value) for n in ast.walk(parse(source))
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in TRAINER_WORDS]
 
 
