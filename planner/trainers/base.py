@@ -140,6 +140,14 @@ class Trainer:
         return self.logs.parse(text, source)
 
 
+def no_layer_offload(recipe, trainer: str) -> str | None:
+    """The refusal of Megatron's layer-wise activation offloading by a trainer that has none."""
+    if recipe.cpu_offload_layers:
+        return (f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {trainer} has no layer-wise activation "
+                "offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
+    return None
+
+
 def foreign_knob(field_name: str, value, owner: str, flag: str, trainer: str, why: str) -> str:
     """The refusal of a recipe setting another trainer owns (config.Training names the field)."""
     return (f"recipe.{field_name}={value}: {owner}'s {flag} has no {trainer} counterpart ({why}); leave it unset")

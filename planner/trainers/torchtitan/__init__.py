@@ -6,16 +6,15 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``recipe``,
 
 from __future__ import annotations
 
-from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob, no_layer_offload
 from planner.trainers.torchtitan.recipe import FIELDS, OFF
 
 NAME = "torchtitan"
 
 
 def refuse_recipe(recipe) -> str | None:
-    if recipe.cpu_offload_layers:
-        return (f"recipe.cpu_offload_layers={recipe.cpu_offload_layers}: {NAME} has no layer-wise activation "
-                "offloading to the CPU (Megatron's --cpu-offloading-num-layers); leave it unset")
+    if why := no_layer_offload(recipe, NAME):
+        return why
     if recipe.fp8_param_gather:
         return foreign_knob("fp8_param_gather", True, "Megatron", "--fp8-param-gather", NAME,
                             "torchao's enable_fsdp_float8_all_gather casts FP32 shards to FP8 for the FSDP all-gather "
