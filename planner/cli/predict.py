@@ -295,38 +295,27 @@ def validate_table(rows: list[dict], source: str, width: int | None = None):
                       *figs(r))
         return t
 
-    def narrow() -> Table:
+    def narrow(id_apart: bool) -> Table:
+        """Model, layout (and stack) in one folding cell; the id in a column of its own, or (narrowest)
+        joined to that cell."""
         one = len(stacks) == 1
         cap = caption + (f"; stack {stacks[0]}" if one and stacks else "")
         t = compact_table(title=f"predicted vs measured: {source}", caption=cap)
         cells = [f"{r['model']}\n{r['config']}" + ("" if one else f"\n{r['stack']}") for r in rows]
-        t.add_column("id", no_wrap=True)
-        t.add_column("model, layout" + ("" if one else ", stack"), overflow="fold",
-                     min_width=max(longest_token(cells), 13))
+        if id_apart:
+            t.add_column("id", no_wrap=True)
+        t.add_column(("model, layout" if id_apart else "id, model, layout") + ("" if one else ", stack"),
+                     overflow="fold", min_width=max(longest_token(cells), 13))
         t.add_column("GPUs", justify="right", overflow="fold", min_width=longest_token(
             f"{r['num_gpus']} {r['gpu']}" for r in rows))
         for col in ("prec", "pred", "meas", "error", "fits"):
             t.add_column(col, justify="left" if col in ("prec", "fits") else "right", no_wrap=True)
         for r, cell in zip(rows, cells):
-            t.add_row(r["id"], cell, f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
+            lead = [r["id"], cell] if id_apart else [f"{r['id']}\n{cell}"]
+            t.add_row(*lead, f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
         return t
 
-    def narrowest() -> Table:   # the id joins the model cell (and folds when longer than the column)
-        one = len(stacks) == 1
-        cap = caption + (f"; stack {stacks[0]}" if one and stacks else "")
-        t = compact_table(title=f"predicted vs measured: {source}", caption=cap)
-        cells = [f"{r['model']}\n{r['config']}" + ("" if one else f"\n{r['stack']}") for r in rows]
-        t.add_column("id, model, layout" + ("" if one else ", stack"), overflow="fold",
-                     min_width=max(longest_token(cells), 13))
-        t.add_column("GPUs", justify="right", overflow="fold", min_width=longest_token(
-            f"{r['num_gpus']} {r['gpu']}" for r in rows))
-        for col in ("prec", "pred", "meas", "error", "fits"):
-            t.add_column(col, justify="left" if col in ("prec", "fits") else "right", no_wrap=True)
-        for r, cell in zip(rows, cells):
-            t.add_row(f"{r['id']}\n{cell}", f"{r['num_gpus']} {r['gpu']}", r["precision"], *figs(r))
-        return t
-
-    return first_that_fits([wide(), narrow(), narrowest()], width)
+    return first_that_fits([wide(), narrow(True), narrow(False)], width)
 
 
 def calibrate_cmd(
