@@ -139,17 +139,16 @@ def test_a_trainer_that_cannot_build_the_family_refuses_in_one_line(name, traine
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-72b-instruct", "llama-3.1-8b-v5", "qwen3-8b-v5"])
-def test_maxtext_refuses_a_user_config_it_ships_no_model_file_for(name):
-    """MaxText builds configs/models/<model_name>.yml; a user's config.json of a family it has a decoder
-    block for would train base.yml's default model (the old emitter wrote no model_name), so it is refused;
-    Megatron builds the same config."""
+def test_maxtext_writes_its_model_keys_for_a_user_config_it_ships_no_model_file_for(name):
+    """MaxText builds configs/models/<model_name>.yml; for a user's config.json of a family it has a decoder
+    block for, the overrides carry MaxText's model keys instead (tests/test_maxtext_model_keys.py reads them
+    back), never a bare base.yml (which trains MaxText's default model)."""
     doc = plan_doc(str(CONFIGS / name / "config.json"), hgx_cluster("h100", 1), ParallelConfig(tp=8, pp=1),
                    Training(seq_len=4096, global_batch=64))
-    with pytest.raises(InputError) as exc:
-        render_files(load_context(doc), ["maxtext"])
-    msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("--trainer maxtext:") and "configs/models/" in msg
-    assert "megatron/args.txt" in render_files(load_context(doc), ["megatron"])
+    lines = render_files(load_context(doc), ["maxtext"])["maxtext/overrides.yml"].splitlines()
+    m = load_model(CONFIGS / name / "config.json")
+    assert not any(x.startswith("model_name:") for x in lines)
+    assert f"base_num_decoder_layers: {m.num_layers}" in lines and f"base_emb_dim: {m.hidden_size}" in lines
 
 
 def test_maxtext_files_always_name_the_model_they_train():

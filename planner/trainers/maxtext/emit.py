@@ -21,6 +21,7 @@ from planner.output.emit import EmitContext
 from planner.output.emit.slurm import node_blocks
 from planner.errors import InputError
 from planner.trainers.maxtext.families import maxtext_model_name
+from planner.trainers.maxtext.model_keys import model_keys
 
 # MaxText's Transformer Engine recipes (QuantizationType); it has no per-block FP8 recipe, so
 # fp8-block uses current (per-tensor) scaling.
@@ -71,8 +72,8 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         raise InputError(f"--trainer maxtext: layout {ctx.config.short()} does not factor into {n_slices} slices of "
                          f"{per_slice} devices (ICI {ici}, DCN {dcn}); choose degrees that divide the slice size")
     c, gbs = ctx.config, ctx.training.global_batch
-    out: dict[str, object] = {}
-    out["model_name"] = name
+    # a model MaxText ships a file for is named; a user's config gets MaxText's model keys (model_keys)
+    out: dict[str, object] = {"model_name": name} if name else model_keys(ctx.model)
     out.update({"hardware": "gpu", "num_slices": n_slices, "max_target_length": ctx.training.seq_len})
     micro = c.mbs * ctx.dp                       # sequences per micro-step over the whole job
     if c.pp > 1:
@@ -104,8 +105,21 @@ def render(data: dict[str, object], ctx: EmitContext) -> str:
              f"{ctx.world} x {ctx.gpu}.",
              "# One slice = one NVLink domain (ICI); slices talk over DCN. Pass as KEY=VALUE after base.yml."]
     for k, v in data.items():
-        lines.append(f"{k}: {v}")
+        lines.append(f"{k}: {yaml_value(v)}")
     return "\n".join(lines) + "\n"
+
+
+def yaml_value(v) -> str:
+    """``v`` as YAML that PyYAML and MaxText's OmegaConf read alike: true/false, floats with a point
+    (YAML 1.1 reads ``1e-06`` as a string), lists in flow style."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        text = repr(v)
+        return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(yaml_value(x) for x in v) + "]"
+    return str(v)
 
 
 def files(ctx: EmitContext) -> dict[str, str]:

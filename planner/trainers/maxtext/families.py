@@ -1,7 +1,11 @@
 """The model families MaxText 0.x cannot build as their config says (refused at emit by
-``planner.output.emit.support.check_family``)."""
+``planner.output.emit.support.check_family``), and the MaxText model file a catalog model is built from.
+A user's config.json of a family MaxText has a decoder block for is written as MaxText's model keys
+(:mod:`planner.trainers.maxtext.model_keys`), which refuse what the block cannot express."""
 
 from __future__ import annotations
+
+from planner.trainers.maxtext import model_keys
 
 TITLES = {"maxtext": "MaxText"}
 MAXTEXT_CANNOT = ("dbrx", "olmoe", "minimax_m2", "phimoe", "granitemoe", "ernie4_5_moe", "hunyuan_v1_moe",
@@ -59,8 +63,6 @@ def why_not(model, seq_len: int) -> str | None:
     if family in MAXTEXT_CANNOT_HYBRID:
         return f"it has no {MAXTEXT_CANNOT_HYBRID[family]}"
     if maxtext_model_name(model) is None:
-        # MaxText builds a model from its configs/models/<model_name>.yml; without one it trains base.yml's
-        # default model, and topoplan does not write MaxText's model keys for a user's config
-        return ("topoplan writes MaxText files only for the models MaxText ships a configs/models/ file for ("
-                + ", ".join(sorted(MODEL_NAMES)) + ")")
+        # no MaxText model file: the overrides carry MaxText's model keys for this config (model_keys)
+        return model_keys.refusal(model)
     return None
