@@ -78,8 +78,14 @@ def _no_leak(overrides: dict) -> None:
 def test_a_catalog_model_as_a_user_config_builds_what_maxtexts_own_file_builds(name, tmp_path):
     mine = _emitted(_as_user_config(name, tmp_path))
     _no_leak(mine)
-    diff = _differences(model_view(effective(mine)), model_view(effective({"model_name": MODEL_NAMES[name]})))
+    view = model_view(effective(mine))
+    diff = _differences(view, model_view(effective({"model_name": MODEL_NAMES[name]})))
     assert diff == {k[1]: v for k, v in KNOWN.items() if k[0] == name}
+    # the catalog model itself names MaxText's file and overrides it with the same keys: the same model
+    catalog = _emitted(name)
+    assert catalog["model_name"] == MODEL_NAMES[name]
+    _no_leak(catalog)
+    assert model_view(effective(catalog)) == view
 
 
 @pytest.mark.parametrize("name", [n for n, f in USER_CONFIGS.items() if f])
@@ -144,7 +150,7 @@ def test_the_read_back_fails_when_a_key_is_dropped(monkeypatch):
     path = CONFIGS / "qwen3-8b-v5" / "config.json"
     real = mk.model_keys
     monkeypatch.setattr("planner.trainers.maxtext.emit.model_keys",
-                        lambda m: {k: v for k, v in real(m).items() if k != "normalization_layer_epsilon"})
+                        lambda m, name: {k: v for k, v in real(m, name).items() if k != "normalization_layer_epsilon"})
     got = _read_as_spec(model_view(effective(_emitted(path))), ("eps",))
     assert got == {"eps": 1e-5} != {"eps": load_model(path).norm_eps}
 

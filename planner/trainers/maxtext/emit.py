@@ -21,7 +21,7 @@ from planner.output.emit import EmitContext
 from planner.output.emit.slurm import node_blocks
 from planner.errors import InputError
 from planner.trainers.maxtext.families import maxtext_model_name
-from planner.trainers.maxtext.model_keys import model_keys
+from planner.trainers.maxtext.model_keys import model_keys, refusal
 
 # MaxText's Transformer Engine recipes (QuantizationType); it has no per-block FP8 recipe, so
 # fp8-block uses current (per-tensor) scaling.
@@ -72,8 +72,9 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         raise InputError(f"--trainer maxtext: layout {ctx.config.short()} does not factor into {n_slices} slices of "
                          f"{per_slice} devices (ICI {ici}, DCN {dcn}); choose degrees that divide the slice size")
     c, gbs = ctx.config, ctx.training.global_batch
-    # a model MaxText ships a file for is named; a user's config gets MaxText's model keys (model_keys)
-    out: dict[str, object] = {"model_name": name} if name else model_keys(ctx.model)
+    # MaxText's model keys for the config (model_keys), over MaxText's own file where it ships one; a model
+    # MaxText builds only as its own file (families.MAXTEXT_BUILTIN) is named alone
+    out: dict[str, object] = {"model_name": name} if refusal(ctx.model) else model_keys(ctx.model, name)
     out.update({"hardware": "gpu", "num_slices": n_slices, "max_target_length": ctx.training.seq_len})
     micro = c.mbs * ctx.dp                       # sequences per micro-step over the whole job
     if c.pp > 1:

@@ -2,7 +2,9 @@
 
 MaxText builds a model from ``base.yml``, then ``configs/models/<model_name>.yml``, then the overrides
 (``pyconfig._initialize_pydantic``). A config with no MaxText model file keeps ``model_name: default`` and
-gets every model key here, in MaxText's own names (``base.yml``, ``configs/types.py``). Two behaviours
+gets every model key here, in MaxText's own names (``base.yml``, ``configs/types.py``); a catalog model
+names its MaxText file and overrides it with the same keys (MaxText's Qwen3 MoE files carry the 2507
+releases' RoPE base, not the config's). Two behaviours
 hang on ``model_name`` rather than on a key: DeepSeek-V3's routing (sigmoid scores with the expert bias
 used for selection only, group-limited top-k; ``layers/moe.py`` checks ``model_name.startswith(("deepseek3",
 "deepseek4", "kimi-k2"))``) and Llama 3.1's RoPE (``rope_type: llama3.1`` also selects it). For the first,
@@ -155,11 +157,12 @@ def _max_positions(m) -> int:
 
 # -- the keys ------------------------------------------------------------------------------------------------
 
-def model_keys(model) -> dict[str, object]:
-    """MaxText's overrides that build ``model`` (call :func:`refusal` first)."""
+def model_keys(model, model_name: str | None = None) -> dict[str, object]:
+    """MaxText's overrides that build ``model`` (call :func:`refusal` first). ``model_name``: MaxText's own
+    file of this model (a catalog model); it is named, and the config's keys override it."""
     m, block = model, BLOCKS[model.family]
     out: dict[str, object] = {}
-    if anchor := _anchor(m, block):
+    if anchor := model_name or _anchor(m, block):
         out.update(model_name=anchor, override_model_config=True)
     out.update(decoder_block=block, base_emb_dim=m.hidden_size, base_num_query_heads=m.num_attention_heads,
                base_num_kv_heads=m.num_kv_heads, base_num_decoder_layers=m.num_layers, vocab_size=m.vocab_size,
