@@ -50,3 +50,13 @@ def ensure_mcore() -> Path:
     """The unpacked megatron-core (downloaded on first use; pytest.fail when it cannot be had)."""
     return unpacked_wheels(CACHE / f"megatron-core-{MCORE}", "megatron/training/arguments.py",
                            (f"megatron-core=={MCORE}",), "TOPOPLAN_MCORE_DIR", "--python-version", "3.12")
+
+
+TORCHTITAN02 = "0.2.0"
+
+
+def ensure_torchtitan02() -> Path:
+    """torchtitan 0.2.0 unpacked (the installed torchtitan is 0.3.0): the job.toml form and its
+    ``[experimental] custom_import``. ``TOPOPLAN_TORCHTITAN02_DIR`` names an unpacked copy instead."""
+    return unpacked_wheels(CACHE / f"torchtitan-{TORCHTITAN02}", "torchtitan/train.py",
+                           (f"torchtitan=={TORCHTITAN02}",), "TOPOPLAN_TORCHTITAN02_DIR")

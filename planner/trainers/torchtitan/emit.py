@@ -22,7 +22,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.model.pipeline import pipeline_layout
 from planner.output.emit import EmitContext
-from planner.trainers.torchtitan import NAME
+from planner.trainers.torchtitan import NAME, toml02
 from planner.trainers.torchtitan.rules import effective_recipe, graphs_problem, torch_compile_on
 
 # catalog model -> (module, config function or None, model_registry flavour)
@@ -578,6 +578,11 @@ def _hf_dir(ctx: EmitContext) -> str:
     return {"qwen3-235b-a22b": "Qwen3-235B-A22B"}.get(ctx.model.name.lower(), ctx.model.name)
 
 
+# [parallelism] keys of the 0.3 command line that torchtitan 0.2.0's Parallelism lacks (its parser refuses
+# unknown fields): 0.2.0 shards sequences whenever TP > 1, with no switch
+NOT_IN_02 = ("enable_sequence_parallel",)
+
+
 def toml_job(ctx: EmitContext) -> str:
     """TorchTitan 0.2 job file (``--job.config_file job.toml``)."""
     module, _, flavour = model_entry(ctx)
@@ -585,11 +590,16 @@ def toml_job(ctx: EmitContext) -> str:
     lines = [f"# TorchTitan 0.2 job file written by topoplan (plan {ctx.index}: {ctx.config.short()}, "
              f"{ctx.world} x {ctx.gpu}).", "# torchrun ... -m torchtitan.train --job.config_file job.toml", "",
              "[job]", f'description = "topoplan plan {ctx.index} for {ctx.model.name}"', "",
-             "[model]", f'name = "{module}"', f'flavor = "{flavour}"', "",
-             "[training]", f"local_batch_size = {local}", f"global_batch_size = {gbs}",
+             "[model]", f'name = "{module}"', f'flavor = "{flavour}"']
+    if is_user_model(ctx.model):   # the flavour module adds the flavour; the tokenizer sits beside the config.json
+        lines[2:2] = [f"# {toml02.MODULE}.py (beside this file, on PYTHONPATH) adds flavour {flavour!r} of {module}"]
+        lines += [f"hf_assets_path = {_toml(_user_assets(ctx.model))}", "", "[experimental]",
+                  f"custom_import = {_toml(toml02.MODULE)}"]
+    lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {gbs}",
              f"seq_len = {ctx.training.seq_len}", "", "[parallelism]"]
     for k, v in parallelism(ctx).items():
-        lines.append(f"{k} = {_toml(v)}")
+        if k not in NOT_IN_02:
+            lines.append(f"{k} = {_toml(v)}")
     if ctx.model.num_experts and ctx.config.ep > 1:
         lines.append("expert_tensor_parallel_degree = 1")
     lines += ["", "[activation_checkpoint]", f'mode = "{ac_mode(ctx)}"']
@@ -604,12 +614,26 @@ def files(ctx: EmitContext) -> dict[str, str]:
            f"{ctx.world} x {ctx.gpu}.\n# Per node (see slurm/sbatch.sh for node ranks): torchrun --nnodes "
            f"{len(ctx.host_order)} --nproc-per-node {ctx.gpus_per_node} --node-rank $NODE_RANK -m torchtitan.train ARGS\n")
     out = {"torchtitan/command.txt": hdr + "python -m torchtitan.train " + " ".join(shlex.quote(a) for a in args) + "\n"}
-    if not is_user_model(ctx.model):   # TorchTitan 0.2 has no flavour for a user's config.json
+    why = toml02_refusal(ctx.model)
+    if why is None:
         out["torchtitan/job.toml"] = toml_job(ctx)
+        if is_user_model(ctx.model):   # job.toml's custom_import: the config's model as a 0.2 flavour
+            out[f"torchtitan/{toml02.MODULE}.py"] = toml02.flavour_source(ctx.model, USER_FAMILIES[ctx.model.family][0])
+    else:
+        out["torchtitan/command.txt"] = hdr + f"# No job.toml: TorchTitan 0.2 cannot build this config.json: {why}.\n" \
+            + out["torchtitan/command.txt"][len(hdr):]
     reg = custom_registry(ctx)
     if reg:
         out[f"torchtitan/{CUSTOM_MODULE}.py"] = reg
     return out
+
+
+def toml02_refusal(m) -> str | None:
+    """Why TorchTitan 0.2 cannot build ``m`` (None: job.toml is written; a user's config gets its flavour module)."""
+    if is_user_model(m):
+        return toml02.refusal(m, USER_FAMILIES[m.family][0])
+    module = MODELS[m.name.lower()][0]
+    return None if module in toml02.TABLES else f"torchtitan 0.2.0 has no {module} model"
 
 
 def parse_command(text: str) -> list[str]:
