@@ -158,6 +158,7 @@ def test_the_read_back_fails_when_a_key_is_dropped(monkeypatch):
 def test_deepseek_v3_routing_names_maxtexts_file_and_overrides_all_its_keys():
     o = _emitted(CONFIGS / "kimi-k2.5" / "config.json")
     assert o["model_name"] == "kimi-k2-1t" and o["override_model_config"] is True
+    assert o["routed_bias_update_rate"] == 1e-3     # the bias moves (base.yml's 0.0 would keep it at zero)
     view = model_view(effective(o))
     assert view["deepseek_routing"] and view["routed_bias"] and view["rope"]["theta"] == 50000
     assert view["rope"]["rope_factor"] == 64 and view["eps"] == 1e-5       # Kimi-K2.5's own, not K2's 32 / 1e-6

@@ -224,6 +224,8 @@ def _moe_keys(m, block: str) -> dict[str, object]:
                shared_experts=m.shared_ffn_hidden_size // m.moe_ffn_hidden_size,
                routed_scaling_factor=float(m.router_scale), routed_score_func=m.router_score,
                routed_bias=m.expert_bias)
+    if m.expert_bias:   # base.yml's 0.0 never moves the bias; DeepSeek-V3's gamma, as the Megatron files write it
+        out["routed_bias_update_rate"] = 1e-3
     if m.n_group > 1:
         out.update(n_routing_groups=m.n_group, topk_routing_group=m.topk_group)
     return out
