@@ -7,6 +7,7 @@ what MaxText cannot express is refused in one line naming MaxText and the config
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,26 @@ def _spec_view(m) -> dict:
         if rs.kind == "yarn":
             v.update({"rope.rope_factor": rs.factor, "rope.original_max_position_embeddings":
                       rs.original_max_position_embeddings, "rope.beta_fast": rs.beta_fast, "rope.beta_slow": rs.beta_slow})
+            v.update(_hf_yarn_scales(m))
     return v
+
+
+def _hf_yarn_scales(m) -> dict:
+    """transformers' YaRN scales: cos/sin x attention_factor (_compute_yarn_parameters: get_mscale(f, mscale) /
+    get_mscale(f, mscale_all_dim) when both are set, else get_mscale(f)); DeepSeek's MLA softmax scale x
+    get_mscale(f, mscale_all_dim)^2 (DeepseekV3Attention)."""
+    rs = m.rope_scaling
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+    if rs.mscale and rs.mscale_all_dim:
+        cos_sin = get_mscale(rs.factor, rs.mscale) / get_mscale(rs.factor, rs.mscale_all_dim)
+    else:
+        cos_sin = get_mscale(rs.factor)
+    out = {"rope.cos_sin_scale": pytest.approx(cos_sin)}
+    if m.attention == "mla":
+        out["rope.softmax_scale_factor"] = pytest.approx(get_mscale(rs.factor, rs.mscale_all_dim or 0.0) ** 2)
+    return out
 
 
 def _read_as_spec(view: dict, keys: tuple) -> dict:
