@@ -313,7 +313,7 @@ def test_each_trainer_launches_its_own_files(tmp_path, stubs):
             assert argv == ["-m", "torchtitan.train", *torchtitan.command_args(ctx)]
             assert penv["PYTHONPATH"].split(":")[0] == str(out / "torchtitan")
         else:
-            kv = [f"{k}={v}" for k, v in maxtext.overrides(ctx).items()]
+            kv = [f"{k}={maxtext.yaml_value(v)}" for k, v in maxtext.overrides(ctx).items()]
             assert argv == ["-m", "maxtext.trainers.pre_train.train", "/opt/base.yml", *kv,
                             "run_name=topoplan-run", "dataset_type=synthetic"]
             # MaxText's GPU initialisation reads these (max_utils.initialize_jax_for_gpu)
