@@ -137,11 +137,17 @@ def test_a_config_torchtitan_02_cannot_build_gets_no_job_toml_and_says_why(tag, 
     assert (d / "topoplan_config.py").exists()   # the 0.3 command line still builds it
 
 
+# catalog models whose torchtitan 0.2.0 built-in flavour differs from their config.json (emit.BUILTIN_MODEL):
+# Llama 3 8B / 70B have no RoPE scaling, Qwen3-235B-A22B's rope base is 1e6 (the flavours: Llama 3.1's, 5e6)
+FIXED = ("llama3-8b", "llama3-70b", "qwen3-235b-a22b")
+
+
 @pytest.mark.trainers
 def test_torchtitan_02_parses_every_catalog_job_toml(titan02, tmp_path):
-    """The catalog models' job.toml (their built-in 0.2 flavours), with TP 2: 0.2.0 has no
-    enable_sequence_parallel key (its parser refuses unknown keys), so none is written; GPT-OSS, which
-    0.2.0 has no model for, gets no job.toml."""
+    """The catalog models' job.toml, with TP 2: 0.2.0 has no enable_sequence_parallel key (its parser
+    refuses unknown keys), so none is written; a model whose built-in flavour differs from its config.json
+    gets the flavour module (DeepSeek-V3's differs in eps, but 0.2.0 cannot route by groups: its built-in
+    flavour, said in job.toml); GPT-OSS, which 0.2.0 has no model for, gets no job.toml."""
     from planner.trainers.torchtitan.emit import MODELS
 
     dirs = {}
@@ -155,6 +161,11 @@ def test_torchtitan_02_parses_every_catalog_job_toml(titan02, tmp_path):
         dirs[name] = d
     results = _check(titan02, dirs, tmp_path)
     for name, d in dirs.items():
-        r = results[name]
+        r, m = results[name], load_model(name)
         assert r["ok"], f"torchtitan 0.2.0 refused {name} at {r['stage']}: {r['error']}"
-        assert r["model"] == list(MODELS[name][::2]) and r["widths"]["layers"] == load_model(name).num_layers
+        assert r["widths"]["layers"] == m.num_layers
+        if name in FIXED:   # the built-in flavour is not the config's: the flavour module builds the config
+            assert r["model"] == [MODELS[name][0], "topoplan"] and r["params"] == param_counts(m).total
+            assert r["eps"] == [m.norm_eps] and r["inv_freq"] == pytest.approx(hf_inv_freq(m), rel=2e-5)
+        else:
+            assert r["model"] == list(MODELS[name][::2])

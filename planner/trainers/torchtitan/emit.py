@@ -583,18 +583,24 @@ def _hf_dir(ctx: EmitContext) -> str:
 NOT_IN_02 = ("enable_sequence_parallel",)
 
 
-def toml_job(ctx: EmitContext) -> str:
-    """TorchTitan 0.2 job file (``--job.config_file job.toml``)."""
+def toml_job(ctx: EmitContext, custom: str | None = None) -> str:
+    """TorchTitan 0.2 job file (``--job.config_file job.toml``); ``custom``: the module whose flavour
+    toml02.FLAVOUR the written flavour module adds (toml02_plan), else the model's built-in flavour."""
     module, _, flavour = model_entry(ctx)
+    flavour = toml02.FLAVOUR if custom else flavour
     local, gbs, _ = batch(ctx)
     lines = [f"# TorchTitan 0.2 job file written by topoplan (plan {ctx.index}: {ctx.config.short()}, "
              f"{ctx.world} x {ctx.gpu}).", "# torchrun ... -m torchtitan.train --job.config_file job.toml", "",
              "[job]", f'description = "topoplan plan {ctx.index} for {ctx.model.name}"', "",
              "[model]", f'name = "{module}"', f'flavor = "{flavour}"']
-    if is_user_model(ctx.model):   # the flavour module adds the flavour; the tokenizer sits beside the config.json
+    if custom:   # the flavour module adds the flavour
         lines[2:2] = [f"# {toml02.MODULE}.py (beside this file, on PYTHONPATH) adds flavour {flavour!r} of {module}"]
-        lines += [f"hf_assets_path = {_toml(_user_assets(ctx.model))}", "", "[experimental]",
-                  f"custom_import = {_toml(toml02.MODULE)}"]
+        if is_user_model(ctx.model):   # the tokenizer sits beside the config.json
+            lines.append(f"hf_assets_path = {_toml(_user_assets(ctx.model))}")
+        lines += ["", "[experimental]", f"custom_import = {_toml(toml02.MODULE)}"]
+    elif model_fixes(ctx):   # a flavour module cannot express the config here (toml02.refusal)
+        lines[2:2] = [f"# torchtitan 0.2.0's built-in flavour {flavour!r} differs from the config.json (RMSNorm eps or "
+                      f"RoPE; {toml02.refusal(ctx.model, module)}); the 0.3 command line builds the config's"]
     lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {gbs}",
              f"seq_len = {ctx.training.seq_len}", "", "[parallelism]"]
     for k, v in parallelism(ctx).items():
@@ -614,11 +620,11 @@ def files(ctx: EmitContext) -> dict[str, str]:
            f"{ctx.world} x {ctx.gpu}.\n# Per node (see slurm/sbatch.sh for node ranks): torchrun --nnodes "
            f"{len(ctx.host_order)} --nproc-per-node {ctx.gpus_per_node} --node-rank $NODE_RANK -m torchtitan.train ARGS\n")
     out = {"torchtitan/command.txt": hdr + "python -m torchtitan.train " + " ".join(shlex.quote(a) for a in args) + "\n"}
-    why = toml02_refusal(ctx.model)
+    module, why = toml02_plan(ctx)
     if why is None:
-        out["torchtitan/job.toml"] = toml_job(ctx)
-        if is_user_model(ctx.model):   # job.toml's custom_import: the config's model as a 0.2 flavour
-            out[f"torchtitan/{toml02.MODULE}.py"] = toml02.flavour_source(ctx.model, USER_FAMILIES[ctx.model.family][0])
+        out["torchtitan/job.toml"] = toml_job(ctx, module)
+        if module:   # job.toml's custom_import: the config's model as a 0.2 flavour
+            out[f"torchtitan/{toml02.MODULE}.py"] = toml02.flavour_source(ctx.model, module)
     else:
         out["torchtitan/command.txt"] = hdr + f"# No job.toml: TorchTitan 0.2 cannot build this config.json: {why}.\n" \
             + out["torchtitan/command.txt"][len(hdr):]
@@ -628,12 +634,17 @@ def files(ctx: EmitContext) -> dict[str, str]:
     return out
 
 
-def toml02_refusal(m) -> str | None:
-    """Why TorchTitan 0.2 cannot build ``m`` (None: job.toml is written; a user's config gets its flavour module)."""
+def toml02_plan(ctx: EmitContext) -> tuple[str | None, str | None]:
+    """(module, why) for TorchTitan 0.2: ``module`` is the torchtitan 0.2.0 module the written flavour module
+    adds the config's model to (a user's config.json, or a catalog model whose built-in flavour differs from its
+    config.json, model_fixes), None when job.toml names the built-in flavour; ``why`` says why no job.toml."""
+    m, module = ctx.model, model_entry(ctx)[0]
+    if module not in toml02.TABLES:
+        return None, f"torchtitan 0.2.0 has no {module} model"
+    why = toml02.refusal(m, module)
     if is_user_model(m):
-        return toml02.refusal(m, USER_FAMILIES[m.family][0])
-    module = MODELS[m.name.lower()][0]
-    return None if module in toml02.TABLES else f"torchtitan 0.2.0 has no {module} model"
+        return (module, None) if why is None else (None, why)
+    return (module if model_fixes(ctx) and why is None else None), None
 
 
 def parse_command(text: str) -> list[str]:
