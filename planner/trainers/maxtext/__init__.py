@@ -1,4 +1,5 @@
-"""MaxText (JAX/XLA): rules, emitter (overrides.yml), log parser. MaxText has no recipe knobs topoplan writes.
+"""MaxText (JAX/XLA): rules, emitter (overrides.yml, with the config's model in MaxText's keys: model_keys),
+log parser. MaxText has no recipe knobs topoplan writes.
 
 Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, ``families``, ``emit``, ``logs``.
 """

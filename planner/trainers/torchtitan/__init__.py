@@ -1,4 +1,5 @@
-"""TorchTitan 0.3.0: rules, recipe, emitter (job.toml / command.txt), read-back, log parser.
+"""TorchTitan 0.3.0: rules, recipe, emitter (command.txt; 0.2's job.toml with its flavour module: toml02),
+read-back, log parser.
 
 Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``recipe``, ``rules``, ``families``, ``emit``,
 ``readback``, ``logs``.
