@@ -239,13 +239,24 @@ def test_a_trainer_without_the_mixer_refuses_in_one_line(name, trainer, words):
     assert "\n" not in msg and words in msg and m.family in msg and f"--trainer {trainer}" in msg
 
 
-def test_maxtext_runs_qwen3_next_as_its_own_model_and_refuses_another_shape(tmp_path):
+def test_maxtext_runs_qwen3_next_as_its_own_model_or_as_keys_of_its_block(tmp_path):
     doc = plan_doc(str(CONFIGS / "qwen3-next-80b-a3b-instruct" / "config.json"), hgx_cluster("h100", 1),
                    ParallelConfig(tp=1, pp=1, ep=8), Training(seq_len=4096, global_batch=64, trainer="maxtext"))
     text = render_files(load_context(doc), ["maxtext"])["maxtext/overrides.yml"]
     assert "model_name: qwen3-next-80b-a3b" in text
+    # another shape of the family: MaxText's qwen3_next block with the config's keys (test_maxtext_model_keys.py)
     cfg = dict(_cfg("qwen3-next-80b-a3b-instruct"), num_hidden_layers=24)
-    with pytest.raises(InputError, match="qwen3-next-80b-a3b.yml"):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    doc = plan_doc(str(p), hgx_cluster("h100", 1), ParallelConfig(tp=1, pp=1, ep=8),
+                   Training(seq_len=4096, global_batch=64, trainer="maxtext"))
+    lines = render_files(load_context(doc), ["maxtext"])["maxtext/overrides.yml"].splitlines()
+    assert "decoder_block: qwen3_next" in lines and "base_num_decoder_layers: 24" in lines
+    assert not any(x.startswith("model_name:") for x in lines)
+    # full attention not last in each cycle of 4: MaxText's block cannot place it
+    cfg = dict(_cfg("qwen3-next-80b-a3b-instruct"),
+               layer_types=(["full_attention"] + ["linear_attention"] * 3) * 12)
+    with pytest.raises(InputError, match="layer_types"):
         check_family(spec_from_config(cfg), "maxtext", 4096)
 
 

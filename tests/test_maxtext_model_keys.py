@@ -25,7 +25,8 @@ CONFIGS = Path(__file__).parent / "data" / "configs"
 # tests/data configs MaxText builds from keys, and MaxText's own file of the same model where it ships one
 USER_CONFIGS = {"deepseek-v2-lite": "deepseek2-16b", "deepseek-v2-lite-v5": "deepseek2-16b", "kimi-k2.5": None,
                 "llama-3.1-8b-v5": "llama3.1-8b", "qwen2.5-72b-instruct": None, "qwen3-8b-v5": "qwen3-8b",
-                "qwen3-coder-480b-a35b-instruct": "qwen3-480b-a35b"}
+                "qwen3-coder-480b-a35b-instruct": "qwen3-480b-a35b",
+                "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b"}
 # where MaxText's own file and the config disagree, each checked against the publisher's config.json
 KNOWN = {
     # deepseek3-671b.yml: "For DeepSeek default device-limited routing, please set n_routing_groups=8 and
@@ -36,8 +37,9 @@ KNOWN = {
     ("qwen3-30b-a3b", "rope.theta"): (1_000_000, 10_000_000),
     ("qwen3-235b-a22b", "rope.theta"): (1_000_000, 5_000_000),
 }
-# keys of MaxText's model files that build nothing of the model: base.yml's dropout_rate is 0; the tokenizer
-INERT = {"enable_dropout", "tokenizer_type", "load_balance_loss_weight"}
+# keys of MaxText's model files that build nothing of the model: base.yml's dropout_rate is 0; the tokenizer;
+# the aux-loss weight; the Gated DeltaNet kernel's chunk length
+INERT = {"enable_dropout", "tokenizer_type", "load_balance_loss_weight", "gdn_chunk_size"}
 
 
 def _emitted(path: str | Path) -> dict:
@@ -114,6 +116,13 @@ def _spec_view(m) -> dict:
         v["qk_norm"] = True
     if m.attention_bias:
         v["attention_bias"] = True
+    if m.gdn:   # Qwen3-Next: full attention every full_attention_interval-th layer, the Gated DeltaNet widths
+        g, full = m.gdn, [i for i, x in enumerate(m.mixers) if x == "attention"]
+        v.update(inhomogeneous_layer_cycle_interval=full[1] - full[0], partial_rotary_factor=m.partial_rotary_factor,
+                 qk_norm_zero_centered=m.norm_zero_centered,
+                 gdn_num_key_heads=g.num_key_heads, gdn_key_head_dim=g.key_head_dim,
+                 gdn_num_value_heads=g.num_value_heads, gdn_value_head_dim=g.value_head_dim,
+                 gdn_conv_kernel_dim=g.conv_kernel)
     rs = m.rope_scaling
     if rs is not None:
         v["rope.kind"] = {"llama3": "llama3.1", "yarn": "yarn", "linear": "default"}[rs.kind]
@@ -146,8 +155,9 @@ def _read_as_spec(view: dict, keys: tuple) -> dict:
     """model_view in ModelSpec terms, for the keys _spec_view names."""
     f = _flat(view)
     moe = view.get("experts", 0) > 1
+    shared = f["shared_expert"] if "shared_expert" in f else f.get("shared_experts", 0)   # qwen3_next: one or none
     derived = {"first_dense": f.get("first_num_dense_layers", 0) if moe else None,
-               "shared_ffn": f.get("shared_experts", 0) * f.get("moe_mlp_dim", 0) if moe else None,
+               "shared_ffn": shared * f.get("moe_mlp_dim", 0) if moe else None,
                "expert_bias": bool(f.get("routed_bias")) and f.get("routed_score_func", "") != "softmax",
                "router_scale": f.get("routed_scaling_factor", 1.0)}
     return {k: derived[k] if k in derived else f.get(k) for k in keys}
@@ -163,6 +173,20 @@ def test_the_emitted_keys_read_back_give_the_configs_shape(path):
     want = _spec_view(m)
     got = _read_as_spec(model_view(effective(_emitted(path))), tuple(want))
     assert got == want
+
+
+def test_another_qwen3_next_shape_reads_back_as_its_config(tmp_path):
+    """MaxText's qwen3_next block with the config's keys: 24 layers, full attention every 3rd, 256 experts."""
+    raw = json.loads((CONFIGS / "qwen3-next-80b-a3b-instruct" / "config.json").read_text())
+    raw.update(num_hidden_layers=24, full_attention_interval=3, num_experts=256, linear_num_value_heads=16)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(raw))
+    m = load_model(p)
+    o = _emitted(p)
+    assert "model_name" not in o
+    want = _spec_view(m)
+    assert _read_as_spec(model_view(effective(o)), tuple(want)) == want
+    assert want["inhomogeneous_layer_cycle_interval"] == 3 and want["gdn_num_value_heads"] == 16
 
 
 def test_the_read_back_fails_when_a_key_is_dropped(monkeypatch):
@@ -226,6 +250,8 @@ def _cfg(name: str, **change) -> dict:
     ("deepseek-v2-lite", {"rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 0.707,
                                            "original_max_position_embeddings": 4096}}, "mscale"),
     ("deepseek-v2-lite", {"rope_scaling": None}, "rope_scaling"),
+    ("qwen3-next-80b-a3b-instruct", {"shared_expert_intermediate_size": 1024}, "shared_expert_intermediate_size"),
+    ("qwen3-next-80b-a3b-instruct", {"full_attention_interval": 5}, "full_attention_interval"),
     ("deepseek-v2-lite", {"n_group": 4, "topk_group": 2}, "n_group"),
     ("kimi-k2.5", {"norm_topk_prob": False}, "norm_topk_prob"),
 ])

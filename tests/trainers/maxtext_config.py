@@ -111,13 +111,20 @@ def model_view(cfg: dict) -> dict:
                                       "v_head_dim")})
     else:
         v["head_dim"] = cfg["head_dim"]
-    if block in ("qwen3", "qwen3_moe", "qwen3_next"):
+    if block in ("qwen3", "qwen3_moe"):
         v["qk_norm"] = cfg["use_qk_norm"]
+    if block == "qwen3_next":   # layers/attentions.py: Qwen3NextRMSNorm (1 + w) on q/k unless use_qk_norm swaps in RMSNorm
+        v["qk_norm"], v["qk_norm_zero_centered"] = True, not cfg["use_qk_norm"]
     if block in ("qwen2", "gpt_oss"):
         v["attention_bias"] = cfg["attention_bias"]
     if block == "gpt_oss":
         v.update({k: cfg[k] for k in ("sliding_window_size", "attention_sink", "mlp_bias", "mlp_activations_limit",
                                       "inhomogeneous_layer_cycle_interval")})
+    if block == "qwen3_next":   # models/qwen3.py: full attention last in each cycle, partial RoPE, one shared expert
+        v.update({k: cfg[k] for k in ("inhomogeneous_layer_cycle_interval", "partial_rotary_factor", "gdn_num_key_heads",
+                                      "gdn_key_head_dim", "gdn_num_value_heads", "gdn_value_head_dim",
+                                      "gdn_conv_kernel_dim")})
+        v["shared_expert"] = cfg["shared_experts"] > 0
     if moe:
         v.update(_moe_view(cfg, block))
     return v

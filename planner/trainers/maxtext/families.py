@@ -16,8 +16,8 @@ MAXTEXT_CANNOT_HYBRID = {
     "deepseek_v32": "full-size DeepSeek-V3.2 model (configs/models/deepseek3.2-671b.yml is a reduced test shape: "
                     "1024 wide, 5 layers, index_topk 64)",
 }
-# a family MaxText builds only as its own model file: (configs/models/<name>.yml, the shape it fixes:
-# layers, hidden, experts, top-k); AI-Hypercomputer/maxtext src/MaxText/configs/models/qwen3-next-80b-a3b.yml
+# MaxText's own file of a family's published model: (configs/models/<name>.yml, the shape it fixes: layers,
+# hidden, experts, top-k); a config of that shape names it, another is written as keys (model_keys)
 MAXTEXT_BUILTIN = {"qwen3_next": ("qwen3-next-80b-a3b", (48, 2048, 512, 10))}
 
 
@@ -43,8 +43,7 @@ def maxtext_model_name(model) -> str | None:
 
 
 def maxtext_builtin(model) -> str | None:
-    """MaxText's model_name for a config of a family MaxText builds only as its own model file, when the
-    config is that model's shape; None otherwise."""
+    """MaxText's model_name for a config of the shape of MaxText's own file of its family; None otherwise."""
     name, shape = MAXTEXT_BUILTIN.get(model.family, (None, None))
     if name and (model.num_layers, model.hidden_size, model.num_experts, model.top_k) == shape:
         return name
@@ -56,13 +55,7 @@ def why_not(model, seq_len: int) -> str | None:
     family = model.family
     if family in MAXTEXT_CANNOT:
         return "it has no decoder block for this family"
-    if family in MAXTEXT_BUILTIN and maxtext_builtin(model) is None:
-        name, shape = MAXTEXT_BUILTIN[family]
-        return (f"it builds this family only as configs/models/{name}.yml (layers, hidden, experts, top-k {shape}), "
-                "and this config differs")
     if family in MAXTEXT_CANNOT_HYBRID:
         return f"it has no {MAXTEXT_CANNOT_HYBRID[family]}"
-    if maxtext_model_name(model) is None:
-        # no MaxText model file: the overrides carry MaxText's model keys for this config (model_keys)
-        return model_keys.refusal(model)
-    return None
+    # the overrides carry MaxText's model keys for this config (model_keys), over MaxText's own file if any
+    return model_keys.refusal(model)

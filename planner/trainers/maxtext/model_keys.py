@@ -24,7 +24,7 @@ import math
 # HF model_type -> MaxText decoder_block (common_types.DecoderBlockType) for the families topoplan maps
 BLOCKS = {"llama": "llama2", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
           "mixtral": "mixtral", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek",
-          "gpt_oss": "gpt_oss"}
+          "gpt_oss": "gpt_oss", "qwen3_next": "qwen3_next"}
 # MaxText's file of the family whose model_name switches on DeepSeek-V3 routing (moe.py)
 ROUTING_ANCHOR = {"kimi_k2": "kimi-k2-1t"}
 DEEPSEEK_ANCHOR = "deepseek3-671b"
@@ -33,7 +33,7 @@ DEEPSEEK_ANCHOR = "deepseek3-671b"
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu", "relu": "relu"}
 QK_NORM_BLOCKS = ("qwen3", "qwen3_moe")
 BIAS_BLOCKS = ("qwen2", "gpt_oss")       # blocks that read attention_bias
-ALL_MOE_BLOCKS = ("mixtral", "qwen3_moe", "gpt_oss")
+ALL_MOE_BLOCKS = ("mixtral", "qwen3_moe", "gpt_oss", "qwen3_next")
 # MaxText's LLaMARotaryEmbedding._apply_scaling_factor: factor 8, low 1, high 4, original 8192, fixed
 LLAMA31 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
@@ -48,7 +48,7 @@ def refusal(model) -> str | None:
     block = BLOCKS.get(model.family)
     if block is None:
         return f"topoplan maps no MaxText decoder block to model_type {model.family!r}"
-    for check in (_layers_refusal, _moe_refusal, _router_refusal, _rope_refusal):
+    for check in (_layers_refusal, _next_refusal, _moe_refusal, _router_refusal, _rope_refusal):
         if why := check(model, block):
             return why
     return None
@@ -57,7 +57,7 @@ def refusal(model) -> str | None:
 def _layers_refusal(m, block: str) -> str | None:
     if m.activation not in ACTIVATIONS and block != "gpt_oss":
         return f"its MLP has no activation {m.activation!r} (hidden_act; MaxText's gelu is the tanh approximation)"
-    if m.qk_norm and block not in QK_NORM_BLOCKS:
+    if m.qk_norm and block not in QK_NORM_BLOCKS + ("qwen3_next",):
         return f"its {block} decoder block has no q/k norm (qk_norm / use_qk_norm in the config)"
     if m.attention_bias and block not in BIAS_BLOCKS:
         return f"its {block} decoder block has no q/k/v biases (attention_bias in the config)"
@@ -70,9 +70,39 @@ def _layers_refusal(m, block: str) -> str | None:
         return f"its {block} decoder block has no sliding-window layers (sliding_window in the config)"
     if block == "gpt_oss" and swa != [i % 2 == 0 for i in range(m.num_layers)]:
         return "its gpt_oss decoder block slides the window on even layers only (layer_types in the config differ)"
-    if m.partial_rotary_factor != 1.0:
+    if m.partial_rotary_factor != 1.0 and block != "qwen3_next":   # types.py: only qwen3_next reads it
         return f"its {block} decoder block rotates whole heads (partial_rotary_factor {m.partial_rotary_factor:g})"
+    if block != "qwen3_next" and (m.gdn or m.attention_output_gate or m.shared_expert_gate or m.norm_zero_centered):
+        return f"its {block} decoder block has no Gated DeltaNet, output gates or zero-centered norms"
     return None
+
+
+def _next_refusal(m, block: str) -> str | None:
+    """MaxText's qwen3_next block (models/qwen3.py): Gated DeltaNet layers with a gated full-attention layer
+    last in every cycle of inhomogeneous_layer_cycle_interval layers, q/k norm, zero-centered norms, one gated
+    shared expert of the routed experts' width."""
+    if block != "qwen3_next":
+        return None
+    every = _cycle(m)
+    if every is None:
+        return ("its qwen3_next block puts one full-attention layer last in every cycle of layers "
+                "(layer_types / full_attention_interval in the config differ)")
+    if not (m.qk_norm and m.attention_output_gate and m.norm_zero_centered):
+        return "its qwen3_next block always has q/k norm, the attention output gate and zero-centered norms"
+    if m.shared_ffn_hidden_size not in (0, m.moe_ffn_hidden_size) or bool(m.shared_ffn_hidden_size) != m.shared_expert_gate:
+        return ("its qwen3_next block has one gated shared expert of moe_intermediate_size (shared_expert_"
+                f"intermediate_size {m.shared_ffn_hidden_size} in the config)")
+    return None
+
+
+def _cycle(m) -> int | None:
+    """The cycle length when layer i is full attention exactly when (i + 1) % cycle == 0 (None: it is not)."""
+    full = [i for i, x in enumerate(m.mixers) if x == "attention"]
+    if not full or m.num_layers % (full[0] + 1):
+        return None
+    every = full[0] + 1
+    return every if list(m.mixers) == [("attention" if (i + 1) % every == 0 else "gdn") for i in range(m.num_layers)] \
+        else None
 
 
 def _moe_refusal(m, block: str) -> str | None:
@@ -82,7 +112,7 @@ def _moe_refusal(m, block: str) -> str | None:
     if block in ALL_MOE_BLOCKS:
         if not all(moe):
             return f"its {block} decoder block makes every layer MoE (mlp_only_layers / decoder_sparse_step differ)"
-        if m.shared_ffn_hidden_size:
+        if m.shared_ffn_hidden_size and block != "qwen3_next":
             return f"its {block} decoder block has no shared expert (shared_expert_intermediate_size in the config)"
         return None
     k = moe.index(True) if True in moe else len(moe)
@@ -205,6 +235,12 @@ def _attention_keys(m, block: str) -> dict[str, object]:
     if block == "gpt_oss":
         out.update(sliding_window_size=m.sliding_window, attention_sink=m.attention_sinks,
                    inhomogeneous_layer_cycle_interval=2)
+    if block == "qwen3_next":
+        g = m.gdn
+        out.update(inhomogeneous_layer_cycle_interval=_cycle(m), partial_rotary_factor=float(m.partial_rotary_factor),
+                   gdn_num_key_heads=g.num_key_heads, gdn_key_head_dim=g.key_head_dim,
+                   gdn_num_value_heads=g.num_value_heads, gdn_value_head_dim=g.value_head_dim,
+                   gdn_conv_kernel_dim=g.conv_kernel)
     return out
 
 
@@ -215,8 +251,10 @@ def _moe_keys(m, block: str) -> dict[str, object]:
                               "base_moe_mlp_dim": m.moe_ffn_hidden_size}
     if block in ALL_MOE_BLOCKS:
         out["base_mlp_dim"] = m.moe_ffn_hidden_size      # MaxText's files: base_mlp_dim = base_moe_mlp_dim
-        if block == "qwen3_moe":
+        if block in ("qwen3_moe", "qwen3_next"):
             out["norm_topk_prob"] = True
+        if block == "qwen3_next":
+            out["shared_experts"] = 1 if m.shared_ffn_hidden_size else 0
         if block == "gpt_oss":
             out["routed_bias"] = m.router_bias
         return out
