@@ -4,8 +4,7 @@ MaxText builds a model from ``base.yml``, then ``configs/models/<model_name>.yml
 (``pyconfig._initialize_pydantic``). A config with no MaxText model file keeps ``model_name: default`` and
 gets every model key here, in MaxText's own names (``base.yml``, ``configs/types.py``); a catalog model
 names its MaxText file and overrides it with the same keys (MaxText's Qwen3 MoE files carry the 2507
-releases' RoPE base, not the config's). Two behaviours
-hang on ``model_name`` rather than on a key: DeepSeek-V3's routing (sigmoid scores with the expert bias
+releases' RoPE base, not the config's). Two behaviours hang on ``model_name`` rather than on a key: DeepSeek-V3's routing (sigmoid scores with the expert bias
 used for selection only, group-limited top-k; ``layers/moe.py`` checks ``model_name.startswith(("deepseek3",
 "deepseek4", "kimi-k2"))``) and Llama 3.1's RoPE (``rope_type: llama3.1`` also selects it). For the first,
 the overrides name MaxText's own file of that family with ``override_model_config: true`` and set every
@@ -19,7 +18,6 @@ TorchTitan files do) and dropout (base.yml's dropout_rate is 0).
 
 from __future__ import annotations
 
-import math
 
 # HF model_type -> MaxText decoder_block (common_types.DecoderBlockType) for the families topoplan maps
 BLOCKS = {"llama": "llama2", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
@@ -36,11 +34,6 @@ BIAS_BLOCKS = ("qwen2", "gpt_oss")       # blocks that read attention_bias
 ALL_MOE_BLOCKS = ("mixtral", "qwen3_moe", "gpt_oss", "qwen3_next")
 # MaxText's LLaMARotaryEmbedding._apply_scaling_factor: factor 8, low 1, high 4, original 8192, fixed
 LLAMA31 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-
-
-def get_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's attention scale (transformers' and MaxText's formula)."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def refusal(model) -> str | None:
@@ -278,7 +271,9 @@ def _rope_keys(m, block: str) -> dict[str, object]:
         return {**out, "rope_type": "llama3.1", "rope_use_scale": True}
     if rs.kind == "linear":
         return {**out, "rope_type": "default", "rope_linear_scaling_factor": float(rs.factor)}
-    cos_sin_one = bool(rs.mscale and rs.mscale_all_dim)   # transformers: get_mscale(f, ms) / get_mscale(f, ms_all)
+    # transformers scales cos/sin by get_mscale(f, mscale) / get_mscale(f, mscale_all_dim) when both are set (1:
+    # _yarn_refusal keeps them equal), else by get_mscale(f) = 0.1 ln f + 1, MaxText's rope_attention_scaling
+    cos_sin_one = bool(rs.mscale and rs.mscale_all_dim)
     out.update(rope_type="yarn", max_position_embeddings=_max_positions(m),
                original_max_position_embeddings=rs.original_max_position_embeddings or 4096,
                rope_factor=int(rs.factor), beta_fast=int(rs.beta_fast or 32), beta_slow=int(rs.beta_slow or 1),
