@@ -18,7 +18,6 @@ TorchTitan files do) and dropout (base.yml's dropout_rate is 0).
 
 from __future__ import annotations
 
-
 # HF model_type -> MaxText decoder_block (common_types.DecoderBlockType) for the families topoplan maps
 BLOCKS = {"llama": "llama2", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
           "mixtral": "mixtral", "deepseek_v2": "deepseek", "deepseek_v3": "deepseek", "kimi_k2": "deepseek",
