@@ -75,8 +75,7 @@ def _next_refusal(m, block: str) -> str | None:
     shared expert of the routed experts' width."""
     if block != "qwen3_next":
         return None
-    every = _cycle(m)
-    if every is None:
+    if _cycle(m) is None:
         return ("its qwen3_next block puts one full-attention layer last in every cycle of layers "
                 "(layer_types / full_attention_interval in the config differ)")
     if not (m.qk_norm and m.attention_output_gate and m.norm_zero_centered):
@@ -99,7 +98,8 @@ def _cycle(m) -> int | None:
 
 def _moe_refusal(m, block: str) -> str | None:
     if not m.num_experts:
-        return None
+        return (f"its {block} decoder block is MoE on every layer after the dense ones (no experts in the config)"
+                if block in ALL_MOE_BLOCKS + ("deepseek",) else None)
     moe = list(m.moe_layers)
     if block in ALL_MOE_BLOCKS:
         if not all(moe):
