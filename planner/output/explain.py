@@ -118,6 +118,7 @@ TERM_LABELS: dict[str, str] = {
     "other": "other",
     "offload": "exposed CPU offload",
     "sync": "slowest-GPU wait",
+    "cpu_optimizer": "CPU optimizer (offload)",
 }
 
 # Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal
