@@ -195,7 +195,7 @@ def _optimizer_offload(flags: dict, source: str) -> dict:
     precision-aware optimizer comes with it (arguments.py:1803-1807) refuses the file otherwise."""
     on, aware = OPTIMIZER_OFFLOAD_FLAGS
     if on not in flags:
-        return {"optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": None}
+        return {"optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False}
     if aware not in flags:
         raise InputError(f"{source}: {on} needs {aware} (\"The optimizer cpu offload must be used in conjunction "
                          f"with `--use-precision-aware-optimizer`\", megatron-core arguments.py:1803-1807); add it")
