@@ -806,9 +806,15 @@ def memory_per_gpu(
                 host=host_bytes(dense / d_dense + expert / edp, opt_off) / GIB,
             )
         )
-    worst = max(range(pp), key=lambda i: ranks[i].total)
+    return _estimate(ranks, opt_off, gpu_spec)
+
+
+def _estimate(ranks: list[RankMemory], offload: float, gpu_spec) -> MemoryEstimate:
+    """The estimate of the ranks: the worst one's peak and, with the optimizer offloaded, the host memory of
+    a node whose every rank holds the worst rank's host share (pipeline stages may share a node)."""
+    worst = max(range(len(ranks)), key=lambda i: ranks[i].total)
     host_node, host_cap = 0.0, None
-    if opt_off:   # every rank of a node may hold the worst rank's shard (pipeline stages share nodes)
+    if offload:
         host_node = max(r.host for r in ranks) * (gpu_spec.gpus_per_node if gpu_spec is not None else 1)
         host_cap = host_usable_gib(gpu_spec) if gpu_spec is not None else None
     return MemoryEstimate(per_stage=tuple(ranks), worst_rank=worst, components=ranks[worst].components(),

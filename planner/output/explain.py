@@ -56,6 +56,7 @@ from planner.config import ParallelConfig
 from planner.cost.compose import EXTRA_TERMS
 from planner.errors import InputError
 from planner.search.document import PlanDocument, load_document
+from planner.search.offload import offload_line
 from topologies.cluster import Cluster
 from topologies.hostlist import compress
 
@@ -767,6 +768,9 @@ def render_plan(doc: Mapping, console: Console | None = None, top: int | None = 
         console.print(plan_details(doc, i, hbm_gib, line_width=width))
         console.print()
     lines = why_not_lines(doc, n=3, rejected=rejected, hbm_gib=hbm_gib)
+    offload = offload_line(doc.get("solver") or {})
+    if offload:
+        console.print(Text(offload, style="yellow"))
     if lines:
         console.print(Text("why not", style="bold"))
         for line in lines:

@@ -81,11 +81,19 @@ def choose(run, model, cluster, gpus: int, training, trainer: str | None):
                 raise
             why = f"with optimizer CPU offload {f:g}: {exc}"
             continue
-        res.solver.setdefault("notes", []).append(
-            f"optimizer CPU offload {f:g} (--optimizer-offload-fraction): needed to fit, no layout fits in HBM "
-            f"without it ({first}); the host's Adam step is priced in the cpu_optimizer term")
-        res.solver["optimizer_offload"] = {"fraction": f, "needed_to_fit": True}
+        res.solver["optimizer_offload"] = {"fraction": f, "needed_to_fit": True, "without": str(first)}
+        res.solver.setdefault("notes", []).append(offload_line(res.solver))
         return res
     err = InfeasibleError(f"{first}; {why}")
     err.memory = True
     raise err
+
+
+def offload_line(solver) -> str:
+    """The line that says why a plan offloads the optimizer (``solver["optimizer_offload"]``), or ""."""
+    o = (solver or {}).get("optimizer_offload")
+    if not o:
+        return ""
+    return (f"optimizer CPU offload {o['fraction']:g} (--optimizer-offload-fraction {o['fraction']:g}): needed to fit; "
+            f"without it {str(o.get('without') or 'no layout fits').split(': ', 1)[-1]}. The host's Adam step is the "
+            "cpu_optimizer term (extrapolated: no measured run)")
