@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from roundtrip_check import assert_round_trip
+
 from planner.cli import main
 from planner.config import ParallelConfig, Training
 from planner.cost.memory import GIB, memory_per_gpu
@@ -196,3 +198,12 @@ def test_kimi_k2_on_64_h100_overflows_the_host():
     m, cl = load_model("kimi-k2"), load_cluster("dgx-h100", gpus=64)
     with pytest.raises(InfeasibleError, match="host memory per node"):
         plan(m, cl, Training(seq_len=4096, global_batch=1024, precision="bf16"), top=1)
+
+
+def test_the_offload_plan_reads_back_from_its_args(tmp_path):
+    """plan -> megatron/args.txt -> read back: the same layout, the offload recipe as it runs, the same figures."""
+    res = plan(load_model("llama3-70b"), load_cluster("dgx-h100", gpus=8),
+               Training(seq_len=4096, global_batch=64, precision="bf16"), top=2)
+    doc = res.to_dict()
+    for i in range(len(doc["plans"])):
+        assert_round_trip(doc, i)

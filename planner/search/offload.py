@@ -8,8 +8,8 @@ fit, then the next. The step-time model never makes offload pay otherwise: the h
 not already reach (it could, in principle, let a layout drop recompute: not searched; say so).
 
 A fraction is skipped without a search when even the even split of the model over every GPU offered
-cannot hold it (``necessary``): in HBM, the weights, gradients and the optimizer's GPU share of ``P / W``
-parameters per GPU (``planner.cost.memory``'s bytes, FP8/NVFP4 weight savings and activations left out); on
+cannot hold it (``necessary``): in HBM, the weights (none with NVFP4 parameters), gradients and the optimizer's
+GPU share of ``P / W`` parameters per GPU (``planner.cost.memory``'s bytes; activations and the reserve left out); on
 the host, the node's ranks at ``memory.host_bytes`` each. Both are what every layout needs at least (the
 worst rank holds at least the average), so a skipped fraction has no layout that fits.
 """
@@ -23,6 +23,7 @@ from planner.model.flops import param_counts
 from planner.trainers import get_trainer
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+NO_BF16_WEIGHTS = frozenset({"nvfp4"})   # precisions whose parameters may be the quantised tensors under offload
 KNOB = "optimizer_offload_fraction"
 
 
@@ -42,12 +43,13 @@ def necessary(model, cluster, training, gpus: int, f: float) -> str | None:
     or None when one may."""
     gpu = cluster.gpu_spec
     per_gpu = float(param_counts(model).total) / max(gpus, 1)
-    opt = options_for(training)
-    wb, gb, ob = state_bytes(opt, get_trainer(training.trainer).pricing.master_weights)
+    wb, gb, ob = state_bytes(options_for(training), get_trainer(training.trainer).pricing.master_weights)
+    if training.precision in NO_BF16_WEIGHTS:   # NVFP4 parameters may replace the BF16 linear weights
+        wb = 0.0
     hbm = (wb + gb + gpu_optimizer_bytes(ob, f)) * per_gpu / GIB
-    room = usable_hbm_gib(gpu.hbm_gib, training) - opt.reserve_gib
+    room = usable_hbm_gib(gpu.hbm_gib, training)   # no reserve: a profile may fit a smaller one
     if hbm > room:
-        return f"the even split needs {hbm:.1f} GiB of model state per GPU, over the {room:.1f} GiB left"
+        return f"the even split needs {hbm:.1f} GiB of model state per GPU, over the {room:.1f} GiB usable"
     host = gpu.gpus_per_node * host_bytes(per_gpu, f) / GIB
     cap = host_usable_gib(gpu)
     if host > cap:
