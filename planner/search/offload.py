@@ -86,7 +86,8 @@ def choose(run, model, cluster, gpus: int, training, trainer: str | None):
         res.solver["optimizer_offload"] = {"fraction": f, "needed_to_fit": True, "without": str(first)}
         res.solver.setdefault("notes", []).append(offload_line(res.solver))
         return res
-    err = InfeasibleError(f"{first}; {why}")
+    head, sep, remedy = str(first).rpartition(". Use ")   # the offload's reason before the remedies
+    err = InfeasibleError(f"{head}; {why}. Use {remedy}" if sep else f"{first}; {why}")
     err.memory = True
     raise err
 
