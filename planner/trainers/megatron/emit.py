@@ -551,6 +551,10 @@ def files(ctx: EmitContext) -> dict[str, str]:
                          + ": pretrain_gpt.py has no flag for them and runs " + ", ".join(
                              f"{k}={float(d)!r}" for k, (_, d) in gaps.items())
                          + "; the Megatron-Bridge files (--trainer bridge) set them.")
+    if recipe_of(ctx).optimizer_offload_fraction:   # the host runs the optimizer: give it threads
+        env_lines.append("# Optimizer CPU offload: torch's CPU Adam runs on OMP_NUM_THREADS threads per rank (torchrun "
+                         "sets 1); set it to the host's cores per GPU (planner/cost/terms/cpu_optimizer.py assumes "
+                         "one rank's measured rate each).")
     env_lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     return {
         "megatron/args.txt": render_args(megatron_args(ctx)),
