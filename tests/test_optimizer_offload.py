@@ -207,3 +207,16 @@ def test_the_offload_plan_reads_back_from_its_args(tmp_path):
     doc = res.to_dict()
     for i in range(len(doc["plans"])):
         assert_round_trip(doc, i)
+
+
+def test_predict_names_the_host_when_only_the_host_overflows(capsys):
+    """Kimi-K2 on 64 H100, TP4 PP2 EP32 with full recompute and the whole optimizer on the host: 73.7 GiB per
+    GPU fits HBM, but 8 ranks x 18 B x ~16e9 parameters overflow the node's 2 TB: exit 3 naming the host.
+    DeepSeek-V3's same layout fits both (exit 0) and shows the host's Adam step."""
+    base = ["predict", "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "1024", "--tp", "4", "--pp", "2",
+            "--ep", "32", "--etp", "1", "--recompute", "full", "--optimizer-offload-fraction", "1"]
+    assert main(base + ["--model", "kimi-k2"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "fits in 76.0 GiB usable" in err and "host memory" in err and "\n" not in err
+    assert main(base + ["--model", "deepseek-v3"]) == 0
+    assert "CPU optimizer (offload)" in capsys.readouterr().out
