@@ -220,3 +220,18 @@ def test_predict_names_the_host_when_only_the_host_overflows(capsys):
     assert "fits in 76.0 GiB usable" in err and "host memory" in err and "\n" not in err
     assert main(base + ["--model", "deepseek-v3"]) == 0
     assert "CPU optimizer (offload)" in capsys.readouterr().out
+
+
+def test_a_cluster_file_sets_its_nodes_host_memory():
+    """A cluster whose nodes hold 150 GB: host_memory_gb in the cluster file is the limit (120 GB usable < 8 ranks
+    x 18 B x 1.0e9 parameters = 145 GB for Llama 3 8B fully offloaded); the catalog's DGX figure is not."""
+    from topologies.cluster import Cluster
+
+    dgx = load_cluster("dgx-h100", gpus=8)
+    small = Cluster.model_validate({**dgx.model_dump(mode="json"), "host_memory_gb": 150})
+    assert (dgx.gpu_spec.host_memory_gb, small.gpu_spec.host_memory_gb) == (2000.0, 150.0)
+    m, cfg = load_model("llama3-8b"), ParallelConfig(recompute="full")
+    assert predict(m, dgx, cfg, _tr(1.0)).fits
+    p = predict(m, small, cfg, _tr(1.0))   # the same HBM, the host over its 120 GB
+    assert not p.fits and p.memory_gib_per_gpu == predict(m, dgx, cfg, _tr(1.0)).memory_gib_per_gpu
+    assert predict(m, small, cfg, _tr(0.25)).fits   # 8 x 18 x 0.25 x 1e9 B = 36 GB
