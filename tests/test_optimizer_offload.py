@@ -235,3 +235,21 @@ def test_a_cluster_file_sets_its_nodes_host_memory():
     p = predict(m, small, cfg, _tr(1.0))   # the same HBM, the host over its 120 GB
     assert not p.fits and p.memory_gib_per_gpu == predict(m, dgx, cfg, _tr(1.0)).memory_gib_per_gpu
     assert predict(m, small, cfg, _tr(0.25)).fits   # 8 x 18 x 0.25 x 1e9 B = 36 GB
+
+
+def test_a_measured_run_with_the_offload_can_be_recorded():
+    """calibration CSVs take an optimizer_offload_fraction column: the row is priced with the host's Adam step
+    (a measured run with it is what the cpu_optimizer term lacks); a value outside 0..1 is one line naming it."""
+    import csv
+
+    from planner.calibration.validate import predict_case, row_case
+    from planner.cost.profiles import CALIBRATION_CSV
+    from planner.errors import InputError
+
+    row = next(r for r in csv.DictReader(open(CALIBRATION_CSV)) if r["id"] == "mb201")   # Qwen3-30B-A3B, 16 H100
+    case = row_case(dict(row, optimizer_offload_fraction="0.5"))
+    assert case.training.recipe.optimizer_offload_fraction == 0.5
+    assert predict_case(case).breakdown["cpu_optimizer"] > 0
+    assert row_case(dict(row, optimizer_offload_fraction="")).training.recipe.optimizer_offload_fraction is None
+    with pytest.raises(InputError, match="column 'optimizer_offload_fraction' = '1.5'"):
+        row_case(dict(row, optimizer_offload_fraction="1.5"))
