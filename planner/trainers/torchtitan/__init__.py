@@ -15,9 +15,9 @@ NAME = "torchtitan"
 def refuse_recipe(recipe) -> str | None:
     if why := no_layer_offload(recipe, NAME):
         return why
-    if why := no_optimizer_offload(recipe, NAME, "its training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, which "
-                                   "moves the parameters and gradients to the host too, a different setting topoplan "
-                                   "does not price"):
+    if why := no_optimizer_offload(recipe, NAME, "its training.enable_cpu_offload (torchtitan 0.3.0 config/configs.py:61) "
+                                   "is FSDP2's CPUOffloadPolicy, which moves the parameters and gradients to the host "
+                                   "too, a different setting topoplan does not price"):
         return why
     if recipe.fp8_param_gather:
         return foreign_knob("fp8_param_gather", True, "Megatron", "--fp8-param-gather", NAME,
