@@ -235,6 +235,11 @@ def test_a_cluster_file_sets_its_nodes_host_memory():
     p = predict(m, small, cfg, _tr(1.0))   # the same HBM, the host over its 120 GB
     assert not p.fits and p.memory_gib_per_gpu == predict(m, dgx, cfg, _tr(1.0)).memory_gib_per_gpu
     assert predict(m, small, cfg, _tr(0.25)).fits   # 8 x 18 x 0.25 x 1e9 B = 36 GB
+    # the prediction carries the node's host memory (plan.json, the terminal), as the estimate counts it
+    est = memory_per_gpu(m, cfg, _tr(1.0), 8, small.gpu_spec)
+    assert (p.host_gib_per_node, p.host_usable_gib) == (est.host_gib_per_node, est.host_usable_gib)
+    assert p.host_usable_gib == pytest.approx(0.8 * 150e9 / GIB) and p.host_gib_per_node > p.host_usable_gib
+    assert predict(m, dgx, cfg, _tr(None)).host_gib_per_node is None
 
 
 def test_a_measured_run_with_the_offload_can_be_recorded():

@@ -179,10 +179,10 @@ def shortfall(p) -> str:
     within = f"{p.hbm_gib:.0f} GiB HBM" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable of {p.hbm_gib:.0f} GiB HBM"
     if p.memory_gib_per_gpu == float("inf") or not p.memory:
         return f"{p.config.short()} cannot run: {'; '.join(v.message for v in p.violations) or 'no memory estimate'}"
-    if p.memory_gib_per_gpu <= usable:   # HBM holds it: the offloaded optimizer overflows the host (planner.cost.memory)
+    if p.memory_gib_per_gpu <= usable and p.host_gib_per_node:   # HBM holds it: the offloaded optimizer overflows
         return (f"{p.config.short()} does not fit: {p.memory_gib_per_gpu:.1f} GiB per GPU fits in {within}, but the "
-                "offloaded optimizer state of a node's ranks exceeds the usable share of its host memory; lower "
-                "--optimizer-offload-fraction or use more GPUs")
+                f"offloaded optimizer state of a node's ranks needs {p.host_gib_per_node:,.0f} GiB of host memory, "
+                f"over the {p.host_usable_gib:,.0f} GiB usable; lower --optimizer-offload-fraction or use more GPUs")
     return (f"{p.config.short()} does not fit: {p.memory_gib_per_gpu:.1f} GiB per GPU > {within} "
             f"(short by {p.memory_gib_per_gpu - usable:.1f} GiB); try recompute, more PP/EP or a smaller micro-batch")
 
@@ -202,6 +202,9 @@ def _render(p, model, cluster, training) -> None:
     t.add_row("step time", f"{p.step_time_s:.3f} s")
     t.add_row("memory per GPU", f"{p.memory_gib_per_gpu:.1f} GiB of {p.hbm_gib:.0f} GiB"
               + ("" if p.fits else "  [bold red]does not fit[/]"))
+    if p.host_gib_per_node:   # Megatron's optimizer CPU offload (docs/memory.md 4d)
+        t.add_row("host memory per node", f"{p.host_gib_per_node:,.0f} GiB of {p.host_usable_gib:,.0f} GiB usable "
+                  "(offloaded optimizer)")
     con.print(t)
     if p.extrapolated:
         con.print(f"[yellow]note:[/] {p.extrapolated} (band widened; docs/uncertainty.md)")

@@ -126,4 +126,6 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         band_half_width=unc.half_width,
         band_runs=unc.runs,
         usable_gib=usable,
+        host_gib_per_node=mem.host_gib_per_node or None,
+        host_usable_gib=mem.host_usable_gib if mem.host_gib_per_node else None,
     )

@@ -726,6 +726,9 @@ def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: 
     parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width, line_width)]
     if p.get("memory_gib_per_gpu") is not None:
         parts.append(Text("memory ") + memory_bar(float(p["memory_gib_per_gpu"]), cap, width=width))
+    if p.get("host_gib_per_node"):   # Megatron's optimizer CPU offload
+        parts.append(Text(f"host   {p['host_gib_per_node']:,.0f} of {p['host_usable_gib']:,.0f} GiB usable per node "
+                          "(offloaded optimizer state)"))
     sizes = domain_sizes_of(doc)
     if sizes and (entry.get("placement") or {}).get("rank_to_gpu"):
         parts.append(placement_map(entry, sizes, names=domain_names_of(doc), line_width=line_width))
