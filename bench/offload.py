@@ -8,6 +8,7 @@ Kimi-K2 also on 64 H200 and 128 H100, Llama 3 70B on 8 H100 as the small case): 
 fraction plan chose, the predicted TFLOP/s per GPU and step, the host's optimizer step (``cpu_optimizer``)
 and its share of the step, HBM per GPU and the host memory per node; or the one-line refusal. Figures are
 predictions of an extrapolated regime (no measured run with the offload), with the wall time of each plan.
+Then, for models that fit without it, the best plan with each fraction forced: whether the offload would pay.
 """
 
 from __future__ import annotations
@@ -61,7 +62,36 @@ def main() -> int:
         print(f"{m.name:22s} {where:>9s} {f:7.2f} {e.label:42s} {p.tflops_per_gpu:7.0f} {p.step_time_s:7.2f} "
               f"{cpu:9.2f} {cpu / p.step_time_s:6.1%} {p.memory_gib_per_gpu:7.1f} {mem.host_gib_per_node:13.0f} "
               f"{wall:6.1f}")
+    _pays()
     return 0
+
+
+PAYS = (("deepseek-v3", "gb300-nvl72", 256, "mxfp8", 4096), ("llama3-70b", "dgx-h100", 64, "bf16", 512),
+        ("qwen3-235b-a22b", "gb200-nvl72", 256, "mxfp8", 8192))
+
+
+def _pays() -> None:
+    """Would the offload pay where it is not needed? The best plan without it against the best plan with each
+    fraction forced (the freed HBM may drop recompute or raise the micro-batch; the host step costs)."""
+    from planner.config import Training
+    from planner.errors import TopoplanError
+    from planner.model.spec import load_model
+    from planner.search.plan import plan
+    from topologies.loader import load_job
+
+    print("\ndoes it pay? best plan without the offload vs the best with each fraction forced (tokens/s)")
+    for name, preset, n, prec, gbs in PAYS:
+        m, job = load_model(name), load_job(preset, gpus=n)
+        row = []
+        for f in (0.0, 0.5, 1.0):
+            tr = Training(seq_len=4096, global_batch=gbs, precision=prec, recipe={"optimizer_offload_fraction": f})
+            try:
+                e = plan(m, job, tr, top=1).plans[0]
+                row.append(f"{f:g}: {e.prediction.tokens_per_s:,.0f} ({e.label}, cpu_optimizer "
+                           f"{e.prediction.breakdown['cpu_optimizer']:.2f} of {e.prediction.step_time_s:.2f} s)")
+            except TopoplanError as exc:
+                row.append(f"{f:g}: refused ({str(exc)[:60]})")
+        print(f"{name} on {n} {job.cluster.gpu_spec.name.upper()}:\n  " + "\n  ".join(row))
 
 
 if __name__ == "__main__":
