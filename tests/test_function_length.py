@@ -9,6 +9,7 @@ the entry must go once the function is split (the test says so), so the list can
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,11 @@ OVER = {
 
 def function_lengths(source: str) -> dict[str, int]:
     """Qualified name (``outer.inner``, ``Class.method``) -> lines from ``def`` to its last line."""
+    return dict(_function_lengths(source))
+
+
+@functools.lru_cache(maxsize=None)   # both tests walk every module: once per source text per process
+def _function_lengths(source: str) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
 
     def visit(node, prefix: str) -> None:
@@ -40,7 +46,7 @@ def function_lengths(source: str) -> dict[str, int]:
                 visit(child, prefix)
 
     visit(parse(source), "")
-    return out
+    return tuple(out.items())
 
 
 def long_functions() -> dict[tuple[str, str], int]:
