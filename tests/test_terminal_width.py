@@ -253,10 +253,29 @@ def test_trial_table_keeps_names_and_figures(width):
 
 
 _CALIBRATED: dict = {}
+_FITS: dict = {}
+
+
+@pytest.fixture
+def fit_once(monkeypatch):
+    """The views at both widths and the JSON fit the same rows with the same options, and the fit is
+    deterministic (~2 CPU s): ``calibrate_rows`` runs once per process for each set of arguments and the
+    command prints from its result (these tests check the view, tests/test_calibrate.py the fit)."""
+    import planner.calibration.calibrate as cal
+
+    real = cal.calibrate_rows
+
+    def memo(rows, stack, **kw):
+        key = (stack, repr(rows), repr(sorted((k, v) for k, v in kw.items() if k != "progress")))
+        if key not in _FITS:
+            _FITS[key] = real(rows, stack, **kw)
+        return _FITS[key]
+
+    monkeypatch.setattr(cal, "calibrate_rows", memo)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path):
+def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path, fit_once):
     argv = ["calibrate", CSV, "--stack", "megatron-26.04", "-o", tmp_path / "fit.yaml"]
     rc, out, _ = run(capsys, monkeypatch, width, *argv)
     assert rc == 0 and "…" not in out
