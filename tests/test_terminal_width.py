@@ -83,19 +83,53 @@ def test_help_of_every_command_shows_every_option_name_whole(capsys, monkeypatch
 
 # ------------------------------------------------------------------------------------------- plan
 
+def _memo(monkeypatch, owner, name: str, key) -> None:
+    """``owner.name`` replaced for this test by a memo of it keyed by ``key(*args, **kwargs)`` (the
+    store lives for the process). The views below print the same request at two widths and as JSON:
+    the work behind them (a plan, a fit) is deterministic and runs once; these tests check the views."""
+    real = getattr(owner, name)
+    store = _STORES.setdefault((id(real), name), {})
+
+    def memo(*args, **kwargs):
+        k = key(*args, **kwargs)
+        if k not in store:
+            store[k] = real(*args, **kwargs)
+        return store[k]
+
+    monkeypatch.setattr(owner, name, memo)
+
+
+_STORES: dict = {}
+
+
+def _plan_key(model, job, training, **kw):
+    return (model.name, job.cluster.name, job.cluster.num_gpus, job.gpus, job.per_domain,
+            training.model_dump_json(), repr(sorted(kw.items())))
+
+
+@pytest.fixture
+def plan_once(monkeypatch):
+    import planner.cli.plan as cli_plan
+
+    _memo(monkeypatch, cli_plan, "plan", _plan_key)
+
+
 @pytest.fixture(scope="module")
 def plan_json():
     import contextlib
     import io
 
+    import planner.cli.plan as cli_plan
+
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf), pytest.MonkeyPatch.context() as mp:
+        _memo(mp, cli_plan, "plan", _plan_key)
         assert main([*PLAN, "--json"]) == 0
     return json.loads(buf.getvalue())
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_plan_view_shows_every_figure_whole(capsys, monkeypatch, width, plan_json):
+def test_plan_view_shows_every_figure_whole(capsys, monkeypatch, width, plan_json, plan_once):
     from planner.output.explain import domain_names_of, plan_labels
 
     rc, out, _ = run(capsys, monkeypatch, width, *PLAN)
@@ -253,25 +287,15 @@ def test_trial_table_keeps_names_and_figures(width):
 
 
 _CALIBRATED: dict = {}
-_FITS: dict = {}
 
 
 @pytest.fixture
 def fit_once(monkeypatch):
-    """The views at both widths and the JSON fit the same rows with the same options, and the fit is
-    deterministic (~2 CPU s): ``calibrate_rows`` runs once per process for each set of arguments and the
-    command prints from its result (these tests check the view, tests/test_calibrate.py the fit)."""
+    """The fit (~2 CPU s) once per process; tests/test_calibrate.py checks the fit itself."""
     import planner.calibration.calibrate as cal
 
-    real = cal.calibrate_rows
-
-    def memo(rows, stack, **kw):
-        key = (stack, repr(rows), repr(sorted((k, v) for k, v in kw.items() if k != "progress")))
-        if key not in _FITS:
-            _FITS[key] = real(rows, stack, **kw)
-        return _FITS[key]
-
-    monkeypatch.setattr(cal, "calibrate_rows", memo)
+    _memo(monkeypatch, cal, "calibrate_rows", lambda rows, stack, **kw: (
+        stack, repr(rows), repr(sorted((k, v) for k, v in kw.items() if k != "progress"))))
 
 
 @pytest.mark.parametrize("width", WIDTHS)
