@@ -17,7 +17,9 @@ the run offloaded to the CPU (``Recipe.cpu_offload_layers``; such a row is price
 which megatron-core refuses beside offloading); an optional ``fp8_param_gather`` column (true / false; empty =
 auto, on for fp8 and mxfp8 as NVIDIA's recipes) says whether the run kept FP8 parameters
 (``Recipe.fp8_param_gather``), and an optional ``fp4_param_gather`` column likewise for NVFP4 parameters
-(empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``). A published run that planner/data/published_recipes.yaml records (id, model,
+(empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``). An optional ``optimizer_offload_fraction`` column (0 to 1;
+empty = none) gives the share of the optimizer a Megatron run kept on the host (``Recipe.optimizer_offload_fraction``,
+priced by the ``cpu_optimizer`` term: a measured run with it is what that term lacks). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs; for Megatron that also fuses its elementwise ops, so false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``). An optional ``torch_compile`` column (true / false; empty
@@ -168,6 +170,22 @@ def with_published_recipe(row: dict) -> dict:
     return out
 
 
+def _offload_fraction(row, source) -> float | None:
+    """The optional ``optimizer_offload_fraction`` column: the share of the optimizer the run kept on the host
+    (Megatron's --optimizer-offload-fraction with --optimizer-cpu-offload; empty = none)."""
+    v = (row.get("optimizer_offload_fraction") or "").strip()
+    if not v:
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise InputError(f"{source}: row {row.get('id', '?')}: column 'optimizer_offload_fraction' = {v!r}; use the "
+                         "share of the optimizer state the run kept on the host, 0 to 1 (empty = none)")
+    return f
+
+
 def _recipe(row, source):
     """The optional recipe columns (true / false; empty = auto, as the trainer decides per layout) and
     ``cuda_graph_scope`` (the captured modules joined with '+', e.g. ``attn+moe_router+moe_preprocess``,
@@ -187,6 +205,9 @@ def _recipe(row, source):
             raise InputError(f"{source}: row {rid}: column 'cpu_offload_layers' = {off!r}; use the number of decoder "
                              "layers whose activations the run offloaded to the CPU (0 or empty = none)")
         settings["cpu_offload_layers"] = int(off) or None
+    frac = _offload_fraction(row, source)
+    if frac is not None:
+        settings["optimizer_offload_fraction"] = frac
     scope = (row.get("cuda_graph_scope") or "").strip().lower()
     if scope:
         if not _cuda_graphs(row, source):

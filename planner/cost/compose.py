@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from planner.cost.terms import cpu_optimizer as CPU_OPT
+
 
 class FloatOps:
     """The composition on numbers: one layout, seconds."""
@@ -150,4 +152,7 @@ class TermContext:
     fabric: object
 
 
-EXTRA_TERMS: list[StepTerm] = []
+EXTRA_TERMS: list[StepTerm] = [
+    # Megatron's optimizer CPU offload: gradients to the host, CPU Adam, parameters back (terms/cpu_optimizer.py)
+    StepTerm("cpu_optimizer", ("world",), CPU_OPT.seconds, category="optimizer"),
+]
