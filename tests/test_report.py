@@ -148,6 +148,10 @@ def real_breakdowns():
     offload = Training(seq_len=8192, global_batch=64, precision="bf16", recipe={"cpu_offload_layers": 16})
     p = planner.predict(dense, load_cluster("dgx-h100", gpus=8), ParallelConfig(fsdp=True), offload)
     out.append((dict(p.breakdown), p.step_time_s))
+    # FP8 delayed scaling across two nodes: the amax all-reduce of each micro-batch (the fp8_amax term)
+    delayed = Training(seq_len=8192, global_batch=64, precision="fp8", recipe={"fp8_recipe": "delayed"})
+    p = planner.predict(dense, load_cluster("dgx-h100", gpus=16), ParallelConfig(tp=2), delayed)
+    out.append((dict(p.breakdown), p.step_time_s))
     return out
 
 

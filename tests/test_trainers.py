@@ -109,7 +109,7 @@ OLD_RULES = [
     ("fp8_param_gather_recipe", "m"), ("fp4_param_gather_recipe", "m"), ("cpu_offloading_layout", "m"),
     ("cuda_graphs_vs_recompute", "mt"), ("cuda_graph_modules", "m"), ("moe_a2a_overlap_layout", "m"),
     ("delay_wgrad_needs_a2a_overlap", "m"), ("tp_comm_overlap_needs_sp", "m"),
-    ("expert_bias_needs_sigmoid_router", "m"), ("torch_fsdp2_layout", "m"),
+    ("expert_bias_needs_sigmoid_router", "m"), ("torch_fsdp2_layout", "m"), ("fp8_recipe_precision", "m"),
 ]
 
 
@@ -145,7 +145,8 @@ def test_parts_sit_in_their_layer_and_have_their_functions(name):
 OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_parallel_comm": False,
        "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
        "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
-       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False, "torch_compile": None}
+       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False, "torch_compile": None,
+       "fp8_recipe": None}
 
 
 @settings(max_examples=40, deadline=None)

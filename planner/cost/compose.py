@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from planner.cost.terms import fp8_scaling as FP8S
+
 
 class FloatOps:
     """The composition on numbers: one layout, seconds."""
@@ -150,4 +152,7 @@ class TermContext:
     fabric: object
 
 
-EXTRA_TERMS: list[StepTerm] = []
+EXTRA_TERMS: list[StepTerm] = [
+    # FP8 delayed scaling's amax all-reduce over a stage's tp x cp x dp ranks, per micro-batch and chunk
+    StepTerm("fp8_amax", ("tp", "cp", "dp", "vpp", "mbs", "gbs"), FP8S.seconds, category="sync"),
+]

@@ -91,8 +91,8 @@ class NetScaled:
         t = self.fabric.p2p(nbytes, tier)
         return t / self.scale if tier >= 0 else t
 
-    def nccl_latency(self, coll, shape):
-        return self.fabric.nccl_latency(coll, shape)   # latency: net.bw scales bandwidth only
+    def nccl_latency(self, coll, shape, small=False):
+        return self.fabric.nccl_latency(coll, shape, small)   # latency: net.bw scales bandwidth only
 
 
 @dataclass

@@ -76,6 +76,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "cpu_offloading_layout": ("pp", "recompute"),
     "fp8_param_gather_recipe": ("fsdp",),
     "fp4_param_gather_recipe": (),   # the precision alone decides
+    "fp8_recipe_precision": (),      # the precision and the recipe alone decide
     "cuda_graphs_vs_recompute": ("recompute", "pp", "ep"),
     "cuda_graph_modules": ("recompute",),
     "moe_a2a_overlap_layout": ("ep", "dispatcher", "recompute", "pp", "vpp", "fsdp"),

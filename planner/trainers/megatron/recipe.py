@@ -65,6 +65,13 @@ FIELDS = {
                           "all-gather moves the packed 4-bit row-wise data (0.5 B per parameter). None = as NVIDIA's "
                           "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
                           "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")),
+    "fp8_recipe": (Literal["delayed", "tensorwise"] | None, Field(
+        None, description="--fp8-recipe of precision fp8 (per-tensor FP8): delayed (Transformer Engine's "
+                          "DelayedScaling, megatron-core's default and NeMo 2's bf16_with_fp8_mixed: every micro-batch "
+                          "all-reduces the amax of each model chunk over tensor x data x context parallel ranks, "
+                          "planner/cost/terms/fp8_scaling.py) or tensorwise (current scaling, as Megatron-Bridge's "
+                          "bf16_with_fp8_current_scaling_mixed). None = tensorwise, what topoplan writes; "
+                          "needs precision fp8 (planner.rules). Megatron only")),
 }
 
 # Each field as a trainer without the knob runs it (planner.trainers.RECIPE_OFF): the effective recipe of
@@ -72,5 +79,5 @@ FIELDS = {
 OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_parallel_comm": False,
        "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
        "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
-       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False}
+       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False, "fp8_recipe": None}
 
