@@ -15,6 +15,11 @@ that tensor on *every* rank of its amax group, so each rank's new amaxes are red
   the backward of the region's first FP8 module ends: two blocking all-reduces of a few KiB per micro-batch
   and model chunk, on the compute stream's path (the scale update that follows needs the result).
 
+NVIDIA's launch scripts of these recipes still export ``NVTE_DP_AMAX_REDUCE_INTERVAL=0`` and
+``NVTE_ASYNC_AMAX_REDUCTION=1`` (reduce over TP only, asynchronously). Transformer Engine read them only up to
+v1.5; from v1.6 (May 2024) the global amax buffer above reads neither (git history of fp8.py), so in the NeMo
+24.09-25.04 containers the reduction is blocking and spans the stage.
+
 The reduction is also a barrier of the whole stage: the all-reduce ends when its last rank arrives. Without
 it, ranks of different data-parallel replicas meet once a step (the gradient reduction) and only the
 TP x CP group meets per layer, so the per-reduction wait is the expected maximum of the ranks' arrival
