@@ -467,7 +467,8 @@ class ProgramBuilder:
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 graphed, launched = self.host_regime(a["ep"], a["recompute"])
-                hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
+                hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us,
+                                          _rc_arg(a["recompute"])))
             host = Val(self.prog.table_t(self.idx("ep", "recompute"), hk)) if any(hk.values()) else None
             sync = Val(t["sync"]) if self.sync_any[kind] else None
             L[kind] = K.layer_time(ops, Val(t["comp"]), c, self.launch, host, sync).node
