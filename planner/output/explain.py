@@ -118,6 +118,7 @@ TERM_LABELS: dict[str, str] = {
     "other": "other",
     "offload": "exposed CPU offload",
     "sync": "slowest-GPU wait",
+    "fp8_amax": "FP8 amax all-reduce",
 }
 
 # Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal
