@@ -132,3 +132,17 @@ def test_csv_column_is_read_and_checked():
     assert row_case(row).training.recipe.fp8_recipe is None
     with pytest.raises(InputError, match="column 'fp8_recipe' = 'amax'"):
         row_case(dict(row, fp8_recipe="amax"))
+
+
+def test_the_solver_prices_it_as_predict_does():
+    """plan() searches with the term in its program (compose.EXTRA_TERMS): every returned plan's program step
+    equals predict's (plan's own hard check raises otherwise), and delayed scaling never plans faster."""
+    m, cl = load_model("llama3-8b"), load_cluster("dgx-h100", gpus=32)
+    on = Training(seq_len=8192, global_batch=256, precision="fp8", recipe=DELAYED)
+    res = plan(m, cl, on, top=3)
+    assert res.plans and res.solver["program_vs_predict_max_rel_err"] < 1e-6
+    for e in res.plans:
+        assert e.program_step_s == pytest.approx(e.prediction.step_time_s, rel=1e-6)
+        assert e.prediction.breakdown["fp8_amax"] > 0
+    off = plan(m, cl, on.model_copy(update={"recipe": Recipe()}), top=1)
+    assert off.plans[0].prediction.step_time_s < res.plans[0].prediction.step_time_s
