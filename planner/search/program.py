@@ -321,7 +321,8 @@ class ProgramBuilder:
         return total.node
 
     def _extra_terms(self) -> list[int]:
-        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world)."""
+        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world); none for a
+    term that is zero on every layout of the request."""
         ctx = K.TermContext(self.model, self.cluster, self.training, self.profile, self.fabric)
         out = []
         for term in K.EXTRA_TERMS:
@@ -332,6 +333,8 @@ class ProgramBuilder:
                 for w in worlds:
                     key = ix if w is None else ix + (w,)
                     table[key] = self.q(term.seconds(ctx, dict(a, world=w) if w is not None else a))
+            if not any(table.values()):
+                continue   # the term costs nothing for this request (e.g. fp8_amax without delayed scaling)
             out.append(self.prog.table_t(self.idx(*names), table, nodes=[self.W] if worlds != [None] else []))
         return out
 
