@@ -146,3 +146,25 @@ def test_the_solver_prices_it_as_predict_does():
         assert e.prediction.breakdown["fp8_amax"] > 0
     off = plan(m, cl, on.model_copy(update={"recipe": Recipe()}), top=1)
     assert off.plans[0].prediction.step_time_s < res.plans[0].prediction.step_time_s
+
+
+@pytest.mark.trainers
+def test_megatron_core_parses_the_delayed_recipe(tmp_path):
+    """megatron-core 0.19.2's own parse_args / validate_args on the emitted arguments: --fp8-recipe delayed
+    becomes args.fp8_recipe 'delayed' (the recipe whose amax reduction the term prices)."""
+    from test_emit_trainers import _run, mcore_dir
+    from planner.trainers.megatron.emit import megatron_env
+
+    root = mcore_dir.__wrapped__()
+    m, cl = load_model("llama3-8b"), load_cluster("dgx-h100", gpus=16)
+    jobs = []
+    for rec in ({}, DELAYED):
+        tr = Training(seq_len=8192, global_batch=64, precision="fp8", recipe=rec)
+        ctx = load_context(plan(m, cl, tr, top=1, restrict={"tp": [2], "pp": [1], "cp": [1], "fsdp": [False]})
+                           .to_dict(), 0)
+        jobs.append({"id": rec.get("fp8_recipe", "tensorwise"), "args": megatron_args(ctx), "env": megatron_env(ctx),
+                     "sm": ctx.sm})
+    res = {r["id"]: r for r in _run("megatron_check.py", jobs, tmp_path, str(root))["results"]}
+    for want in ("tensorwise", "delayed"):
+        assert res[want]["ok"], res[want]
+        assert res[want]["args"]["fp8_recipe"] == want
