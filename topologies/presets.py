@@ -167,6 +167,23 @@ CLOUD_PRESETS = (
 )
 PRESETS.update({p.name: p for p in CLOUD_PRESETS})
 
+# The cloud's instance-type name (a node's ``node.kubernetes.io/instance-type`` label) of each cloud preset:
+# the k8s node importer takes the fabric and the pods' network from it (topologies/importers/k8s.py).
+INSTANCE_TYPES = {
+    "p5.48xlarge": "aws-p5", "p5en.48xlarge": "aws-p5en", "p6-b200.48xlarge": "aws-p6-b200",
+    "p6-b300.48xlarge": "aws-p6-b300", "p6e-gb200.36xlarge": "aws-p6e-gb200",
+    "a3-megagpu-8g": "gcp-a3-mega", "a3-ultragpu-8g": "gcp-a3-ultra", "a4-highgpu-8g": "gcp-a4",
+    "a4x-highgpu-4g": "gcp-a4x",
+    "standard_nd96isr_h100_v5": "azure-nd-h100-v5", "standard_nd128isr_ndr_gb200_v6": "azure-nd-gb200-v6",
+    "bm.gpu.h100.8": "oci-h100", "bm.gpu.b200.8": "oci-b200",
+}
+
+
+def preset_of_instance(instance_type: str) -> Preset | None:
+    """The cloud preset of an instance type name (case-insensitive), or None."""
+    name = INSTANCE_TYPES.get(str(instance_type).strip().lower())
+    return PRESETS[name] if name else None
+
 
 def preset_names() -> list[str]:
     return list(PRESETS)
