@@ -135,6 +135,20 @@ def offload_layers(training) -> int:
     return int(getattr(training.recipe, "cpu_offload_layers", None) or 0)
 
 
+def optimizer_offload(training) -> float:
+    """The share of the distributed optimizer's state Megatron keeps and updates on the CPU
+    (``Recipe.optimizer_offload_fraction``, --optimizer-offload-fraction; 0.0 = off, None counts as off)."""
+    return float(getattr(training.recipe, "optimizer_offload_fraction", None) or 0.0)
+
+
+def optimizer_offload_overlap(training) -> bool:
+    """Whether the offloaded optimizer overlaps its gradient copies, CPU step and parameter copies
+    (``Recipe.overlap_cpu_optimizer_d2h_h2d``; None = on whenever the optimizer is offloaded, as
+    megatron-core's docs recommend)."""
+    v = getattr(training.recipe, "overlap_cpu_optimizer_d2h_h2d", None)
+    return bool(optimizer_offload(training)) and (v is None or bool(v))
+
+
 def quantised_params(recipe: Recipe) -> bool:
     """Whether the linear layers' parameters ARE their quantised tensors (FP8 or NVFP4 parameters: no BF16 weight,
     a low-precision parameter all-gather), read off an effective recipe (:func:`effective_recipe`). The one

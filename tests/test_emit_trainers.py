@@ -90,11 +90,17 @@ EXAMPLES = {
         "qwen3-30b-a3b", ("hgx", "b200", 8), ParallelConfig(tp=1, pp=1, ep=8, mbs=2, fsdp=True, recompute="moe_act"),
         Training(seq_len=4096, global_batch=512, precision="nvfp4"), 64, None, True),
     # expert biases: megatron-core allows them only with ETP = 1 (rule moe_bias_needs_etp1)
+    # optimizer CPU offload (the plan topoplan makes for DeepSeek-V3 on 64 H100: nothing fits without it)
+    "deepseek-v3@64xH100-offload": Example(
+        "deepseek-v3", ("hgx", "h100", 8),
+        ParallelConfig(tp=4, pp=2, ep=32, etp=1, mbs=1, recompute="mla_up_proj+moe_act"),
+        Training(seq_len=4096, global_batch=1024, precision="bf16",
+                 recipe={"optimizer_offload_fraction": 1.0}), 64, None, False),
     "gpt-oss-120b@64xH100": Example(
         "gpt-oss-120b", ("hgx", "h100", 8), ParallelConfig(tp=2, pp=2, ep=8, etp=1, mbs=1),
         Training(seq_len=4096, global_batch=256, precision="fp8"), 64, None, True),
 }
-TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith("fsdp")]
+TITAN_EXAMPLES = [k for k in EXAMPLES if not k.endswith(("fsdp", "offload"))]   # Megatron-only recipes
 
 # plan.json documents written by the real planner (topoplan plan --save-plan), one check per plan entry
 REAL_PLAN_FILES = sorted((HARNESS / "data").glob("plan_*.json"))
@@ -116,6 +122,16 @@ MEGATRON_NEGATIVE = {
     "neg:experts%EP": ("--expert-model-parallel-size", "48", "Number of experts"),
     "neg:world%TP*PP*CP": ("--context-parallel-size", "3", "not divisible"),
     "neg:moe-bias-etp2": ("--expert-tensor-parallel-size", "2", "Bias in Moe is only supported when ETP==1"),
+}
+
+
+# megatron-core's optimizer CPU offload checks (arguments.py:1803-1811), which planner.trainers.megatron.rules
+# replicates: the offload example without the precision-aware optimizer, and with FP8 parameters of a current-scaling
+# recipe. id -> (flag dropped, flags added, words of megatron's message).
+OFFLOAD_NEGATIVE = {
+    "neg:offload-needs-precision-aware": ("--use-precision-aware-optimizer", (), "use-precision-aware-optimizer"),
+    "neg:offload-fp8-param-gather": (None, ("--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--fp8-param-gather"),
+                                     "--fp8-recipe delayed"),
 }
 
 
@@ -295,6 +311,9 @@ def megatron_results(emitted, mcore_dir, tmp_path_factory):
         args = list(base["args"])
         args[args.index(flag) + 1] = value
         jobs.append({**base, "id": name, "args": args})
+    base = next(j for j in jobs if j["id"] == "deepseek-v3@64xH100-offload")
+    for name, (drop, add, _) in OFFLOAD_NEGATIVE.items():
+        jobs.append({**base, "id": name, "args": [a for a in base["args"] if a != drop] + list(add)})
     for name, (gbs, _) in MEGATRON_SCHEDULE_NEGATIVE.items():
         base = next(j for j in jobs if j["id"] == "llama3.1-405b@1024xH100")
         args = list(base["args"])
@@ -436,6 +455,30 @@ def test_megatron_core_rejects_broken_layouts(megatron_results, request):
         _say(request, f"megatron-core {MCORE} check {name}: REJECTED as expected ({r['error'][:90]})")
 
 
+def test_megatron_core_takes_the_optimizer_offload(megatron_results, request):
+    """The offloaded plan's args.txt builds megatron-core's OptimizerConfig (training.py:1962-1969) with the
+    offload on, the fraction planned, the precision-aware optimizer and the overlap; without the precision-aware
+    flag, or with FP8 parameters of a current-scaling recipe, megatron-core refuses it, as topoplan's rules do."""
+    from planner.config import ParallelConfig as PC
+    from planner.trainers.megatron.rules import OPTIMIZER_OFFLOAD_FP8_MESSAGE
+
+    r = megatron_results["deepseek-v3@64xH100-offload"]
+    assert r["ok"], f"megatron-core refused the offload plan at {r['stage']}: {r['error']}"
+    o = r["optimizer"]
+    assert (o["optimizer_cpu_offload"], o["optimizer_offload_fraction"], o["use_precision_aware_optimizer"],
+            o["overlap_cpu_optimizer_d2h_h2d"], o["use_distributed_optimizer"]) == (True, 1.0, True, True, True)
+    assert r["args"]["fp8_param_gather"] is False
+    for name, (_, _, words) in OFFLOAD_NEGATIVE.items():
+        bad = megatron_results[name]
+        assert not bad["ok"] and words in bad["error"], bad
+        _say(request, f"megatron-core {MCORE} check {name}: REJECTED as expected ({bad['error'][:90]})")
+    # topoplan's rule says the same of the FP8 case
+    tr = Training(seq_len=4096, global_batch=1024, precision="fp8",
+                  recipe={"optimizer_offload_fraction": 1.0, "fp8_param_gather": True})
+    v = violations(load_model("deepseek-v3"), PC(tp=4, pp=2, ep=32, etp=1), tr, 64)
+    assert [x.rule for x in v] == ["fp8_param_gather_recipe"] and OPTIMIZER_OFFLOAD_FP8_MESSAGE in v[0].message
+
+
 def test_megatron_schedule_accepts_what_planner_rules_accept(megatron_results, emitted, request):
     """Every emitted plan reached megatron-core's first forward step (step 5), with M and N equal to
     the planner's (M = GBS / (MBS * DP), N = PP); the search's own plans included."""
@@ -497,6 +540,10 @@ def test_bridge_overrides_are_megatron_fields(megatron_results, emitted):
                     assert val.strip("'") == shown, (name, key, val, want)
             elif section == "ddp":
                 assert field in fields["ddp"], key
+            elif section == "optimizer":   # megatron-core's OptimizerConfig, with the values args.txt gives it
+                assert field in fields["optimizer"], key
+                want = megatron_results[name]["optimizer"][field]
+                assert val.strip("'") == (str(want).lower() if isinstance(want, bool) else str(want)), (name, key)
 
 
 def _titan_verdict(name, titan_results, emitted):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import planner.cost.steptime as steptime
+import planner.cost.terms.cpu_optimizer as cpu_optimizer
 import planner.cost.terms.data_parallel as data_parallel
 import planner.cost.terms.host as host
 import planner.cost.terms.optimizer as optimizer
@@ -39,7 +40,11 @@ CASES = {
     "moe-recompute": ("qwen3-30b-a3b", "dgx-h100", 8, 64, "bf16",
                       {"recompute": ["full", "moe"], "ep": [2, 4], "tp": [2]},
                       [(steptime, "RECOMPUTE_COMM", 2.5)]),
+    # Megatron's optimizer CPU offload: the host's Adam step (a compose.EXTRA_TERMS term over the world size)
+    "optimizer-offload": ("llama3-70b", "dgx-h100", 8, 64, "bf16", {"tp": [4, 8]},
+                          [(cpu_optimizer, "CPU_ADAM_PARAMS_PER_S", 0.1e9)]),
 }
+RECIPES = {"optimizer-offload": {"optimizer_offload_fraction": 0.75}}
 # kept during the control too: the host floor off, so that the all-to-all is on the critical path
 SETTINGS = {"moe-recompute": [(host, "CALLS_PER_EXPERT", 0)]}
 
@@ -48,7 +53,8 @@ SETTINGS = {"moe-recompute": [(host, "CALLS_PER_EXPERT", 0)]}
 def test_a_cost_change_made_once_reaches_the_program(monkeypatch, case):
     model_name, preset, gpus, gbs, precision, restrict, patches = CASES[case]
     model, cluster = load_model(model_name), load_cluster(preset, gpus=gpus)
-    training = Training(seq_len=4096, global_batch=gbs, precision=precision, stack="megatron-26.08")
+    training = Training(seq_len=4096, global_batch=gbs, precision=precision, stack="megatron-26.08",
+                        recipe=RECIPES.get(case, {}))
     for module, name, value in SETTINGS.get(case, []) + patches:
         assert getattr(module, name) != value
         monkeypatch.setattr(module, name, value)
@@ -84,14 +90,16 @@ CLUSTERS = [("dgx-h100", 8), ("dgx-h100", 16), ("dgx-b200", 32), ("gb200-nvl72",
 @given(model=st.sampled_from(MODELS), where=st.sampled_from(CLUSTERS),
        precision=st.sampled_from(["bf16", "fp8", "mxfp8"]), trainer=st.sampled_from(["megatron", "torchtitan"]),
        gbs=st.sampled_from([64, 256, 1024]), seq=st.sampled_from([2048, 4096]), objective=st.sampled_from(
-           ["throughput", "robust"]), pick=st.lists(st.integers(0, 10 ** 9), min_size=4, max_size=4))
-def test_the_program_is_predict_at_every_layout(model, where, precision, trainer, gbs, seq, objective, pick):
+           ["throughput", "robust"]), pick=st.lists(st.integers(0, 10 ** 9), min_size=4, max_size=4),
+       offload=st.sampled_from([None, 0.5]))
+def test_the_program_is_predict_at_every_layout(model, where, precision, trainer, gbs, seq, objective, pick, offload):
     preset, gpus = where
     cluster = load_cluster(preset, gpus=gpus)
     if precision == "mxfp8" and cluster.gpu_spec.arch == "hopper":
         precision = "fp8"
     m = load_model(model)
-    training = Training(seq_len=seq, global_batch=gbs, precision=precision, trainer=trainer)
+    training = Training(seq_len=seq, global_batch=gbs, precision=precision, trainer=trainer,
+                        recipe={"optimizer_offload_fraction": offload if trainer == "megatron" else None})
     try:
         req, b = program_for(m, cluster, training, objective, restrict={"mbs": [1, 2]})
     except (InfeasibleError, InputError):   # nothing of this model fits the space: no layout to compare

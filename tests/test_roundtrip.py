@@ -28,7 +28,7 @@ from planner.cost.placement import make_placement
 from planner.cost.predict import predict
 from planner.model.spec import load_model
 from planner.output.emit import load_context
-from planner.trainers.megatron.emit import RECIPE_FLAGS, megatron_args
+from planner.trainers.megatron.emit import OPTIMIZER_OFFLOAD_FLAGS, RECIPE_FLAGS, megatron_args
 from planner.output.emit.readback import read_files
 from planner.rules import effective_recipe, violations
 from planner.search.plan import plan
@@ -78,9 +78,9 @@ def test_nvidia_layout_files_run_at_the_planned_speed():
     assert doc["plans"][0]["prediction"]["tflops_per_gpu"] > 1.1 * eager.tflops_per_gpu
 
 
-@pytest.mark.parametrize("flag", sorted(set(RECIPE_FLAGS.values()) | {"--pipeline-model-parallel-layout",
-                                                                       "--moe-flex-dispatcher-backend",
-                                                                       "--fp8-recipe"}))
+@pytest.mark.parametrize("flag", sorted(set(RECIPE_FLAGS.values()) | set(OPTIMIZER_OFFLOAD_FLAGS)
+                                        | {"--pipeline-model-parallel-layout", "--moe-flex-dispatcher-backend",
+                                           "--fp8-recipe"}))
 def test_a_flag_the_reader_cannot_see_fails_the_round_trip(dsv3_doc, flag):
     # mutant: the emitted text without one flag (and its values) must not pass the round trip, while
     # the text as emitted does (the control)
@@ -94,6 +94,10 @@ def test_a_flag_the_reader_cannot_see_fails_the_round_trip(dsv3_doc, flag):
     elif flag == "--fp4-param-gather":   # NVFP4 parameters: an nvfp4 plan (the README plan is MXFP8)
         doc = _doc_for("llama3-8b", "gb200-nvl72", 8, Training(seq_len=8192, global_batch=64, precision="nvfp4"),
                        ParallelConfig(dp=8))
+    elif flag in OPTIMIZER_OFFLOAD_FLAGS or "optimizer" in flag:   # half the optimizer on the host
+        doc = _doc_for("llama3-8b", "dgx-h100", 8, Training(seq_len=4096, global_batch=64, precision="bf16",
+                                                            recipe={"optimizer_offload_fraction": 0.5}),
+                       ParallelConfig(dp=8, recompute="full"))
     elif flag == "--tp-comm-overlap":
         doc = _doc_for("qwen3-30b-a3b", "gb200-nvl72", 64, Training(seq_len=4096, global_batch=512, precision="mxfp8"),
                        ParallelConfig(tp=2, pp=1, ep=8, etp=1, dp=32, dispatcher="alltoall"))

@@ -34,6 +34,8 @@ Canonical GPU order (``Cluster.gpus()``): domain by domain as listed, node by no
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from typing import Any, Literal, NamedTuple
 
 import yaml
@@ -232,6 +234,9 @@ class Cluster(BaseModel):
     calibration: Calibration | None = Field(
         None, description="link figures fitted to nccl-tests / DeepEP runs (topoplan topology calibrate); "
         "topologies.collectives.Fabric uses them in place of the catalog figures")
+    host_memory_gb: float | None = Field(
+        None, gt=0, description="host (CPU) memory of one node, GB, where it differs from the GPU catalog's figure "
+        "(DGX: 2,000; NVL72 tray: 960): the limit of Megatron's optimizer CPU offload; omitted = the catalog's")
 
     _gpus: list[GPU] = PrivateAttr(default_factory=list)
     _domain_sizes: list[int] = PrivateAttr(default_factory=list)
@@ -482,7 +487,10 @@ class Cluster(BaseModel):
     # ---- derived views -------------------------------------------------------------------
     @property
     def gpu_spec(self) -> GPUSpec:
-        return get_gpu(self.gpu)
+        """The catalog's GPU, with this cluster's ``host_memory_gb`` where the file sets it."""
+        if self.host_memory_gb is None:
+            return get_gpu(self.gpu)
+        return _with_host_memory(self.gpu, self.host_memory_gb)
 
     @property
     def num_gpus(self) -> int:
@@ -608,3 +616,10 @@ def cluster_from_dict(data: Any, source: str | None = None) -> Cluster:
         return Cluster.model_validate(data)
     except ValidationError as exc:
         raise InputError(validation_line(exc, source)) from None
+
+
+@lru_cache(maxsize=64)
+def _with_host_memory(gpu: str, host_memory_gb: float) -> GPUSpec:
+    spec = get_gpu(gpu)
+    return spec.model_copy(update={"host_memory_gb": host_memory_gb,
+                                   "sources": {**spec.sources, "host_memory_gb": "the cluster file's host_memory_gb"}})

@@ -73,6 +73,9 @@ class GPUSpec(BaseModel):
     deepep_nvlink_gbps: float = Field(description="DeepEP all-to-all bandwidth over NVLink, GB/s per GPU")
     host_link_gbps_uni: float = Field(description="GPU to host-memory link, per direction, GB/s (what CPU "
                                       "activation offload copies over): PCIe Gen5 x16 on HGX, NVLink-C2C on Grace")
+    host_memory_gb: float = Field(description="host (CPU) memory of one node, GB: what Megatron's optimizer CPU "
+                                  "offload keeps its state in (planner.cost.memory.host_bytes_per_param); DGX "
+                                  "systems 2 TB, an NVL72 compute tray 2 Grace x 480 GB LPDDR5X")
     sources: dict[str, str] = Field(description="field -> source of the figure")
 
     def peak_tflops(self, precision: str) -> float:
@@ -122,6 +125,14 @@ _PCIE5_BW = _PCIE5 + ("; HGX Blackwell hosts are x86 servers with PCIe Gen5 CPUs
 _C2C = ("NVLink-C2C between Grace and the GPU: 900 GB/s bidirectional = 450 per direction (NVIDIA GB200 NVL72 / GB300 "
         "NVL72 product pages). One Grace (LPDDR5X up to 512 GB/s) serves two GPUs, so two GPUs offloading at once "
         "share its memory bandwidth: not modelled")
+# Host memory per node (Megatron's optimizer CPU offload; planner.cost.memory). NVIDIA's system datasheets:
+_DGX_MEM = ("NVIDIA DGX H100/H200 datasheet, 'System Memory: 2TB' (2 x Xeon Platinum 8480C); an HGX server of "
+            "another vendor may hold less: set it in the catalog if so")
+_DGX_MEM_B = ("NVIDIA DGX B200 / DGX B300 datasheets, 'System Memory: 2TB, configurable to 4TB': the base "
+              "2 TB is taken")
+_GRACE_MEM = ("NVIDIA GB200 NVL72 / GB300 NVL72 product pages, 'LPDDR5X: up to 17 TB' per rack = 480 GB per "
+              "Grace x 36 Graces (NVIDIA Grace CPU datasheet: up to 480 GB LPDDR5X); a compute tray holds two "
+              "Graces and four GPUs: 960 GB")
 
 
 def _hopper(name, display, hbm, hbm_bw, nvl_uni, nic, src_extra, *, ring=370.0, nvls=490.0):
@@ -131,13 +142,13 @@ def _hopper(name, display, hbm, hbm_bw, nvl_uni, nic, src_extra, *, ring=370.0, 
         hbm_gib=hbm, hbm_tbps=hbm_bw, nvlink_gen=4, nvlink_gbps_uni=nvl_uni,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=nic,
         ring_busbw_gbps=ring, nvls_busbw_gbps=nvls, deepep_nvlink_gbps=round(0.78 * nvl_uni, 1),
-        host_link_gbps_uni=64.0,
+        host_link_gbps_uni=64.0, host_memory_gb=2000.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC, "fp4_tflops": f"{_HW} s1: Hopper has no FP4",
             "hbm_gib": _MEM, "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL4,
             "nvlink_domain_max": f"{_HW} s1: 8 (HGX)", "nic_gbps": f"{_HW} s1: CX7 400 Gb/s per GPU",
             "ring_busbw_gbps": _RING4, "nvls_busbw_gbps": _NVLS4, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
-            "host_link_gbps_uni": _PCIE5,
+            "host_link_gbps_uni": _PCIE5, "host_memory_gb": _DGX_MEM,
             **src_extra,
         },
     )
@@ -161,6 +172,7 @@ GPUS: dict[str, GPUSpec] = {
             "'~160 GB/s NVLink maximum bandwidth')",
             "nvls_busbw_gbps": "no NVLS measurement on H800; ring only (conservative)",
             "deepep_nvlink_gbps": f"{_HW} s2.3: DeepEP V1 intranode EP8 153/158 GB/s; 0.78 x 200 = 156",
+            "host_memory_gb": "no NVIDIA H800 system datasheet; assumed as DGX H100: " + _DGX_MEM,
         },
         ring=160.0, nvls=None,
     ),
@@ -170,7 +182,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=180.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=400.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
-        host_link_gbps_uni=64.0,
+        host_link_gbps_uni=64.0, host_memory_gb=2000.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC,
             "fp4_tflops": f"{_ACC}: FP4 9000 (NVFP4 listed as 10000). 9000 chosen: HGX B200 runs at 0.9x "
@@ -179,7 +191,7 @@ GPUS: dict[str, GPUSpec] = {
             "nvlink_gbps_uni": _NVL5, "nvlink_domain_max": f"{_HW} s1: 8 (HGX)",
             "nic_gbps": f"{_HW} s1: CX7 400 Gb/s (DGX B200)", "ring_busbw_gbps": _RING5,
             "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP,
-            "host_link_gbps_uni": _PCIE5_BW,
+            "host_link_gbps_uni": _PCIE5_BW, "host_memory_gb": _DGX_MEM_B,
         },
     ),
     "b300": GPUSpec(
@@ -188,7 +200,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=288.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=8, gpus_per_node=8, nic_gbps=800.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
-        host_link_gbps_uni=64.0,
+        host_link_gbps_uni=64.0, host_memory_gb=2000.0,
         sources={
             "bf16_tflops": _ACC, "fp8_tflops": _ACC,
             "fp4_tflops": f"{_HW} s1: sources disagree (13,125 glennklockwood; 14,000 Verda; 12,600 FP4 / "
@@ -198,7 +210,7 @@ GPUS: dict[str, GPUSpec] = {
             "hbm_gib": f"{_MEM}: 288 GB HBM3e", "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL5,
             "nvlink_domain_max": f"{_HW} s1: 8 (HGX)", "nic_gbps": f"{_HW} s1: CX8 800 Gb/s",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
-            "host_link_gbps_uni": _PCIE5_BW,
+            "host_link_gbps_uni": _PCIE5_BW, "host_memory_gb": _DGX_MEM_B,
         },
     ),
     "gb200": GPUSpec(
@@ -207,14 +219,14 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=186.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=72, gpus_per_node=4, nic_gbps=400.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
-        host_link_gbps_uni=450.0,
+        host_link_gbps_uni=450.0, host_memory_gb=960.0,
         sources={
             "bf16_tflops": _ACC + "; note 23: per chip", "fp8_tflops": _ACC, "fp4_tflops": _ACC,
             "hbm_gib": f"{_MEM}: 186 GB (13.4 TB per rack)", "hbm_tbps": _MEM, "nvlink_gbps_uni": _NVL5,
             "nvlink_domain_max": f"{_HW} s1: 72 (NVL72: 18 compute trays x 4 GPUs)",
             "nic_gbps": f"{_HW} s1: CX7 400 Gb/s (DGX GB200 RA: NDR 400 Gb/s IB)",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP,
-            "host_link_gbps_uni": _C2C,
+            "host_link_gbps_uni": _C2C, "host_memory_gb": _GRACE_MEM,
         },
     ),
     "gb300": GPUSpec(
@@ -223,7 +235,7 @@ GPUS: dict[str, GPUSpec] = {
         hbm_gib=288.0, hbm_tbps=8.0, nvlink_gen=5, nvlink_gbps_uni=900.0,
         nvlink_domain_max=72, gpus_per_node=4, nic_gbps=800.0,
         ring_busbw_gbps=720.0, nvls_busbw_gbps=880.0, deepep_nvlink_gbps=702.0,
-        host_link_gbps_uni=450.0,
+        host_link_gbps_uni=450.0, host_memory_gb=960.0,
         sources={
             "bf16_tflops": _ACC + "; Verda rack BF16 180 PF / 72", "fp8_tflops": _ACC,
             "fp4_tflops": f"{_ACC}; rack 1,080 PF dense / 72 = 15,000 (vendordeep, Verda)",
@@ -231,7 +243,7 @@ GPUS: dict[str, GPUSpec] = {
             "nvlink_gbps_uni": _NVL5, "nvlink_domain_max": f"{_HW} s1: 72 (NVL72)",
             "nic_gbps": f"{_HW} s1: CX8 800 Gb/s (72 CX8 per rack)",
             "ring_busbw_gbps": _RING5, "nvls_busbw_gbps": _NVLS5, "deepep_nvlink_gbps": _DEEPEP_ASSUMED,
-            "host_link_gbps_uni": _C2C,
+            "host_link_gbps_uni": _C2C, "host_memory_gb": _GRACE_MEM,
         },
     ),
 }

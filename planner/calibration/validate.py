@@ -19,7 +19,9 @@ auto, on for fp8 and mxfp8 as NVIDIA's recipes) says whether the run kept FP8 pa
 (``Recipe.fp8_param_gather``), and an optional ``fp4_param_gather`` column likewise for NVFP4 parameters
 (empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``); an optional ``fp8_recipe`` column (delayed /
 tensorwise; empty = tensorwise) gives a precision-fp8 run's --fp8-recipe (``Recipe.fp8_recipe``: delayed scaling
-adds the amax all-reduce of planner/cost/terms/fp8_scaling.py). A published run that planner/data/published_recipes.yaml records (id, model,
+adds the amax all-reduce of planner/cost/terms/fp8_scaling.py). An optional ``optimizer_offload_fraction`` column (0 to 1;
+empty = none) gives the share of the optimizer a Megatron run kept on the host (``Recipe.optimizer_offload_fraction``,
+priced by the ``cpu_optimizer`` term: a measured run with it is what that term lacks). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
 CUDA graphs; for Megatron that also fuses its elementwise ops, so false rows are priced with the profile's
 ``mem.elementwise_eager`` (``Training.cuda_graphs``). An optional ``torch_compile`` column (true / false; empty
@@ -171,6 +173,22 @@ def with_published_recipe(row: dict) -> dict:
     return out
 
 
+def _offload_fraction(row, source) -> float | None:
+    """The optional ``optimizer_offload_fraction`` column: the share of the optimizer the run kept on the host
+    (Megatron's --optimizer-offload-fraction with --optimizer-cpu-offload; empty = none)."""
+    v = (row.get("optimizer_offload_fraction") or "").strip()
+    if not v:
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f <= 1.0:
+        raise InputError(f"{source}: row {row.get('id', '?')}: column 'optimizer_offload_fraction' = {v!r}; use the "
+                         "share of the optimizer state the run kept on the host, 0 to 1 (empty = none)")
+    return f
+
+
 def _recipe(row, source):
     """The optional recipe columns (true / false; empty = auto, as the trainer decides per layout) and
     ``cuda_graph_scope`` (the captured modules joined with '+', e.g. ``attn+moe_router+moe_preprocess``,
@@ -196,6 +214,9 @@ def _recipe(row, source):
             raise InputError(f"{source}: row {rid}: column 'fp8_recipe' = {fp8r!r}; use delayed or tensorwise "
                              "(the run's --fp8-recipe with precision fp8), or leave it empty for tensorwise")
         settings["fp8_recipe"] = fp8r
+    frac = _offload_fraction(row, source)
+    if frac is not None:
+        settings["optimizer_offload_fraction"] = frac
     scope = (row.get("cuda_graph_scope") or "").strip().lower()
     if scope:
         if not _cuda_graphs(row, source):

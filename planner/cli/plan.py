@@ -92,13 +92,22 @@ def _gbs_range(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
-def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_headroom=None):
+def _training(seq_len, gbs, precision, stack, trainer, cuda_graphs=True, memory_headroom=None, recipe=None):
     try:
         return Training(seq_len=seq_len, global_batch=gbs, precision=precision, stack=stack,
                         trainer=trainer or DEFAULT, cuda_graphs=cuda_graphs,
-                        **({} if memory_headroom is None else {"memory_headroom": memory_headroom}))
+                        **({} if memory_headroom is None else {"memory_headroom": memory_headroom}),
+                        **({"recipe": recipe} if recipe else {}))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, "training options").replace("memory_headroom", "--memory-headroom")) from None
+
+
+OFFLOAD_HELP = ("Megatron: share of the optimizer state kept and updated on the CPU (--optimizer-cpu-offload "
+                "--optimizer-offload-fraction; 0 = off). Default: off, unless no layout fits in HBM without it (plan "
+                "then chooses the smallest of 0.25, 0.5, 0.75, 1 that fits)")
+def _offload_recipe(fraction):
+    """--optimizer-offload-fraction as recipe settings (None: auto, planner.search.offload)."""
+    return None if fraction is None else {"optimizer_offload_fraction": fraction}
 
 
 HEADROOM_HELP = ("HBM each GPU keeps free for what the memory model leaves out: a share (5%), GiB (8GiB) or both "
@@ -218,6 +227,7 @@ def plan_cmd(
     method: str = typer.Option("enumerate", "--method",
                                help="search engine, all exact: enumerate (default: bounded block search) | "
                                     "cp-sat (the same blocks enumerated by CP-SAT) | exhaustive | cp-sat-full"),
+    offload: float = typer.Option(None, "--optimizer-offload-fraction", min=0.0, max=1.0, help=OFFLOAD_HELP),
 ):
     """Choose the parallel layout and its placement that maximise predicted throughput.
 
@@ -238,7 +248,7 @@ def plan_cmd(
     if emit:
         check_out(out, None, force)   # a directory of other files: refused before the search too
     check_inputs(model, precision=precision, trainer=trainer, seq_len=seq_len, gbs=gbs, gpus=gpus, gbs_range=gbs_range)
-    training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom)
+    training = _training(seq_len, gbs, precision, stack, trainer, cuda_graphs, memory_headroom, _offload_recipe(offload))
     res_opts = gopt.resilience(failure_rates, storage_bw, restart_min, repair_hours, checkpoint_interval)
     m = load_model(model)
     for t in parse_trainers(emit) if emit else ():

@@ -87,6 +87,9 @@ def predict_cmd(
     fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="Megatron, precision fp8: delayed (Transformer "
                                    "Engine's delayed scaling: an amax all-reduce over each pipeline stage per "
                                    "micro-batch) or tensorwise (current scaling; the default, what topoplan writes)"),
+    optimizer_offload_fraction: float = typer.Option(None, "--optimizer-offload-fraction", min=0.0, max=1.0,
+                                                     help="Megatron: share of the optimizer state kept and updated "
+                                                          "on the CPU (--optimizer-cpu-offload; default 0 = off)"),
     torch_compile: bool = typer.Option(None, "--torch-compile/--no-torch-compile",
                                        help="TorchTitan: torch.compile the model's blocks (--compile.enable with "
                                             "'model' in --compile.components; default: as the model's TorchTitan "
@@ -105,7 +108,8 @@ def predict_cmd(
         model, stack, precision, seq_len, gbs, from_files, gpus, memory_headroom,
         (tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher), cuda_graphs,
         {"cpu_offload_layers": cpu_offload_layers or None, "fp8_param_gather": fp8_param_gather,
-         "fp4_param_gather": fp4_param_gather, "torch_compile": torch_compile, "fp8_recipe": fp8_recipe})
+         "fp4_param_gather": fp4_param_gather, "torch_compile": torch_compile, "fp8_recipe": fp8_recipe,
+         "optimizer_offload_fraction": optimizer_offload_fraction or None})
     # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
     # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices
     if gpus and cfg.dp is None:
@@ -178,6 +182,10 @@ def shortfall(p) -> str:
     within = f"{p.hbm_gib:.0f} GiB HBM" if usable >= p.hbm_gib else f"{usable:.1f} GiB usable of {p.hbm_gib:.0f} GiB HBM"
     if p.memory_gib_per_gpu == float("inf") or not p.memory:
         return f"{p.config.short()} cannot run: {'; '.join(v.message for v in p.violations) or 'no memory estimate'}"
+    if p.memory_gib_per_gpu <= usable and p.host_gib_per_node:   # HBM holds it: the offloaded optimizer overflows
+        return (f"{p.config.short()} does not fit: {p.memory_gib_per_gpu:.1f} GiB per GPU fits in {within}, but the "
+                f"offloaded optimizer state of a node's ranks needs {p.host_gib_per_node:,.0f} GiB of host memory, "
+                f"over the {p.host_usable_gib:,.0f} GiB usable; lower --optimizer-offload-fraction or use more GPUs")
     return (f"{p.config.short()} does not fit: {p.memory_gib_per_gpu:.1f} GiB per GPU > {within} "
             f"(short by {p.memory_gib_per_gpu - usable:.1f} GiB); try recompute, more PP/EP or a smaller micro-batch")
 
@@ -197,6 +205,9 @@ def _render(p, model, cluster, training) -> None:
     t.add_row("step time", f"{p.step_time_s:.3f} s")
     t.add_row("memory per GPU", f"{p.memory_gib_per_gpu:.1f} GiB of {p.hbm_gib:.0f} GiB"
               + ("" if p.fits else "  [bold red]does not fit[/]"))
+    if p.host_gib_per_node:   # Megatron's optimizer CPU offload (docs/memory.md 4d)
+        t.add_row("host memory per node", f"{p.host_gib_per_node:,.0f} GiB of {p.host_usable_gib:,.0f} GiB usable "
+                  "(offloaded optimizer)")
     con.print(t)
     if p.extrapolated:
         con.print(f"[yellow]note:[/] {p.extrapolated} (band widened; docs/uncertainty.md)")

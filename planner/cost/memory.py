@@ -116,6 +116,19 @@ weighs what the non-offloaded layers weigh. The pinned host buffers are host mem
 per-layer CUDA-graph buffers are not counted with offloading (megatron-core refuses per-layer graphs
 with it). Not counted: TE's older code path (``NVTE_CPU_OFFLOAD_V1=1``, double buffering).
 
+**Optimizer CPU offload** (``Recipe.optimizer_offload_fraction`` = f; Megatron's ``--optimizer-cpu-offload
+--optimizer-offload-fraction f`` with ``--use-precision-aware-optimizer``; megatron-core 0.19.2
+``optimizer/cpu_offloading/hybrid_optimizer.py``). ``HybridDeviceOptimizer._get_sub_optimizer_param_groups``
+walks the rank's distributed-optimizer shard and moves parameters to the host until f of its elements are
+there; for each it keeps, in host memory, the FP32 master (``param_update_in_fp32=True``) and torch's CPU AdamW
+keeps both FP32 moments: 12 B; ``_set_sub_optimizer_grads`` adds a pinned FP32 gradient copy (4 B,
+``pin_cpu_grads``) and the pinned BF16 clone made on the way (2 B, ``pin_cpu_params``) stays in PyTorch's
+caching host allocator: ``HOST_BYTES_PER_PARAM`` = 18 B per offloaded parameter. On the GPU the optimizer term
+keeps ``(1 - f)`` of its bytes (``gpu_optimizer_bytes``); weights and gradients stay. Host memory is a limit:
+the ranks of a node (``gpus_per_node`` of the GPU catalog; each holds at most the worst rank's shard) must fit
+in ``HOST_USABLE_SHARE`` of the node's memory (``GPUSpec.host_memory_gb``), the rest left to the OS, the data
+loader workers and checkpoint staging (an assumption, not a measurement).
+
 **Reserve**: 3 GiB (CUDA context ~0.6, NCCL communicators and buffers ~1.5, cuBLAS/TE
 workspaces and MoE dispatcher buffers ~0.9) plus 5 % of the activations for allocator
 fragmentation.
@@ -142,7 +155,7 @@ from planner.errors import InputError
 from planner.model.flops import LayerCost, layer_costs
 from planner.model.spec import ModelSpec
 from planner.model.pipeline import PipelineLayout, StageSpec, pipeline_layout
-from planner.rules import effective_recipe, offload_layers, quantised_params
+from planner.rules import effective_recipe, offload_layers, optimizer_offload, quantised_params
 from planner.trainers import get_trainer
 
 GIB = float(1 << 30)
@@ -158,6 +171,8 @@ WEIGHT_COPY_BYTES = {
 }
 
 RESERVE_GIB = 3.0
+HOST_BYTES_PER_PARAM = 12.0 + 4.0 + 2.0   # FP32 master + two FP32 moments, pinned FP32 gradient, pinned BF16 clone
+HOST_USABLE_SHARE = 0.8                    # of a node's host memory, for the offloaded optimizer (assumption)
 GDN_CHUNK = 64   # fla's chunk_gated_delta_rule chunk length (its WY matrix A is [T, H, 64])
 FRAGMENTATION = 0.05
 
@@ -201,6 +216,7 @@ class RankMemory:
     inflight: tuple[int, ...]   # micro-batches in flight per chunk
     cuda_graphs: float = 0.0        # CUDA-graph static input/output buffers
     expert_imbalance: float = 0.0   # routed activations above the mean on the busiest expert GPU
+    host: float = 0.0               # host memory of the offloaded optimizer (not HBM: not in total)
 
     @property
     def total(self) -> float:
@@ -229,14 +245,21 @@ class MemoryEstimate:
     per_stage: tuple[RankMemory, ...]
     worst_rank: int
     components: dict[str, float] = field(default_factory=dict)
+    host_gib_per_node: float = 0.0          # the offloaded optimizer's host memory on one node (GiB)
+    host_usable_gib: float | None = None    # what a node offers it (None: no limit known, or nothing offloaded)
 
     @property
     def peak_gib(self) -> float:
         return self.per_stage[self.worst_rank].total
 
+    @property
+    def host_fits(self) -> bool:
+        return self.host_usable_gib is None or self.host_gib_per_node <= self.host_usable_gib
+
     def fits(self, hbm_gib: float) -> bool:
-        """True when the peak is at most ``hbm_gib`` (pass ``usable_hbm_gib(...)`` to keep headroom)."""
-        return self.peak_gib <= hbm_gib
+        """True when the peak is at most ``hbm_gib`` (pass ``usable_hbm_gib(...)`` to keep headroom) and the
+        offloaded optimizer's host memory fits its node (``host_fits``)."""
+        return self.peak_gib <= hbm_gib and self.host_fits
 
     def stage_components(self) -> list[dict[str, float]]:
         """Every pipeline rank's components (GiB), rank order."""
@@ -248,6 +271,7 @@ class MemoryEstimate:
             "worst_rank": self.worst_rank,
             "components": {k: round(v, 3) for k, v in self.components.items()},
             "per_stage": [round(r.total, 3) for r in self.per_stage],
+            **({"host_gib_per_node": round(self.host_gib_per_node, 3)} if self.host_gib_per_node else {}),
         }
 
 
@@ -475,6 +499,25 @@ def state_bytes(opt: "MemoryOptions", master: bool) -> tuple[float, float, float
     return 4.0, 4.0, 2 * opt.moment_bytes
 
 
+def gpu_optimizer_bytes(ob: float, offload: float) -> float:
+    """Optimizer-state bytes per parameter of the shard that stay in HBM when the share ``offload`` of it
+    lives on the host (Megatron's optimizer CPU offload): ``ob * (1 - offload)``. The one place the offload
+    shrinks the GPU's optimizer state (the memory estimate and the search's memory bound call it)."""
+    return ob * (1.0 - offload)
+
+
+def host_bytes(shard_params: float, offload: float) -> float:
+    """Host bytes of one rank's offloaded optimizer: ``offload`` of its ``shard_params`` parameters at
+    ``HOST_BYTES_PER_PARAM`` each (module docstring)."""
+    return HOST_BYTES_PER_PARAM * offload * shard_params
+
+
+def host_usable_gib(gpu_spec) -> float:
+    """GiB of a node's host memory the offloaded optimizer may fill: ``HOST_USABLE_SHARE`` of
+    ``GPUSpec.host_memory_gb``."""
+    return HOST_USABLE_SHARE * gpu_spec.host_memory_gb * 1e9 / GIB
+
+
 def linear_weight_bytes(wb: float, quantised_params: bool) -> float:
     """Bytes per parameter of the high-precision weight a quantised linear layer keeps beside its quantised
     copy (``WEIGHT_COPY_BYTES``): ``wb`` (BF16, 2) normally; 0 with Megatron's FP8 or NVFP4 parameters
@@ -642,16 +685,16 @@ def _chunk_activations(model, seq_len, chunk, dec, mtp, act, off_bytes) -> tuple
     return a, routed, graph, work
 
 
-def _model_state(opt, master, fsdp, qparams, q, dense, expert, linear, biggest, d_dense, edp):
+def _model_state(opt, master, fsdp, qparams, q, dense, expert, linear, biggest, d_dense, edp, offload=0.0):
     """(weights, low-precision weight copies, grads, optimizer, FSDP buffers) in bytes of one rank
     holding ``dense`` and ``expert`` parameters (``linear`` of them in GEMMs, ``biggest`` the largest
     layer), for the trainer's sharding (``master``: BF16 weights, FP32 masters in Megatron's distributed
-    optimizer, sharded over data parallel)."""
+    optimizer, sharded over data parallel; ``offload``: the share of that shard on the host)."""
     wb, gb, ob = state_bytes(opt, master)
     lin_drop = (wb - linear_weight_bytes(wb, qparams)) * linear   # FP8 / NVFP4 parameters: no BF16 linear weights
     if master and not fsdp:
         return (wb * (dense + expert) - lin_drop, q * linear, gb * (dense + expert),
-                ob * (dense / d_dense + expert / edp), 0.0)
+                gpu_optimizer_bytes(ob, offload) * (dense / d_dense + expert / edp), 0.0)
     if master:
         return (wb * (dense / d_dense + expert / edp) - lin_drop / d_dense, q * linear / d_dense,
                 gb * (dense / d_dense + expert / edp), ob * (dense / d_dense + expert / edp),
@@ -678,8 +721,9 @@ def memory_per_gpu(
     """Peak memory per GPU of ``config`` (see the module docstring for every formula).
 
     ``world`` sets the data-parallel degrees (dp = world / (tp*cp*pp), edp = world /
-    (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec`` is
-    accepted for the caller's ``fits(gpu_spec.hbm_gib)``; the estimate itself does not depend on it.
+    (etp*ep*pp)) and, with ``training.global_batch``, the micro-batches per step. ``gpu_spec``: the HBM
+    estimate does not depend on it; with the optimizer offloaded it gives the node's GPUs and host memory,
+    which ``fits`` checks (without it the host is not checked).
     ``expert_balance``: busiest expert GPU / mean (a float or an ``ExpertBalance``; None = 1.0).
     ``recipe``: the effective recipe (``planner.rules.effective_recipe``) when the caller resolved it.
     """
@@ -707,6 +751,7 @@ def memory_per_gpu(
 
     act = _layer_activations(model, config, training, bal > 1.0, graphs)
     off_bytes = offloaded_layer_bytes(model, config, training)
+    opt_off = optimizer_offload(training) if (master and not fsdp) else 0.0   # the rules allow it only so
     logits_per_mb = _logits_bytes_per_microbatch(model, config, training)
 
     ranks: list[RankMemory] = []
@@ -741,7 +786,7 @@ def memory_per_gpu(
             acts += work  # one layer recomputed at a time during backward
 
         weights, copies, grads, optim, fsdp_buf = _model_state(opt, master, fsdp, qparams, q, dense, expert, linear,
-                                                               biggest, d_dense, edp)
+                                                               biggest, d_dense, edp, opt_off)
         reserve = opt.reserve_gib * GIB + opt.fragmentation * (acts + imbalance + logits)
         ranks.append(
             RankMemory(
@@ -758,10 +803,22 @@ def memory_per_gpu(
                 inflight=tuple(inflight),
                 cuda_graphs=graph_buf / GIB,
                 expert_imbalance=imbalance / GIB,
+                host=host_bytes(dense / d_dense + expert / edp, opt_off) / GIB,
             )
         )
-    worst = max(range(pp), key=lambda i: ranks[i].total)
-    return MemoryEstimate(per_stage=tuple(ranks), worst_rank=worst, components=ranks[worst].components())
+    return _estimate(ranks, opt_off, gpu_spec)
+
+
+def _estimate(ranks: list[RankMemory], offload: float, gpu_spec) -> MemoryEstimate:
+    """The estimate of the ranks: the worst one's peak and, with the optimizer offloaded, the host memory of
+    a node whose every rank holds the worst rank's host share (pipeline stages may share a node)."""
+    worst = max(range(len(ranks)), key=lambda i: ranks[i].total)
+    host_node, host_cap = 0.0, None
+    if offload:
+        host_node = max(r.host for r in ranks) * (gpu_spec.gpus_per_node if gpu_spec is not None else 1)
+        host_cap = host_usable_gib(gpu_spec) if gpu_spec is not None else None
+    return MemoryEstimate(per_stage=tuple(ranks), worst_rank=worst, components=ranks[worst].components(),
+                          host_gib_per_node=host_node, host_usable_gib=host_cap)
 
 
 def expert_state_bytes_per_gpu(model: ModelSpec, config: ParallelConfig, training: Training, world: int) -> float:

@@ -44,7 +44,7 @@ def _memory(model, config, training, world, gpu_spec, layout, balance=None, prof
     # every input of memory_per_gpu: the whole Training (the trainer sets gradient and state bytes)
     # and the profile's fitted memory terms (issue 13)
     opts = options_for(training, profile)
-    key = (model, config, training, world, gpu_spec.name, balance, opts)
+    key = (model, config, training, world, gpu_spec.name, gpu_spec.host_memory_gb, balance, opts)
     hit = _MEM_CACHE.get(key)
     if hit is None:
         hit = memory_per_gpu(model, config, training, world, gpu_spec, layout=layout, expert_balance=balance,
@@ -126,4 +126,6 @@ def predict(model, cluster, config: ParallelConfig, training: Training, *, place
         band_half_width=unc.half_width,
         band_runs=unc.runs,
         usable_gib=usable,
+        host_gib_per_node=mem.host_gib_per_node or None,
+        host_usable_gib=mem.host_usable_gib if mem.host_gib_per_node else None,
     )

@@ -68,6 +68,9 @@ class Prediction(BaseModel):
     extrapolated: str | None = Field(None, description="why no measured run covers the regime, or None")
     band_half_width: float = Field(0.0, description="h, in ln units: the band is [T exp(-h), T exp(h)]")
     band_runs: int = Field(0, description="measured runs behind h (0: the documented default)")
+    host_gib_per_node: float | None = Field(None, description="host memory per node that Megatron's offloaded "
+                                            "optimizer fills (GiB); None without the optimizer CPU offload")
+    host_usable_gib: float | None = Field(None, description="the share of a node's host memory it may fill (GiB)")
 
     # what was priced (PRICED): set by predict, not in the document
     config: SkipJsonSchema[ParallelConfig | None] = _priced()

@@ -43,8 +43,7 @@ from topologies.collectives import fabric_for as ff
 
 _BASE_TERMS = ("compute", "tp_comm", "ep_a2a", "pp_bubble", "pp_p2p", "dp_comm", "cp_comm", "optimizer",
                "imbalance", "other", "offload", "sync")
-# the breakdown's order: the base terms, the ``EXTRA_TERMS`` (added to the step as they are), then "sync"
-# (a share of all the others)
+# the breakdown's order: the base terms, the EXTRA_TERMS, and the slowest-GPU wait (a share of all of them) last
 TERMS = _BASE_TERMS[:-1] + tuple(dict.fromkeys(t.name for t in K.EXTRA_TERMS if t.name not in _BASE_TERMS)) + ("sync",)
 LOW_PRECISION = ("fp8", "fp8-block", "mxfp8", "nvfp4")
 

@@ -44,6 +44,7 @@ import yaml
 from planner.cost.placement import default_gpus_per_domain, group_shapes, make_placement
 from planner.errors import InputError
 from planner.io import read_yaml
+from planner.rules import optimizer_offload
 from planner.trainers import NAMES
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "uncertainty.yaml"
@@ -61,6 +62,7 @@ class Regime:
     cp: bool
     precision: str           # "bf16" | "fp8" | "fp4"
     arch: str | None = None  # GPU generation (GPUSpec.arch); None: not checked
+    offload: bool = False    # Megatron's optimizer CPU offload (no measured run: always extrapolated)
 
     @property
     def core(self) -> str:
@@ -69,7 +71,8 @@ class Regime:
 
     def label(self) -> str:
         """``"nvl72 moe ep-in-domain fsdp cp fp8"``: every feature, the form ``Prediction.regime`` carries."""
-        return " ".join([self.core] + (["fsdp"] if self.fsdp else []) + (["cp"] if self.cp else []) + [self.precision])
+        return " ".join([self.core] + (["fsdp"] if self.fsdp else []) + (["cp"] if self.cp else []) + [self.precision]
+                        + (["optimizer-offload"] if self.offload else []))
 
     def describe(self, features=SECONDARY) -> str:
         """Words for the features named (and the core): ``"FSDP+MoE run (NVL72, EP inside NVLink domains)"``."""
@@ -100,7 +103,7 @@ def classify(model, cluster, config, training, ep_domains: int | None = None, pl
     if prec is None:
         raise InputError(f"precision {training.precision!r}: use one of {', '.join(PRECISION_CLASS)}")
     return Regime(system, "moe" if model.is_moe else "dense", ep, bool(config.fsdp), config.cp > 1, prec,
-                  cluster.gpu_spec.arch)
+                  cluster.gpu_spec.arch, optimizer_offload(training) > 0)
 
 
 def _ep_domains(cluster, config, placement) -> int:
@@ -170,7 +173,21 @@ def _band_cached(regime: Regime, stack: str, trainer: str | None, path: str, mti
     return _band_of(regime, stack, trainer, load_table())
 
 
+OFFLOAD_WHY = ("no measured run with Megatron's optimizer CPU offload (its CPU Adam rate is one single-GPU "
+               "measurement, planner/cost/terms/cpu_optimizer.py)")
+
+
 def _band_of(regime: Regime, stack: str, trainer: str | None, t: dict) -> Band:
+    """The band of the regime's measured runs (``_measured_band``), one extrapolation step wider with the
+    optimizer offloaded, which no measured run covers."""
+    b = _measured_band(regime, stack, trainer, t)
+    if not regime.offload:
+        return b
+    why = "; ".join(x.removesuffix(": extrapolated") for x in (b.extrapolated, OFFLOAD_WHY) if x) + ": extrapolated"
+    return Band(b.half_width + t["extrapolation_step"], b.runs, regime, b.source, why)
+
+
+def _measured_band(regime: Regime, stack: str, trainer: str | None, t: dict) -> Band:
     pools = t["pools"]
     fam = family_of(stack, trainer)
     order = [p for p in dict.fromkeys((stack, fam)) if p in pools]

@@ -56,6 +56,7 @@ from planner.config import ParallelConfig
 from planner.cost.compose import EXTRA_TERMS
 from planner.errors import InputError
 from planner.search.document import PlanDocument, load_document
+from planner.search.offload import offload_line
 from topologies.cluster import Cluster
 from topologies.hostlist import compress
 
@@ -118,6 +119,7 @@ TERM_LABELS: dict[str, str] = {
     "other": "other",
     "offload": "exposed CPU offload",
     "sync": "slowest-GPU wait",
+    "cpu_optimizer": "CPU optimizer (offload)",
     "fp8_amax": "FP8 amax all-reduce",
 }
 
@@ -725,6 +727,9 @@ def plan_details(doc: Mapping, index: int, hbm_gib: float | None = None, width: 
     parts = [title, Text("step   ") + breakdown_bar(p.get("breakdown"), p.get("step_time_s"), width, line_width)]
     if p.get("memory_gib_per_gpu") is not None:
         parts.append(Text("memory ") + memory_bar(float(p["memory_gib_per_gpu"]), cap, width=width))
+    if p.get("host_gib_per_node"):   # Megatron's optimizer CPU offload
+        parts.append(Text(f"host   {p['host_gib_per_node']:,.0f} of {p['host_usable_gib']:,.0f} GiB usable per node "
+                          "(offloaded optimizer state)"))
     sizes = domain_sizes_of(doc)
     if sizes and (entry.get("placement") or {}).get("rank_to_gpu"):
         parts.append(placement_map(entry, sizes, names=domain_names_of(doc), line_width=line_width))
@@ -767,6 +772,9 @@ def render_plan(doc: Mapping, console: Console | None = None, top: int | None = 
         console.print(plan_details(doc, i, hbm_gib, line_width=width))
         console.print()
     lines = why_not_lines(doc, n=3, rejected=rejected, hbm_gib=hbm_gib)
+    offload = offload_line(doc.get("solver") or {})
+    if offload:
+        console.print(Text(offload, style="yellow"))
     if lines:
         console.print(Text("why not", style="bold"))
         for line in lines:

@@ -155,6 +155,9 @@ class SolverPart(BaseModel):
     space: dict[str, list[Any]] | None = Field(None, description="the values each decision variable could take")
     layouts: list[list[int]] | None = Field(None, description="[pp, vpp, split] of each pipeline layout priced")
     notes: list[str] | None = None
+    optimizer_offload: dict[str, Any] | None = Field(
+        None, description="set when plan chose Megatron's optimizer CPU offload: fraction, needed_to_fit, and "
+                          "without (why no layout fits without it)")
 
 
 class HeaderPart(_Strict):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 from planner.config import ParallelConfig
-from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, linear_weight_bytes, options_for, state_bytes,
-                                 usable_hbm_gib)
+from planner.cost.memory import (WEIGHT_COPY_BYTES, fsdp_buffer_bytes, gpu_optimizer_bytes, linear_weight_bytes,
+                                 options_for, state_bytes, usable_hbm_gib)
 from planner.model.flops import layer_costs, param_counts
-from planner.rules import effective_recipe, quantised_params
+from planner.rules import effective_recipe, optimizer_offload, quantised_params
 from planner.trainers import get_trainer
 
 
@@ -24,7 +24,8 @@ def add_memory_bound(b) -> None:
     - with FSDP: the same state sharded over all W GPUs (dense / (tp*pp*dp*cp) and expert /
       (ep*etp*pp*edp) are both x / W), plus the gathered buffers of the biggest layer, at least
       one MoE layer's experts on a GPU, twice;
-    - Megatron's distributed optimizer shard, (dense + expert) / W.
+    - Megatron's distributed optimizer shard, (dense + expert) / W, less the share its optimizer CPU
+      offload keeps on the host (``memory.gpu_optimizer_bytes``).
     Activations, logits, dense-weight copies and fragmentation are left out (they are >= 0).
     ``tests/test_plan.py`` checks that every layout it drops fails the exact estimate."""
     P, vals, model, tr = b.prog, b.vals, b.model, b.training
@@ -44,6 +45,7 @@ def add_memory_bound(b) -> None:
     # optimizer over data parallel; TorchTitan / MaxText keep FP32 weights and gradients and shard
     # everything only under FSDP
     wb, gb, optb = state_bytes(opt, megatron)
+    opt_gpu = gpu_optimizer_bytes(optb, optimizer_offload(tr)) if megatron else optb   # offload: 0 under FSDP
     # FP8 / NVFP4 parameters (planner.rules.quantised_params, per FSDP value) drop the BF16 weight of the
     # linear layers; where any layout keeps them, the bound drops every BF16 weight (a bound stays one)
     qparams = any(quantised_params(effective_recipe(model, ParallelConfig(fsdp=f), tr)) for f in vals["fsdp"])
@@ -62,7 +64,7 @@ def add_memory_bound(b) -> None:
     # (dense + expert) / W, as tp*cp*pp*dp = W and the expert grid ep*etp*pp*edp covers the
     # same W GPUs: Megatron's optimizer always, and FSDP's weights and gradients
     for fi, f in enumerate(vals["fsdp"]):
-        per = (optb if megatron else 0.0) + ((state + (0.0 if megatron else optb)) if f else 0.0)
+        per = (opt_gpu if megatron else 0.0) + ((state + (0.0 if megatron else optb)) if f else 0.0)
         for w in b.worlds:
             lb2[(fi, w)] = int(per * (dense_total + expert_total) / w / 1e3)
     LB = P.sum([P.table_t(b.idx("tp", "pp", "ep", "etp", "fsdp"), lb1),

@@ -50,6 +50,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.model.flops import param_counts
 from planner.rules import violations
 from planner.search.bounds import bound_factors, exhaustive
+from planner.search import offload as OFFLOAD
 from planner.search.document import PlanDocument
 from planner.search.objective import band_scale_of
 from planner.search.program import ProgramBuilder, quantisation_bound, step_seconds, used_per_domain
@@ -219,6 +220,18 @@ def plan(model, cluster, training: Training, top: int = 3, time_limit: float | N
         return _plan_by_goodput(model, cluster, training, top, resilience, dict(
             time_limit=time_limit, gbs_range=gbs_range, trainer=trainer, workers=workers, min_world=min_world,
             include=include, profile=profile, method=method, restrict=restrict, equal_slices=equal_slices))
+    job_gpus = cluster.gpus if isinstance(cluster, Job) else cluster.num_gpus
+    hardware = cluster.cluster if isinstance(cluster, Job) else cluster
+
+    def run(tr):   # one search; planner.search.offload retries it with the optimizer offloaded if nothing fits
+        return _plan_layouts(model, cluster, tr, top, time_limit, objective, gbs_range, trainer, workers, min_world,
+                             include, profile, method, restrict, equal_slices, resilience)
+    return OFFLOAD.choose(run, model, hardware, job_gpus, training, trainer)
+
+
+def _plan_layouts(model, cluster, training, top, time_limit, objective, gbs_range, trainer, workers, min_world,
+                  include, profile, method, restrict, equal_slices, resilience) -> PlanResult:
+    """``plan``'s search for one recipe (its docstring)."""
     if method not in METHODS:
         raise InputError(f"--method {method!r}: use one of {', '.join(METHODS)}")
     t0 = time.perf_counter()
@@ -450,11 +463,12 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
             cfg, world, gbs, _, lay = b.config_of(choice)
             tr = training.model_copy(update={"global_batch": gbs})
             est = memory_per_gpu(model, cfg, tr, world, gpu, layout=lay, options=options_for(tr, prof))
-            hit = (est.fits(usable), est.peak_gib, cfg.short())
+            host_over = 0.0 if est.host_fits else est.host_gib_per_node - est.host_usable_gib
+            hit = (est.fits(usable), est.peak_gib, cfg.short(), host_over)
             checked[key] = hit
         if hit[0]:
             return None
-        shortfalls.append((hit[1] - usable, hit[2]))
+        shortfalls.append((max(hit[1] - usable, 0.0), hit[2], hit[3]))   # (HBM GiB short, label, host GiB short)
         return mem_vars
 
     hybridep_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "etp", "dispatcher", "gpd")]
@@ -509,7 +523,9 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
         if len(rows):
             for i in _closest_by_bound(prog, rows, prog.limits[0][0], 8):
                 accept(tuple(int(a) for a in rows[i]))
-    raise InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+    err = InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+    err.memory = True   # nothing fits in memory: planner.search.offload may try the optimizer on the host
+    raise err
 
 
 def _closest_by_bound(prog, rows, lim: int, k: int) -> list[int]:
@@ -593,7 +609,12 @@ def _nothing_fits(model, cluster, training, shortfalls, b) -> str:
     n = getattr(b, "n_gpus", cluster.num_gpus)   # the GPUs the job offers
     space = getattr(b, "vals", {})
     if shortfalls:
-        short, label = min(shortfalls)
+        short, label, host_short = min(shortfalls)
+        if short <= 0.0:   # it fits in HBM; its offloaded optimizer does not fit in the node's host memory
+            return (f"{model.name} on {n} {gpu.name.upper()} GPUs: no layout fits; the closest ({label}) fits in HBM "
+                    f"but its offloaded optimizer state needs {host_short:,.0f} GiB more host memory per node than "
+                    f"the usable share of {gpu.host_memory_gb:,.0f} GB. Use more GPUs (--gpus) or a smaller "
+                    "optimizer offload fraction")
         # only remedies the search did not already try (every layout of its space was refused)
         fixes = ["more GPUs (--gpus)"]
         if "full" not in space.get("recompute", ()) and "RC:full" not in label:

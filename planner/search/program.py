@@ -322,7 +322,7 @@ class ProgramBuilder:
 
     def _extra_terms(self) -> list[int]:
         """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world); none for a
-    term that is zero on every layout of the request."""
+        term that is zero on every layout of the request."""
         ctx = K.TermContext(self.model, self.cluster, self.training, self.profile, self.fabric)
         out = []
         for term in K.EXTRA_TERMS:

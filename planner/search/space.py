@@ -75,6 +75,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     # Recipe settings (planner.trainers.megatron.rules.RECIPE_RULES) read only these layout choices; the model is fixed.
     "cpu_offloading_layout": ("pp", "recompute"),
     "fp8_param_gather_recipe": ("fsdp",),
+    "optimizer_offload_layout": ("fsdp",),   # the offload fraction is the recipe's, fixed per search
     "fp4_param_gather_recipe": (),   # the precision alone decides
     "fp8_recipe_precision": (),      # the precision and the recipe alone decide
     "cuda_graphs_vs_recompute": ("recompute", "pp", "ep"),

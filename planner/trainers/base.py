@@ -148,6 +148,15 @@ def no_layer_offload(recipe, trainer: str) -> str | None:
     return None
 
 
+def no_optimizer_offload(recipe, trainer: str, own: str) -> str | None:
+    """The refusal of Megatron's optimizer CPU offload (``Recipe.optimizer_offload_fraction``) by a trainer
+    whose own offload (``own``: what it is and why topoplan does not price it) is another setting."""
+    if recipe.optimizer_offload_fraction or recipe.overlap_cpu_optimizer_d2h_h2d:
+        return (f"recipe.optimizer_offload_fraction={recipe.optimizer_offload_fraction}: {trainer} has no "
+                f"counterpart of Megatron's --optimizer-cpu-offload ({own}); leave it unset or plan for megatron")
+    return None
+
+
 def foreign_knob(field_name: str, value, owner: str, flag: str, trainer: str, why: str) -> str:
     """The refusal of a recipe setting another trainer owns (config.Training names the field)."""
     return (f"recipe.{field_name}={value}: {owner}'s {flag} has no {trainer} counterpart ({why}); leave it unset")

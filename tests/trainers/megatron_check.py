@@ -34,6 +34,7 @@ Transformer Engine version. For step 5: the schedule allocates one token counter
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import json
 import os
 import sys
@@ -141,6 +142,8 @@ CONFIG_FIELDS = (
 )
 
 # argparse values the round-trip test compares with topoplan's own reader (planner.output.emit.readback)
+OPTIMIZER_FIELDS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
+                    "use_precision_aware_optimizer", "use_distributed_optimizer", "pin_cpu_grads", "pin_cpu_params")
 ARG_FIELDS = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
     "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size", "global_batch_size",
@@ -256,6 +259,11 @@ def check(job: dict) -> dict:
         validate_args(args)
         out["stage"] = "TransformerConfig"
         cfg = core_transformer_config_from_args(args)
+        out["stage"] = "OptimizerConfig"   # as megatron/training/training.py:1962-1969 builds it from the args
+        from megatron.core.optimizer import OptimizerConfig
+        opt = OptimizerConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OptimizerConfig)
+                                 if hasattr(args, f.name)})
+        out["optimizer"] = {f: _jsonable(getattr(opt, f, None)) for f in OPTIMIZER_FIELDS}
         out["args"] = {f: _jsonable(getattr(args, f, None)) for f in ARG_FIELDS}
         out["config"] = {f: _jsonable(getattr(cfg, f, None)) for f in CONFIG_FIELDS}
         out["dp"] = args.data_parallel_size
@@ -323,7 +331,10 @@ def main() -> int:
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.transformer import TransformerConfig
 
+    from megatron.core.optimizer import OptimizerConfig
+
     fields = {"model": sorted(f.name for f in dataclasses.fields(TransformerConfig)),
+              "optimizer": sorted(f.name for f in dataclasses.fields(OptimizerConfig)),
               "ddp": sorted(f.name for f in dataclasses.fields(DistributedDataParallelConfig))}
     with open(results_path, "w") as fh:
         json.dump({"fields": fields, "results": results}, fh)

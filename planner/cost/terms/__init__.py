@@ -2,7 +2,8 @@
 
 ``compute`` (GEMMs, attention core, elementwise work, recompute), ``tensor_parallel``,
 ``expert_a2a``, ``pipeline`` (bubble and point-to-point), ``data_parallel``, ``context_parallel``,
-``optimizer``, ``host`` (the host floor), ``offload`` (CPU activation offload copies). ``planner.cost.steptime`` adds them up. Overlap of a communication term with compute is
+``optimizer``, ``host`` (the host floor), ``offload`` (CPU activation offload copies), ``cpu_optimizer``
+(Megatron's optimizer CPU offload: a ``compose.EXTRA_TERMS`` term). ``planner.cost.steptime`` adds them up. Overlap of a communication term with compute is
 modelled per term with :func:`exposed`.
 """
 

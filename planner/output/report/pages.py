@@ -159,6 +159,9 @@ def plan_page(doc: Mapping, stage: Path) -> tuple[str, list[Path]]:
         body.append("<h2>Goodput</h2><ul class=\"why\">" + "".join(f"<li>{_e(s)}</li>" for s in goodput + notes)
                     + "</ul><p class=\"meta\">tokens/s once interruptions, checkpoint writes and restarts are "
                     "counted (docs/resilience.md)</p>")
+    offload = explain.offload_line(doc.get("solver") or {})
+    if offload:   # the optimizer on the host: why, as the terminal says it
+        body.append(f"<h2>Optimizer CPU offload</h2><p class=\"why\">{_e(offload)}</p>")
     lines = explain.why_not_lines(doc, n=5)
     if lines:
         body.append("<h2>Why not the others</h2><ul class=\"why\">"

@@ -5,13 +5,17 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``rules``, 
 
 from __future__ import annotations
 
-from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob, no_layer_offload
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob, no_layer_offload, no_optimizer_offload
 
 NAME = "maxtext"
 
 
 def refuse_recipe(recipe) -> str | None:
     if why := no_layer_offload(recipe, NAME):
+        return why
+    if why := no_optimizer_offload(recipe, NAME, "its optimizer_memory_host_offload keeps the optimizer state in "
+                                   "host memory but runs the update on the accelerator, a different setting topoplan "
+                                   "does not price"):
         return why
     if recipe.fp8_param_gather:
         return foreign_knob("fp8_param_gather", True, "Megatron", "--fp8-param-gather", NAME,

@@ -106,6 +106,8 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
                              f"{MIXED_PRECISION[ctx.training.precision]} sets {name}={named} and its setup() "
                              f"overrides model.{model_field} / ddp.{name}; leave recipe.{name} unset for "
                              "Bridge or launch megatron/args.txt")
+    if r.optimizer_offload_fraction:   # megatron-core's OptimizerConfig fields (optimizer_config.py:344-366)
+        o.update(_optimizer_offload(ctx, r))
     o["model.cuda_graph_impl"] = r.cuda_graph_impl
     o["model.cuda_graph_scope"] = list(r.cuda_graph_modules)
     o["comm_overlap.tp_comm_overlap"] = r.tp_comm_overlap
@@ -250,3 +252,17 @@ def task_command(ctx: EmitContext) -> str:
     return f"""      printf '%s %q --recipe {recipe}%s %s\\n' "$2" \\
         "${{MEGATRON_BRIDGE:?set MEGATRON_BRIDGE to a Megatron-Bridge checkout}}/scripts/training/run_recipe.py" \\
         "$(grep -v -e '^#' -e '^$' "$ROOT/bridge/overrides.txt" | topoplan_quote_lines)" "$data" ;;"""
+
+
+def _optimizer_offload(ctx, r) -> dict:
+    """The optimizer CPU offload as Megatron-Bridge's ``optimizer`` (megatron-core's OptimizerConfig) takes it.
+    Bridge's FP8 mixed-precision recipes set fp8_param_gather themselves, which megatron-core's offload refuses
+    without the delayed recipe (arguments.py:1808-1811): such a plan is launched from megatron/args.txt."""
+    if BRIDGE_FP8_PARAM_GATHER[ctx.training.precision]:
+        raise InputError(f"recipe.optimizer_offload_fraction={r.optimizer_offload_fraction:g}: Megatron-Bridge's "
+                         f"{MIXED_PRECISION[ctx.training.precision]} sets fp8_param_gather=True, which megatron-core's "
+                         "optimizer CPU offload accepts only with the delayed FP8 recipe; launch megatron/args.txt "
+                         "(it writes no --fp8-param-gather) or plan another precision")
+    return {"optimizer.optimizer_cpu_offload": True, "optimizer.use_precision_aware_optimizer": True,
+            "optimizer.optimizer_offload_fraction": r.optimizer_offload_fraction,
+            "optimizer.overlap_cpu_optimizer_d2h_h2d": bool(r.overlap_cpu_optimizer_d2h_h2d)}

@@ -70,7 +70,12 @@ RECIPE_FLAGS = {
     "fp8_param_gather": "--fp8-param-gather",
     # arguments.py:1931 (NVFP4 parameters, TransformerConfig.fp4_param via argument_utils.py:313)
     "fp4_param_gather": "--fp4-param-gather",
+    # arguments.py:2785 (default 1.0 there, 0.0 in OptimizerConfig: always written) and 2791
+    "optimizer_offload_fraction": "--optimizer-offload-fraction",
+    "overlap_cpu_optimizer_d2h_h2d": "--overlap-cpu-optimizer-d2h-h2d",
 }
+# arguments.py:2781 turns the optimizer offload on; 1803-1807 requires the precision-aware optimizer beside it
+OPTIMIZER_OFFLOAD_FLAGS = ("--optimizer-cpu-offload", "--use-precision-aware-optimizer")
 # arguments.py:2927; written with --fp8-param-gather for MXFP8 under the distributed optimizer
 # (planner.trainers.megatron.rules.reuse_grad_buf_for_mxfp8); read back as implied by the two, refused when it disagrees
 REUSE_GRAD_BUF_FLAG = "--reuse-grad-buf-for-mxfp8-param-ag"
@@ -442,6 +447,10 @@ def recipe_args(ctx: EmitContext) -> list[str]:
             a.append(REUSE_GRAD_BUF_FLAG)
     if r.fp4_param_gather:   # NVFP4 parameters: no BF16 weight copy, packed 4-bit gather
         a.append(RECIPE_FLAGS["fp4_param_gather"])
+    if r.optimizer_offload_fraction:   # the optimizer's share on the host (HybridDeviceOptimizer)
+        a.extend([*OPTIMIZER_OFFLOAD_FLAGS, RECIPE_FLAGS["optimizer_offload_fraction"], f"{r.optimizer_offload_fraction:g}"])
+        if r.overlap_cpu_optimizer_d2h_h2d:
+            a.append(RECIPE_FLAGS["overlap_cpu_optimizer_d2h_h2d"])
     return a
 
 
@@ -551,6 +560,10 @@ def files(ctx: EmitContext) -> dict[str, str]:
                          + ": pretrain_gpt.py has no flag for them and runs " + ", ".join(
                              f"{k}={float(d)!r}" for k, (_, d) in gaps.items())
                          + "; the Megatron-Bridge files (--trainer bridge) set them.")
+    if recipe_of(ctx).optimizer_offload_fraction:   # the host runs the optimizer: give it threads
+        env_lines.append("# Optimizer CPU offload: torch's CPU Adam runs on OMP_NUM_THREADS threads per rank (torchrun "
+                         "sets 1); set it to the host's cores per GPU (planner/cost/terms/cpu_optimizer.py assumes "
+                         "one rank's measured rate each).")
     env_lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     return {
         "megatron/args.txt": render_args(megatron_args(ctx)),

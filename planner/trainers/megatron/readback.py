@@ -21,6 +21,7 @@ from planner.trainers.megatron import NAME
 from planner.trainers.megatron.emit import (
     DISPATCHER_FLAGS,
     LAYOUT_FLAGS as F,
+    OPTIMIZER_OFFLOAD_FLAGS,
     PRECISION_FLAGS,
     RECIPE_BOOLS,
     REUSE_GRAD_BUF_FLAG,
@@ -98,6 +99,7 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
     for name in RECIPE_BOOLS:
         rec[name] = RECIPE_FLAGS[name] in flags
     rec["cpu_offload_layers"] = _one(flags, RECIPE_FLAGS["cpu_offload_layers"], 0, int, source) or None
+    rec.update(_optimizer_offload(flags, source))
     reuse = REUSE_GRAD_BUF_FLAG in flags
     if reuse and not rec["fp8_param_gather"]:   # distributed_data_parallel_config.py:253-254
         raise InputError(f"{source}: {REUSE_GRAD_BUF_FLAG} needs {RECIPE_FLAGS['fp8_param_gather']} (\"Reuse grad "
@@ -189,3 +191,21 @@ def claims(path: Path) -> bool:
 def read(path: Path, model, world: int | None = None, *, stack: str | None = None):
     """The Trainer object's read-back (``Trainer.read_back``); the world size comes from env.sh."""
     return read_megatron(path, model, stack=stack)
+
+
+def _optimizer_offload(flags: dict, source: str) -> dict:
+    """The optimizer CPU offload settings of args.txt: off without --optimizer-cpu-offload; with it, the fraction
+    (argparse's default 1.0, arguments.py:2785) and the overlap flag; megatron-core's assertion that the
+    precision-aware optimizer comes with it (arguments.py:1803-1807) refuses the file otherwise."""
+    on, aware = OPTIMIZER_OFFLOAD_FLAGS
+    if on not in flags:
+        return {"optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False}
+    if aware not in flags:
+        raise InputError(f"{source}: {on} needs {aware} (\"The optimizer cpu offload must be used in conjunction "
+                         f"with `--use-precision-aware-optimizer`\", megatron-core arguments.py:1803-1807); add it")
+    f = _one(flags, RECIPE_FLAGS["optimizer_offload_fraction"], 1.0, float, source)
+    if not 0.0 <= f <= 1.0:
+        raise InputError(f"{source}: {RECIPE_FLAGS['optimizer_offload_fraction']} {f:g}: use a share of the "
+                         "optimizer state between 0 and 1")
+    return {"optimizer_offload_fraction": f or None,
+            "overlap_cpu_optimizer_d2h_h2d": RECIPE_FLAGS["overlap_cpu_optimizer_d2h_h2d"] in flags}

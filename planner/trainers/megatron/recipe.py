@@ -65,6 +65,20 @@ FIELDS = {
                           "all-gather moves the packed 4-bit row-wise data (0.5 B per parameter). None = as NVIDIA's "
                           "Megatron-Bridge bf16_with_nvfp4_mixed: on for nvfp4, off otherwise; True needs nvfp4 "
                           "(planner.rules). Megatron only; the FP8 precisions use fp8_param_gather")),
+    "optimizer_offload_fraction": (float | None, Field(
+        None, ge=0.0, le=1.0, description="--optimizer-cpu-offload --optimizer-offload-fraction F (with "
+                                          "--use-precision-aware-optimizer, which megatron-core requires): the first "
+                                          "F of each rank's distributed-optimizer shard keeps its FP32 master weights "
+                                          "and Adam moments in host memory and is updated by torch's CPU Adam "
+                                          "(megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py). None = auto: "
+                                          "off, unless no layout fits in HBM without it (topoplan plan then chooses "
+                                          "the smallest of 0.25, 0.5, 0.75, 1.0 that fits); 0 = off. Megatron only, "
+                                          "distributed optimizer (no FSDP), no FP8 parameters (planner.rules); priced "
+                                          "by planner.cost.memory (HBM and host) and planner/cost/terms/cpu_optimizer.py")),
+    "overlap_cpu_optimizer_d2h_h2d": (bool | None, Field(
+        None, description="--overlap-cpu-optimizer-d2h-h2d: the offloaded optimizer copies gradients to the host, "
+                          "steps on the CPU and copies parameters back on side streams, one parameter after "
+                          "another, so the three overlap. None = on whenever optimizer_offload_fraction > 0")),
     "fp8_recipe": (Literal["delayed", "tensorwise"] | None, Field(
         None, description="--fp8-recipe of precision fp8 (per-tensor FP8): delayed (Transformer Engine's "
                           "DelayedScaling, megatron-core's default and NeMo 2's bf16_with_fp8_mixed: every micro-batch "
@@ -79,5 +93,6 @@ FIELDS = {
 OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_parallel_comm": False,
        "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
        "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
-       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False, "fp8_recipe": None}
+       "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False,
+       "optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False, "fp8_recipe": None}
 

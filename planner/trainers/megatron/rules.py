@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from planner.config import Recipe
 from planner.rules import (SHARED_DEGREES, SHARED_HEADS_EXPERTS, SHARED_SCHEDULE, Rule, aux_loss_free, num_microbatches,
-                           offload_layers)
+                           offload_layers, optimizer_offload, optimizer_offload_overlap)
 from planner.trainers import RECIPE_OFF
 from planner.trainers.megatron import NAME
 
@@ -113,6 +113,27 @@ def _offload_problem(m, c, t) -> str | None:
     return None
 
 
+# Optimizer CPU offload (--optimizer-cpu-offload, --optimizer-offload-fraction; megatron-core 0.19.2). Its checks:
+# megatron/training/arguments.py:1803-1811 (validate_args) -- it needs --use-precision-aware-optimizer, which the
+# emitter always writes beside it, and --fp8-param-gather only with --fp8-recipe delayed, which no topoplan precision
+# emits (tensorwise, blockwise, mxfp8: _fp8_param_problem below); optimizer_config.py:455-457 -- the
+# precision-aware optimizer needs the distributed optimizer; optimizer/__init__.py:510-512 -- AdamW mode
+# (decoupled_weight_decay, megatron's default). The distributed optimizer wraps the HybridDeviceOptimizer
+# (distrib_optimizer.py:778-781); topoplan prices the offload on that path only, not under FSDP.
+OPTIMIZER_OFFLOAD_FP8_MESSAGE = ("When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in "
+                                 "conjunction with `--fp8-recipe delayed`.")
+
+
+def _optimizer_offload_problem(m, c, t) -> str | None:
+    if not optimizer_offload(t):
+        return None
+    if c.fsdp:
+        return ("optimizer CPU offload (optimizer_offload_fraction) is planned with the distributed optimizer only "
+                "(megatron-core wraps its HybridDeviceOptimizer in DistributedOptimizer); this layout shards "
+                "parameters with FSDP: set optimizer_offload_fraction 0 or use a layout without FSDP")
+    return None
+
+
 # FP8 parameter gather (--fp8-param-gather; megatron/training/argument_utils.py:312 sets TransformerConfig.fp8_param
 # from it). Auto follows NVIDIA's Megatron-Bridge performance recipes (Megatron-Bridge@c810129341a8 = v0.4.2,
 # scripts/performance/utils/precision.py:26-44
@@ -133,6 +154,9 @@ def _fp8_param_problem(m, c, t) -> str | None:
     emits has (--use-distributed-optimizer / --use-megatron-fsdp)."""
     if t.precision not in FP8_PARAM_PRECISIONS:
         return f"fp8_param must be used together with fp8 mode (precision {t.precision}; use fp8, fp8-block or mxfp8)"
+    if optimizer_offload(t):   # arguments.py:1808-1811; topoplan's FP8 precisions emit no delayed recipe
+        return (f"{OPTIMIZER_OFFLOAD_FP8_MESSAGE} (optimizer_offload_fraction={optimizer_offload(t):g}; precision "
+                f"{t.precision} runs no delayed-scaling recipe: set fp8_param_gather false)")
     if c.fsdp and t.recipe.fsdp_impl == "torch":
         return ("FSDP2 FP8 param gather is not supported yet in TE 2.0, will fallback to bf16all_gather instead, "
                 "turning off fp8_param_gather (--use-torch-fsdp2)")
@@ -318,6 +342,8 @@ def effective_recipe(model, config, training) -> Recipe:
         cpu_offload_layers=offload_layers(t) or None,
         fp8_param_gather=fp8_param_gather_on(m, c, t),
         fp4_param_gather=fp4_param_gather_on(m, c, t),
+        optimizer_offload_fraction=optimizer_offload(t) or None,
+        overlap_cpu_optimizer_d2h_h2d=optimizer_offload_overlap(t),
         fp8_recipe=(r.fp8_recipe or "tensorwise") if t.precision == "fp8" else None,
     )
     return Recipe(**{**RECIPE_OFF, **own})   # the other trainers' settings off
@@ -370,6 +396,10 @@ def _r_cpu_offload(m, c, t, world):
     return _offload_problem(m, c, t)
 
 
+def _r_optimizer_offload(m, c, t, world):
+    return _optimizer_offload_problem(m, c, t)
+
+
 def _r_fp8_param_gather(m, c, t, world):
     if _explicit(t, "fp8_param_gather"):
         return _fp8_param_problem(m, c, t)
@@ -393,6 +423,7 @@ RECIPE_RULES: tuple[Rule, ...] = (
     Rule("fp8_param_gather_recipe", _r_fp8_param_gather),
     Rule("fp4_param_gather_recipe", _r_fp4_param_gather),
     Rule("cpu_offloading_layout", _r_cpu_offload),
+    Rule("optimizer_offload_layout", _r_optimizer_offload),
     Rule("cuda_graphs_vs_recompute", _r_graphs),
     Rule("cuda_graph_modules", _r_graph_modules),
     Rule("moe_a2a_overlap_layout", _r_a2a_overlap),

@@ -6,7 +6,7 @@ Parts (loaded on first use, :class:`planner.trainers.base.Trainer`): ``recipe``,
 
 from __future__ import annotations
 
-from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob, no_layer_offload
+from planner.trainers.base import Launch, Pricing, Search, Trainer, foreign_knob, no_layer_offload, no_optimizer_offload
 from planner.trainers.torchtitan.recipe import FIELDS, OFF
 
 NAME = "torchtitan"
@@ -14,6 +14,10 @@ NAME = "torchtitan"
 
 def refuse_recipe(recipe) -> str | None:
     if why := no_layer_offload(recipe, NAME):
+        return why
+    if why := no_optimizer_offload(recipe, NAME, "its training.enable_cpu_offload (torchtitan 0.3.0 config/configs.py:61) "
+                                   "is FSDP2's CPUOffloadPolicy, which moves the parameters and gradients to the host "
+                                   "too, a different setting topoplan does not price"):
         return why
     if recipe.fp8_param_gather:
         return foreign_knob("fp8_param_gather", True, "Megatron", "--fp8-param-gather", NAME,

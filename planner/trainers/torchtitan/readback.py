@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from planner.config import ParallelConfig, Recipe, Training
 from planner.errors import InputError, pydantic_message
 from planner.output.emit.readback import _one, _split_of, parse_flags
+from planner.trainers import RECIPE_OFF
 from planner.trainers.torchtitan import NAME
 from planner.trainers.torchtitan.emit import (
     BASE_COMPILE,
@@ -99,12 +100,9 @@ def torchtitan_setup(args: list[str], model, world: int, *, registry_text: str |
                                 recompute=recompute, dispatcher="alltoall" if model.num_experts else None,
                                 pp_first=first, pp_last=last)
         training = Training(seq_len=seq, global_batch=gbs, precision=precision, trainer=NAME, stack=stack,
-                            recipe=Recipe(cuda_graph_impl="transformer_engine" if graphs else "none",
-                                          moe_permute_fusion=False, moe_router_fusion=False,
-                                          cross_entropy_loss_fusion=False, overlap_moe_expert_parallel_comm=False,
-                                          delay_wgrad_compute=False, tp_comm_overlap=False,
-                                          moe_router_enable_expert_bias=False, cuda_graph_modules=(),
-                                          fp8_param_gather=False, fp4_param_gather=False, torch_compile=compiled))
+                            recipe=Recipe(**{**RECIPE_OFF,   # the other trainers' settings off, as it runs
+                                             "cuda_graph_impl": "transformer_engine" if graphs else "none",
+                                             "torch_compile": compiled}))
     except ValidationError as exc:
         raise InputError(pydantic_message(exc, source)) from None
     return config, training, "tp-cp-ep-dp-pp"
