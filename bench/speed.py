@@ -17,7 +17,8 @@ Rows:
   a killed run prints ``>T``), with the child's peak memory.
 * ``place-experts`` (``--experts``): the CLI on 58 layers of seeded Zipf loads for DeepSeek-V3,
   EP64 over 8 HGX H100 nodes and EP256 over four GB300 NVL72 racks (target 10 s per model).
-* the quick test loop (``--tests``): ``python -m pytest -q`` (target 60 s on 2 cores).
+* the quick test loop (``--tests``): ``python -m pytest -q`` (target 60 s on 2 cores), cold (no
+  bytecode: a fresh clone's first run, or ``PYTHONDONTWRITEBYTECODE=1``) and warm (bytecode cached).
 
 The baseline checkout is run with its own code (``PYTHONPATH`` set to it); make one with
 ``git worktree add ../topoplan-main <commit>`` (docs/speed.md names the commit of its figures).
@@ -87,9 +88,10 @@ sys.stderr.write(err + "\\n@@" + json.dumps({"rc": rc, "wall": wall, "cpu": ru.r
 """
 
 
-def _child(cmd: list[str], tree: Path, timeout: float | None = None) -> dict:
-    """Run ``cmd`` with ``tree``'s code: wall seconds, its CPU seconds (user + sys), peak RSS, output."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
+def _child(cmd: list[str], tree: Path, timeout: float | None = None, env: dict | None = None) -> dict:
+    """Run ``cmd`` with ``tree``'s code: wall seconds, its CPU seconds (user + sys), peak RSS, output.
+    ``env``: variables to set for it (None as a value: unset)."""
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(tree), **(env or {})}.items() if v is not None}
     proc = subprocess.run([sys.executable, "-c", _WRAP, str(timeout or 0), *cmd], cwd=tree, env=env,
                           capture_output=True, text=True)
     err, _, tail = proc.stderr.rpartition("\n@@")
@@ -131,10 +133,36 @@ def measure(tree: Path, args) -> dict:
     if args.experts:
         rows.update(_experts(tree, args))
     if args.tests:
-        r = _child(py + ["-m", "pytest", "-q", "-p", "no:cacheprovider"], tree)
-        tail = (r["out"].strip().splitlines() or [""])[-1]
-        rows["pytest -q (quick loop)"] = (r["wall"], r["cpu"], tail[:90])
+        rows.update(_tests(tree))
     return rows
+
+
+BYTECODE_DIRS = ("planner", "solver", "topologies", "tests", "bench", "examples")
+
+
+def _tests(tree: Path) -> dict:
+    """The quick loop twice: cold, as a fresh clone's first run or a machine that writes no bytecode
+    (``PYTHONDONTWRITEBYTECODE=1``, as this project's build machine runs: every module is compiled and
+    every test module's asserts rewritten in each xdist worker), and warm, with the bytecode a previous
+    run wrote (a collection, ``--co``, writes it first). Clears the checkout's own ``__pycache__``
+    folders (``BYTECODE_DIRS``; git ignores them) before the cold run."""
+    import shutil
+
+    for top in BYTECODE_DIRS:
+        for d in sorted((tree / top).rglob("__pycache__"), reverse=True):
+            shutil.rmtree(d, ignore_errors=True)
+    loop = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    rows = {}
+    r = _child(loop, tree, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    rows["pytest -q (quick loop), cold: no bytecode"] = (r["wall"], r["cpu"], _tail(r))
+    _child(loop + ["--co", "-n", "0"], tree, env={"PYTHONDONTWRITEBYTECODE": None})
+    r = _child(loop, tree, env={"PYTHONDONTWRITEBYTECODE": None})
+    rows["pytest -q (quick loop), warm: bytecode cached"] = (r["wall"], r["cpu"], _tail(r))
+    return rows
+
+
+def _tail(r: dict) -> str:
+    return (r["out"].strip().splitlines() or [""])[-1][:90]
 
 
 def _experts(tree: Path, args) -> dict:

@@ -195,6 +195,18 @@ class ParallelConfig(BaseModel):
         return " ".join(parts)
 
 
+@lru_cache(maxsize=16384, typed=True)
+def parallel_config(tp: int, pp: int, vpp: int, cp: int, ep: int, etp: int | None, dp: int | None, mbs: int,
+                    fsdp: bool, recompute: str, dispatcher: str | None, pp_first: int | None,
+                    pp_last: int | None) -> ParallelConfig:
+    """``ParallelConfig`` of these fields, validated once per distinct set: it is frozen, so one
+    instance serves every caller. The search builds the same layouts over and over (every rule table,
+    every plan of a scale sweep or of a refusal's GPU counts). ``typed``: ``1`` and ``True`` are
+    different keys, so the cache returns what validation of these very values returns."""
+    return ParallelConfig(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, dp=dp, mbs=mbs, fsdp=fsdp,
+                          recompute=recompute, dispatcher=dispatcher, pp_first=pp_first, pp_last=pp_last)
+
+
 class RecipeBase(BaseModel):
     """The performance settings of a training recipe, named as Megatron-LM names them (megatron-core
     0.19.2 flags without the leading ``--``). Everything the step-time model prices is here, and each

@@ -7,6 +7,7 @@ import gc
 import weakref
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import planner
 from planner import ParallelConfig, Training
@@ -67,3 +68,30 @@ def test_memos_follow_the_object_not_its_id(model):
         del cluster, pl
         gc.collect()
     assert seen["dgx-h100"] != seen["gb200-nvl72"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=st.sampled_from([1, 2, 8, True]), pp=st.sampled_from([1, 2, 4]), vpp=st.sampled_from([1, 2]),
+       etp=st.sampled_from([None, 1]), fsdp=st.sampled_from([False, 0, True]),
+       recompute=st.sampled_from(["none", "selective", "moe_act,mla_up_proj", "full", "bogus"]),
+       dispatcher=st.sampled_from([None, "alltoall", "flex-deepep", "nccl"]))
+def test_parallel_config_memo_returns_what_validation_returns(tp, pp, vpp, etp, fsdp, recompute, dispatcher):
+    """``planner.config.parallel_config`` (the search's memo) against a fresh ``ParallelConfig`` of the same
+    values: the same fields and the same refusal."""
+    from pydantic import ValidationError
+
+    from planner.config import parallel_config
+
+    args = (tp, pp, vpp, 1, 1, etp, None, 1, fsdp, recompute, dispatcher, None, None)
+    kw = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "fsdp", "recompute", "dispatcher",
+                   "pp_first", "pp_last"), args))
+    try:
+        fresh = ParallelConfig(**kw)
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as got:
+            parallel_config(*args)
+        assert [(e["loc"], e["msg"]) for e in got.value.errors()] == [(e["loc"], e["msg"]) for e in exc.errors()]
+        return
+    memo = parallel_config(*args)
+    assert memo == fresh and memo.model_dump() == fresh.model_dump()
+    assert parallel_config(*args) is memo     # one validated instance per distinct set of values

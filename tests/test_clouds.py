@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_run import run_cli
 
 from bench.ab_efa import pair_orders, rows as ab_rows
 from bench.fabrics import model as fabric_model, rows as nccl_rows
@@ -48,8 +47,9 @@ def test_cloud_preset_carries_the_published_line_rate_and_fabric(name):
 
 def test_every_cloud_preset_is_listed_with_its_source():
     assert {p.name for p in CLOUD_PRESETS} == set(PUBLISHED)
-    out = subprocess.run([sys.executable, "-m", "planner.cli", "topology", "list", "--json"],
-                         capture_output=True, text=True, check=True).stdout
+    r = run_cli("topology", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     listed = {p["name"]: p for p in json.loads(out)["presets"]}
     domains = {"aws": "aws.amazon.com", "gcp": "cloud.google.com", "azure": "learn.microsoft.com",
                "oci": "docs.oracle.com"}

@@ -20,10 +20,10 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -438,11 +438,11 @@ def test_slice_model_has_teeth():
 # --- from `topology import k8s` to the manifests, through the CLI ---------------------------------
 
 def _cli(*argv):
-    p = subprocess.run([sys.executable, "-m", "planner.cli", *argv], capture_output=True, text=True)
+    p = run_cli(*argv)
     return p.returncode, p.stdout, p.stderr
 
 
-@pytest.mark.slow   # three CLI runs in subprocesses
+@pytest.mark.slow   # three CLI runs, a plan among them
 def test_topology_import_k8s_feeds_the_manifests(tmp_path):
     """kubectl's node list (clique labels) -> cluster.yaml -> plan -> emit k8s,k8s-cluster via the CLI."""
     cliques = [f"7f3c0d2e-aaaa-4bbb-8ccc-00000000000{r}.{r + 1}" for r in range(3)]

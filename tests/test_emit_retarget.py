@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from planner.config import ParallelConfig, Training
 from planner.output.emit import for_trainer, load_context, render_files
 from planner.trainers.megatron.emit import megatron_args
 from planner.rules import effective_recipe
+from cli_run import run_cli
 from trainers.plans import hgx_cluster, plan_doc
 
-ROOT = Path(__file__).resolve().parents[1]
 TITAN = Training(seq_len=8192, global_batch=64, precision="bf16", trainer="torchtitan")
 
 
 def _cli(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
+    return run_cli(*args, cwd=cwd)
 
 
 def test_mcore_source_says_what_the_rule_says():

@@ -216,9 +216,10 @@ CASES: list[Case] = [
     C("plan-bad-gbs-range", [*PLAN_8B, "--gbs-range", "10:5"], 2, ("--gbs-range", "10:5")),
     C("plan-emit-without-out", [*PLAN_8B, "--emit", "megatron"], 2, ("--out",)),
     C("plan-emit-unknown-trainer", [*PLAN_8B, "--emit", "pytorch", "--out", "launch"], 2, ("pytorch",)),
-    C("plan-infeasible-memory", PLAN_405B_8, 3, ("memory", "fit", "GiB")),
-    # the same refusal (it plans several GPU counts to name the smallest that fits) with each output
-    # option: nothing written; CI's full run (the quick loop has the plain refusal above)
+    # the refusal plans several GPU counts to name the smallest that fits: CI's full run runs it here and
+    # with each output option (nothing written); the quick loop runs the plain refusal with these checks
+    # in tests/test_explain.py::test_nothing_fits_names_a_gpu_count_that_fits
+    C("plan-infeasible-memory", PLAN_405B_8, 3, ("memory", "fit", "GiB"), slow=True),
     C("plan-infeasible-with-out", [*PLAN_405B_8, "--emit", "megatron", "--out", "launch"], 3,
       ("memory", "fit", "GiB"), slow=True),
     C("plan-infeasible-with-save-plan", [*PLAN_405B_8, "--save-plan", "plan.json"], 3, ("memory", "fit", "GiB"),

@@ -1,12 +1,12 @@
 """Expert placement: metrics on hand-computed cases, solver properties, migration bound, CLI."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run_cli
 from hypothesis import example, given, settings, strategies as st
 
 from planner.errors import InputError
@@ -176,7 +176,7 @@ def test_logical_maps_roundtrip():
 
 # ---------------------------------------------------------------------------------------- CLI
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, text=True)
+    return run_cli(*args)
 
 
 def _small_dsv3(tmp_path, layers=4, experts=64):

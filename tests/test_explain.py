@@ -158,16 +158,21 @@ def test_smallest_fitting_bisects_to_the_first_count_that_fits():
     assert smallest_fitting(lambda n: plan_at(n, 10**9), 8, 8, cap=4096) is None
 
 
-def test_nothing_fits_names_a_gpu_count_that_fits(capsys):
+def test_nothing_fits_names_a_gpu_count_that_fits(capsys, tmp_path, monkeypatch):
+    """Also tests/test_errors_corpus.py's checks of this refusal (its case runs in CI's full run only):
+    one ``error:`` line naming the memory shortfall, exit 3, no traceback, nothing written."""
     from planner.cli import main
     from planner.config import Training
     from planner.model.spec import load_model
     from planner.search.plan import plan
     from topologies.loader import load_job
 
+    monkeypatch.chdir(tmp_path)
     rc = main(["plan", "--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64"])
-    err = capsys.readouterr().err
-    assert rc == 3
+    out, err = capsys.readouterr()
+    assert rc == 3 and out == "" and not any(tmp_path.iterdir())
+    assert err.startswith("error: ") and "Traceback" not in err and "internal error" not in err
+    assert "memory" in err.lower() and "GiB" in err and "fit" in err
     m = re.search(r"(\d+) GPUs fit \((.+?)\), (\d+) do not", err)
     assert m, err
     n, lab, below = int(m.group(1)), m.group(2), int(m.group(3))

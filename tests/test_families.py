@@ -6,12 +6,10 @@ publisher's stated figures (3% / 5%; tests/data/configs/README.md names each sou
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -178,10 +176,8 @@ def test_a_family_megatron_builds_emits():
 
 def test_plan_emit_of_a_family_the_trainer_cannot_build_exits_2_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "--model", str(CONFIGS / "dbrx-base" / "config.json"),
-                        "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "512", "--emit", "megatron",
-                        "--out", str(out)], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}, timeout=300)
+    r = run_cli("plan", "--model", CONFIGS / "dbrx-base" / "config.json", "--cluster", "dgx-h100", "--gpus", "64",
+                "--gbs", "512", "--emit", "megatron", "--out", out)
     assert r.returncode == 2 and not out.exists()
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --trainer megatron:") and "dbrx" in lines[0]

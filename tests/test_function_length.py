@@ -9,6 +9,7 @@ the entry must go once the function is split (the test says so), so the list can
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,21 @@ OVER = {
 
 def function_lengths(source: str) -> dict[str, int]:
     """Qualified name (``outer.inner``, ``Class.method``) -> lines from ``def`` to its last line."""
+    return dict(_function_lengths(source))
+
+
+# the nodes a def or class can sit in or under: statements, ``except`` handlers, ``case`` blocks
+_HOLDS_DEFS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+@functools.lru_cache(maxsize=None)   # both tests walk every module: once per source text per process
+def _function_lengths(source: str) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
 
     def visit(node, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _HOLDS_DEFS):
+                continue   # an expression: a def or class is a statement, never inside one
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = f"{prefix}{child.name}"
                 if not isinstance(child, ast.ClassDef):
@@ -40,7 +52,7 @@ def function_lengths(source: str) -> dict[str, int]:
                 visit(child, prefix)
 
     visit(parse(source), "")
-    return out
+    return tuple(out.items())
 
 
 def long_functions() -> dict[tuple[str, str], int]:

@@ -10,6 +10,7 @@ lazy import inside a function would be named.
 from __future__ import annotations
 
 import ast
+import functools
 
 import networkx as nx
 import pytest
@@ -26,7 +27,8 @@ def resolve(name: str, modules: set[str]) -> str | None:
     return None
 
 
-def imported_names(source: str, module: str, is_package: bool) -> list[str]:
+@functools.lru_cache(maxsize=None)   # every test builds the graph of the same sources: one walk per text per process
+def imported_names(source: str, module: str, is_package: bool) -> tuple[str, ...]:
     """Every dotted name ``source`` imports, anywhere in it; ``from x import y`` gives ``x.y`` (a
     submodule, or a name that ``resolve`` takes back to ``x``)."""
     out = []
@@ -36,7 +38,7 @@ def imported_names(source: str, module: str, is_package: bool) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = from_base(node, module, is_package)
             out += [f"{base}.{a.name}" for a in node.names]
-    return [n for n in out if n.split(".")[0] in OWN]
+    return tuple(n for n in out if n.split(".")[0] in OWN)
 
 
 def import_graph(sources: dict[str, tuple[str, bool]]) -> nx.DiGraph:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -79,8 +80,7 @@ def test_the_issues_example_exits_3_naming_the_rack(tmp_path):
     random.Random(1).shuffle(lines)
     granted = tmp_path / "granted.txt"
     granted.write_text("\n".join(lines) + "\n")
-    p = subprocess.run([sys.executable, "-m", "planner.cli", "place", str(plan), "--allocation", str(granted),
-                        "--out", str(tmp_path / "run")], capture_output=True, text=True)
+    p = run_cli("place", plan, "--allocation", granted, "--out", tmp_path / "run")
     assert p.returncode == 3, p.stderr
     assert p.stderr.startswith("error: rack gb200-r05 holds 12 of the 16 trays an EP32 group set needs")
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
@@ -251,8 +251,7 @@ def test_place_writes_hostfile_and_mapping_and_the_cli_prints_json(tmp_path):
     plan = _write(tmp_path / "plan.json", json.dumps(_dsv3_doc()))
     lines = [f"x{r}-{t} R{r}" for r in range(5) for t in range(17)]
     granted = _write(tmp_path / "granted.txt", "\n".join(lines) + "\n")
-    p = subprocess.run([sys.executable, "-m", "planner.cli", "place", str(plan), "--allocation", str(granted),
-                        "--out", str(tmp_path / "run"), "--json"], capture_output=True, text=True)
+    p = run_cli("place", plan, "--allocation", granted, "--out", tmp_path / "run", "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     hostfile = (tmp_path / "run" / "hostfile").read_text().split()
@@ -263,14 +262,13 @@ def test_place_writes_hostfile_and_mapping_and_the_cli_prints_json(tmp_path):
 
 def test_cli_nodelist_with_topology_conf_and_bad_options(tmp_path, capsys, monkeypatch):
     """--nodelist "$SLURM_JOB_NODELIST" with the racks from topology.conf blocks; the option rules exit 2
-    (those checked in this process: the CLI's main, as the console script runs it)."""
+    (the CLI's main in this process, as the console script runs it)."""
     from planner.cli import main
 
     plan = _write(tmp_path / "plan.json", json.dumps(_dsv3_doc()))
     conf = _write(tmp_path / "topology.conf", "".join(f"BlockName=rack{r} Nodes=nv{r}-[01-18]\n" for r in range(6)))
-    cli = [sys.executable, "-m", "planner.cli", "place", str(plan)]
-    p = subprocess.run([*cli, "--nodelist", "nv[0-3]-[01-16],nv5-[01-18]", "--topology", str(conf), "--out",
-                        str(tmp_path / "run"), "--json"], capture_output=True, text=True)
+    p = run_cli("place", plan, "--nodelist", "nv[0-3]-[01-16],nv5-[01-18]", "--topology", conf, "--out",
+                tmp_path / "run", "--json")
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     assert sorted(s["domain"] for s in got["slots"]) == ["rack0", "rack1", "rack2", "rack5"]

@@ -4,17 +4,13 @@ rule, instead of "pred 0, fits yes"; calibrate never fits it. The rules are the 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from planner.calibration.calibrate import calibrate_rows
 from planner.calibration.validate import read_rows, validate_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 HEAD = "id,stack,model,gpu,num_gpus,precision,seq_len,gbs,mbs,tp,pp,model_tflops_per_gpu\n"
 GOOD = ["a,mine,llama3-8b,H100,8,bf16,8192,64,1,1,1,420\n", "b,mine,llama3-8b,H100,16,bf16,8192,128,1,2,1,380\n"]
 # TP3 on 8 GPUs: megatron-core asserts world % (tp*pp*cp) == 0; today it was predicted 0 TFLOP/s and "fits"
@@ -43,9 +39,7 @@ def test_validate_names_the_broken_rule(tmp_path):
 
 
 def test_validate_cli_shows_refused_with_the_rule(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "validate", str(_csv(tmp_path, *GOOD, TP3)),
-                        "--stack", "megatron-26.08"], capture_output=True, text=True, env=env, timeout=300)
+    r = run_cli("validate", _csv(tmp_path, *GOOD, TP3), "--stack", "megatron-26.08", env={"COLUMNS": "100"})
     assert r.returncode == 0, r.stderr
     assert "refused" in r.stdout and "rule world_div_model_parallel" in r.stdout
     bad_line = next(ln for ln in r.stdout.splitlines() if ln.startswith("bad "))

@@ -14,6 +14,7 @@ import types
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from planner.calibration.runs import read_log, rows_from_logs, run_row, warmup_iters
 from planner.calibration.validate import read_rows, row_case
@@ -171,9 +172,8 @@ def test_cli_refuses_a_bad_log_in_one_line(tmp_path):
     text = _megatron_text([1000.0] * 10).splitlines()
     text[2] = text[2].split(" elapsed")[0]
     bad.write_text("\n".join(text))
-    p = subprocess.run([sys.executable, "-m", "planner.cli", "validate", str(bad), "--model", "llama3-8b",
-                        "--cluster", "dgx-h100"], capture_output=True, text=True, cwd=REPO,
-                       env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    p = run_cli("validate", bad, "--model", "llama3-8b", "--cluster", "dgx-h100", cwd=REPO,
+                env={"TOPOPLAN_NO_PROGRESS": "1"})
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "bad.log:3:" in p.stderr and "Traceback" not in p.stderr
 
@@ -385,9 +385,8 @@ def test_calibrate_from_a_known_stack(tmp_path):
     assert all(p.params[k].prior == start.params[k].value and p.params[k].value == start.params[k].value
                for k in start.params)
     out = tmp_path / "fitted.yaml"
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "calibrate", str(REPO / "examples" / "logs" / "runs.csv"),
-                        "--stack", "my-megatron", "--from", "megatron-26.04", "-o", str(out), "--json"],
-                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    r = run_cli("calibrate", REPO / "examples" / "logs" / "runs.csv", "--stack", "my-megatron", "--from",
+                "megatron-26.04", "-o", out, "--json", cwd=tmp_path, env={"TOPOPLAN_NO_PROGRESS": "1"})
     assert r.returncode == 0, r.stderr
     fitted = load_profile(str(out))
     assert fitted.name == "my-megatron" and "megatron-26.04's value" in fitted.params["gemm.bf16"].source
@@ -431,10 +430,8 @@ def test_a_log_of_another_model_is_refused(tmp_path):
 def test_calibrate_refuses_a_log_of_another_model(tmp_path):
     f = tmp_path / "run.log"
     f.write_text(_megatron_text([1000.0] * 10, args=ARGS_BLOCK))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "calibrate", str(f), "--model", "deepseek-v3",
-                "--cluster", "dgx-h100", "--stack", "megatron-26.08", "--out", str(tmp_path / "p.yaml")],
-               capture_output=True, text=True, env=env, timeout=300)
+    r = run_cli("calibrate", f, "--model", "deepseek-v3", "--cluster", "dgx-h100", "--stack", "megatron-26.08",
+                "--out", tmp_path / "p.yaml")
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith("error: ") and "another model" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.yaml").exists()

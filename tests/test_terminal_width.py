@@ -83,19 +83,53 @@ def test_help_of_every_command_shows_every_option_name_whole(capsys, monkeypatch
 
 # ------------------------------------------------------------------------------------------- plan
 
+def _memo(monkeypatch, owner, name: str, key) -> None:
+    """``owner.name`` replaced for this test by a memo of it keyed by ``key(*args, **kwargs)`` (the
+    store lives for the process). The views below print the same request at two widths and as JSON:
+    the work behind them (a plan, a fit) is deterministic and runs once; these tests check the views."""
+    real = getattr(owner, name)
+    store = _STORES.setdefault((id(real), name), {})
+
+    def memo(*args, **kwargs):
+        k = key(*args, **kwargs)
+        if k not in store:
+            store[k] = real(*args, **kwargs)
+        return store[k]
+
+    monkeypatch.setattr(owner, name, memo)
+
+
+_STORES: dict = {}
+
+
+def _plan_key(model, job, training, **kw):
+    return (model.name, job.cluster.name, job.cluster.num_gpus, job.gpus, job.per_domain,
+            training.model_dump_json(), repr(sorted(kw.items())))
+
+
+@pytest.fixture
+def plan_once(monkeypatch):
+    import planner.cli.plan as cli_plan
+
+    _memo(monkeypatch, cli_plan, "plan", _plan_key)
+
+
 @pytest.fixture(scope="module")
 def plan_json():
     import contextlib
     import io
 
+    import planner.cli.plan as cli_plan
+
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf), pytest.MonkeyPatch.context() as mp:
+        _memo(mp, cli_plan, "plan", _plan_key)
         assert main([*PLAN, "--json"]) == 0
     return json.loads(buf.getvalue())
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_plan_view_shows_every_figure_whole(capsys, monkeypatch, width, plan_json):
+def test_plan_view_shows_every_figure_whole(capsys, monkeypatch, width, plan_json, plan_once):
     from planner.output.explain import domain_names_of, plan_labels
 
     rc, out, _ = run(capsys, monkeypatch, width, *PLAN)
@@ -255,8 +289,17 @@ def test_trial_table_keeps_names_and_figures(width):
 _CALIBRATED: dict = {}
 
 
+@pytest.fixture
+def fit_once(monkeypatch):
+    """The fit (~2 CPU s) once per process; tests/test_calibrate.py checks the fit itself."""
+    import planner.calibration.calibrate as cal
+
+    _memo(monkeypatch, cal, "calibrate_rows", lambda rows, stack, **kw: (
+        stack, repr(rows), repr(sorted((k, v) for k, v in kw.items() if k != "progress"))))
+
+
 @pytest.mark.parametrize("width", WIDTHS)
-def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path):
+def test_calibrate_names_its_worst_row_and_every_fitted_value(capsys, monkeypatch, width, tmp_path, fit_once):
     argv = ["calibrate", CSV, "--stack", "megatron-26.04", "-o", tmp_path / "fit.yaml"]
     rc, out, _ = run(capsys, monkeypatch, width, *argv)
     assert rc == 0 and "…" not in out

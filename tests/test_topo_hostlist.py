@@ -60,3 +60,20 @@ def test_range_expand_count(lo, span, width):
     plain = ",".join(out)
     expected = plain if span == 0 or len(plain) < len(expr) else expr   # the shorter form, brackets on ties
     assert compress(out) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab9-._[],", min_size=1, max_size=12))
+def test_a_plain_name_is_expanded_as_the_general_path_expands_it(expr):
+    """``expand``'s shortcut for a name without brackets or commas (every host of a cluster file) returns
+    what the general path (``_expand_items``: split on commas, multiply out the ranges) returns, or the
+    same refusal."""
+    from topologies.hostlist import _expand_items
+
+    def outcome(fn):
+        try:
+            return fn(expr)
+        except HostlistError as exc:
+            return str(exc)
+
+    assert outcome(expand) == outcome(_expand_items)

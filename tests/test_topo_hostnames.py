@@ -3,10 +3,9 @@ file, the field and the host. Oracle: RFC 1123 section 2.1 / RFC 952 written out
 independently of topologies.cluster.host_name_problem."""
 
 import re
-import subprocess
-import sys
 
 import pytest
+from cli_run import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,8 +49,7 @@ def test_good_hosts_load(tmp_path, host):
 
 def test_cli_exit_2_one_line(tmp_path):
     p = _load(tmp_path, "gpü-01")
-    r = subprocess.run([sys.executable, "-m", "planner.cli", "topology", "show", str(p)],
-                       capture_output=True, text=True)
+    r = run_cli("topology", "show", p)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {p}: ") and "'gpü-01'" in r.stderr
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from planner.trainers.megatron.readback import read_megatron
 from planner.model.spec import load_model
@@ -18,8 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "planner.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "TOPOPLAN_NO_PROGRESS": "1"})
+    return run_cli(*args, cwd=cwd, env={"TOPOPLAN_NO_PROGRESS": "1"})
 
 
 @pytest.fixture(scope="module")

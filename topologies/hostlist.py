@@ -71,6 +71,9 @@ def _expand_range(body: str, expr: str) -> list[str]:
     return out
 
 
+_SYNTAX = frozenset("[],")   # the characters that make an expression more than one plain name
+
+
 def expand(expr: str | list[str] | tuple[str, ...]) -> list[str]:
     """All host names of a hostlist expression, in order. A list of expressions is expanded item
     by item. Raises ``HostlistError`` on malformed input (unbalanced brackets, bad ranges)."""
@@ -84,6 +87,14 @@ def expand(expr: str | list[str] | tuple[str, ...]) -> list[str]:
         return []
     if any(c.isspace() for c in expr):
         raise HostlistError(f"whitespace inside hostlist {expr!r}; separate hosts with ','")
+    if not _SYNTAX.intersection(expr):   # one plain name (every host of a cluster file): itself
+        return [expr]
+    return _expand_items(expr)
+
+
+def _expand_items(expr: str) -> list[str]:
+    """``expand`` of a stripped expression without whitespace: its comma-separated items, each with
+    its bracketed ranges multiplied out."""
     names: list[str] = []
     for item in _split_top(expr):
         if not item:

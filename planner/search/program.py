@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from planner.config import ParallelConfig, Training
+from planner.config import ParallelConfig, Training, parallel_config
 from planner.cost import compose as K
 from planner.cost.placement import axis_strides, domain_slots
 from planner.cost.steptime import (
@@ -703,9 +703,8 @@ class ProgramBuilder:
     def config_of(self, choice):
         a = self.assignment(choice)
         _, lay, sp = self.layouts[tuple(choice[self.vi[v]] for v in ("pp", "vpp", "split"))]
-        cfg = ParallelConfig(tp=a["tp"], pp=a["pp"], vpp=a["vpp"], cp=a["cp"], ep=a["ep"], etp=a["etp"], dp=a["dp"],
-                             mbs=a["mbs"], fsdp=a["fsdp"], recompute=a["recompute"], dispatcher=a["dispatcher"],
-                             pp_first=sp[0], pp_last=sp[1])
+        cfg = parallel_config(a["tp"], a["pp"], a["vpp"], a["cp"], a["ep"], a["etp"], a["dp"], a["mbs"], a["fsdp"],
+                              a["recompute"], a["dispatcher"], sp[0], sp[1])
         world = a["tp"] * a["cp"] * a["pp"] * a["dp"]
         return cfg, world, a["gbs"], a["gpd"], lay
 

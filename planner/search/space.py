@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 
 from planner.trainers import get_trainer
-from planner.config import ParallelConfig, Training
+from planner.config import ParallelConfig, Training, parallel_config
 
 VARIABLES = ("tp", "cp", "pp", "vpp", "split", "ep", "etp", "dp", "mbs", "recompute", "fsdp",
              "dispatcher", "gbs", "gpd")
@@ -256,9 +256,8 @@ def config_of(space: Space, assignment: dict) -> tuple[ParallelConfig, int, int,
     a.update(assignment)
     sp = split_layers(space.num_layers, a["pp"], a["vpp"], a["split"])
     first, last = sp if sp else (None, None)
-    cfg = ParallelConfig(tp=a["tp"], pp=a["pp"], vpp=a["vpp"], cp=a["cp"], ep=a["ep"], etp=a["etp"],
-                         dp=a["dp"], mbs=a["mbs"], fsdp=a["fsdp"], recompute=a["recompute"],
-                         dispatcher=a["dispatcher"], pp_first=first, pp_last=last)
+    cfg = parallel_config(a["tp"], a["pp"], a["vpp"], a["cp"], a["ep"], a["etp"], a["dp"], a["mbs"], a["fsdp"],
+                          a["recompute"], a["dispatcher"], first, last)
     world = a["tp"] * a["cp"] * a["pp"] * a["dp"]
     return cfg, world, a["gbs"], a["gpd"]
 
