@@ -3,6 +3,10 @@ how many pairs of each group the model orders as measured.
 
     python bench/ab_efa.py
 
+The ``cuda_graphs`` column: these runs are Megatron-Bridge's qwen3 recipes, which capture no CUDA graphs
+(Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/qwen/qwen3_moe.py: ``cuda_graph_impl = "none"``; the
+awsome-distributed-ai bench script leaves it), so every layer's kernels are launched by the host.
+
 Rows whose dispatcher is a patched transport (UCCL-EP, NVSHMEM over libfabric) are listed but not
 predicted: stock Megatron cannot run DeepEP between EFA nodes (planner/cost/dispatch_fabric.py).
 """
@@ -34,6 +38,7 @@ def predicted_step(r: dict, stack: str = "megatron-26.08") -> float:
                          mbs=int(r["mbs"]), dp=g // (int(r["tp"]) * int(r["pp"])), recompute=r["recompute"],
                          dispatcher=r["dispatcher"])
     tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
+                  cuda_graphs=r.get("cuda_graphs", "true") != "false",
                   recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on"})
     return predict(load_model(r["model"]), load_cluster(r["cluster"], gpus=g), cfg, tr).step_time_s
 
@@ -58,12 +63,24 @@ def main() -> None:
         lay = f"TP{r['tp']} PP{r['pp']} EP{r['ep']} MBS{r['mbs']} ovl {r['a2a_overlap']} {r['dispatcher']}"
         pred = f"{predicted_step(r):.2f}" if r["dispatcher"] in STOCK else "-"
         print(f"{r['group']:<20} {lay:<32} {float(r['iter_s']):>10.2f} {pred:>11}")
+    shares = []
     for name, grp in itertools.groupby(data, key=lambda r: r["group"]):
         pairs = pair_orders(list(grp))
         far = [p for p in pairs if max(float(p[0]["iter_s"]), float(p[1]["iter_s"]))
                / min(float(p[0]["iter_s"]), float(p[1]["iter_s"])) > 1.2]
+        shares.append(sum(p[2] for p in pairs) / len(pairs))
         print(f"{name}: {sum(p[2] for p in pairs)}/{len(pairs)} pairs ordered as measured; "
               f"{sum(p[2] for p in far)}/{len(far)} of those > 20% apart")
+    print(f"per-group mean: {100 * sum(shares) / len(shares):.0f}% of pairs ordered as measured")
+    print("micro-batch 1 over micro-batch 4 (same layout), measured / predicted:")
+    for r in data:
+        if r["dispatcher"] not in STOCK or r["mbs"] != "1":
+            continue
+        four = [q for q in data if q["group"] == r["group"] and q["mbs"] == "4" and q["dispatcher"] == r["dispatcher"]
+                and (q["tp"], q["pp"], q["ep"], q["a2a_overlap"]) == (r["tp"], r["pp"], r["ep"], r["a2a_overlap"])]
+        for q in four:
+            print(f"  {r['group']:<22} TP{r['tp']} PP{r['pp']} EP{r['ep']}: "
+                  f"{float(r['iter_s']) / float(q['iter_s']):.2f}x / {predicted_step(r) / predicted_step(q):.2f}x")
 
 
 if __name__ == "__main__":

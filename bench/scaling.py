@@ -1,6 +1,9 @@
 """Scaling retention, predicted against measured, per published series (bench/data/scaling/scaling.csv).
 
-Run: ``python bench/scaling.py [CSV]``
+Run: ``python bench/scaling.py [CSV]``; ``python bench/scaling.py --fit [CSV]`` also fits the one fitted figure
+of the scale terms, the ranks' arrival spread at an FP8 delayed-scaling amax reduction
+(``planner/cost/terms/fp8_scaling.py`` ARRIVAL_SPREAD_S), on a grid, and prints the mean error in sample and
+leave-one-series-out (the spread refitted without each series, that series then judged).
 
 For every series (one model, GPU, stack and layout at several GPU counts; the ``series`` column) it
 prints the GPU counts, the measured and the predicted retention (per-GPU throughput against the smallest
@@ -18,10 +21,41 @@ sys.path.insert(0, str(ROOT))
 DEFAULT_CSV = ROOT / "bench" / "data" / "scaling" / "scaling.csv"
 
 
+GRID_US = tuple(range(0, 401, 25))
+
+
+def fit(rows) -> None:
+    """The arrival spread on ``GRID_US``: mean |error| per value, the best, and leave-one-series-out."""
+    from planner.calibration.retention import series_retention, summary
+    from planner.cost.terms import fp8_scaling as FP8S
+
+    kept = FP8S.ARRIVAL_SPREAD_S
+    errs = {}
+    try:
+        for us in GRID_US:
+            FP8S.ARRIVAL_SPREAD_S = us * 1e-6
+            errs[us] = {s.series: s.error_points for s in series_retention(rows)}
+    finally:
+        FP8S.ARRIVAL_SPREAD_S = kept
+    names = list(errs[GRID_US[0]])
+    mean = {us: sum(abs(v) for v in e.values()) / len(e) for us, e in errs.items()}
+    print("arrival spread (us): mean |error| (points)  " + "  ".join(f"{us}: {mean[us]:.3f}" for us in GRID_US))
+    best = min(GRID_US, key=mean.get)
+    held = []
+    for n in names:
+        b = min(GRID_US, key=lambda us: sum(abs(v) for k, v in errs[us].items() if k != n))
+        held.append(abs(errs[b][n]))
+    print(f"in sample: best {best} us, mean {mean[best]:.2f} points, {sum(abs(v) > 4 for v in errs[best].values())} "
+          f"off by > 4; leave-one-series-out: mean {sum(held) / len(held):.2f} points, "
+          f"{sum(h > 4 for h in held)} off by > 4 (shipped: {kept * 1e6:.0f} us)")
+
+
 def main(argv: list[str]) -> int:
     from planner.calibration.retention import series_retention, summary
     from planner.calibration.validate import read_rows
 
+    do_fit = "--fit" in argv
+    argv = [a for a in argv if a != "--fit"]
     path = Path(argv[0]) if argv else DEFAULT_CSV
     series = series_retention(read_rows(path), source=str(path))
     print(f"{'series':34s} {'GPU':6s} {'GPUs':>12s} {'measured':>9s} {'predicted':>9s} {'diff':>6s}")
@@ -33,6 +67,8 @@ def main(argv: list[str]) -> int:
     print(f"\n{sm['series']} series: mean |predicted - measured| {sm['mean_abs_points']:.2f} points, "
           f"{sm['over']} off by more than {sm['far_points']:.0f}; mean retention measured "
           f"{sm['mean_measured']:.1f}%, predicted {sm['mean_predicted']:.1f}%")
+    if do_fit:
+        fit(read_rows(path))
     return 0
 
 

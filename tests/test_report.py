@@ -152,6 +152,10 @@ def real_breakdowns():
     host = Training(seq_len=8192, global_batch=64, precision="bf16", recipe={"optimizer_offload_fraction": 0.5})
     p = planner.predict(dense, load_cluster("dgx-h100", gpus=8), ParallelConfig(), host)
     out.append((dict(p.breakdown), p.step_time_s))
+    # FP8 delayed scaling across two nodes: the amax all-reduce of each micro-batch (the fp8_amax term)
+    delayed = Training(seq_len=8192, global_batch=64, precision="fp8", recipe={"fp8_recipe": "delayed"})
+    p = planner.predict(dense, load_cluster("dgx-h100", gpus=16), ParallelConfig(tp=2), delayed)
+    out.append((dict(p.breakdown), p.step_time_s))
     return out
 
 

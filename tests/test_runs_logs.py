@@ -17,7 +17,7 @@ import pytest
 from cli_run import run_cli
 
 from planner.calibration.runs import read_log, rows_from_logs, run_row, warmup_iters
-from planner.calibration.validate import read_rows
+from planner.calibration.validate import read_rows, row_case
 from planner.trainers.megatron import logs as mreader
 from planner.errors import InputError
 
@@ -209,6 +209,16 @@ def test_megatron_arguments_give_the_row(tmp_path):
                           "cuda_graphs": "false"}
     rows = rows_from_logs([tmp_path], cluster="dgx-h100")
     assert rows[0]["model"] in ("llama3-8b", "llama3.1-8b") and rows[0]["gpu"] == "H100"
+    # per-tensor FP8: the recipe the log names, megatron-core's default (delayed) when it names none; the
+    # row's recipe then prices delayed scaling's amax all-reduce (planner/cost/terms/fp8_scaling.py)
+    for line, want in (("  fp8_recipe ...................................... tensorwise", "tensorwise"), ("", "delayed")):
+        h = tmp_path / want / "run.log"
+        h.parent.mkdir()
+        h.write_text(_megatron_text([1000.0] * 10, args=ARGS_BLOCK.replace(
+            "  fp8_recipe ...................................... blockwise", line)))
+        assert read_log(h).fields["fp8_recipe"] == want and read_log(h).fields["precision"] == "fp8"
+        (row,) = rows_from_logs([h], cluster="dgx-h100")
+        assert row_case(row).training.recipe.fp8_recipe == want
     # an unknown shape asks for --model
     g = tmp_path / "odd" / "run.log"
     g.parent.mkdir()

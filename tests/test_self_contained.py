@@ -23,8 +23,9 @@ OUTSIDE = re.compile(
     r"\.\.[/]shared"                                 # the team's reference folder beside the checkout
     r"|shared/reference"                             # the same, spelled from anywhere
     r"|[\"']shared[\"']\s*/\s*[\"']reference[\"']"   # the same, joined with pathlib
-    r"|(?<![\w.~-])/(?:work|home|Users|root|mnt|scratch)/"   # one machine's absolute paths
-)
+    r"|(?<![\w.~-])/(?:work|home(?!/kubernetes/bin/)|Users|root|mnt|scratch)/"   # one machine's absolute paths
+)   # (/home/kubernetes/bin/ is every GKE node's NVIDIA and NCCL plug-in directory, which GKE's own pod
+    # manifests mount and the k8s emitter mounts on GCP: planner/output/emit/k8s_network.py)
 THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 # Third-party files kept byte for byte (their sha256 pinned in the folder's README): the paths they name
 # are paths inside the containers they describe (the Kubeflow Trainer CRD's default ``/root/.ssh``, MaxText's
@@ -74,6 +75,7 @@ def test_no_file_names_a_path_outside_the_repository():
     'CSV = ROOT.parent / "shared" / "reference" / "calibration.csv"',
     "Run: /" + "work/venv/bin/python bench/accuracy.py",
     "cd /home/alice/topoplan",
+    "cd /home/kubernetes/topoplan",   # only GKE's bin directory is a node path
 ])
 def test_the_pattern_catches_each_kind(line, tmp_path):
     # the check must be able to fail: a file holding one of these lines is reported
@@ -82,6 +84,7 @@ def test_the_pattern_catches_each_kind(line, tmp_path):
 
 
 @pytest.mark.parametrize("line", ["MEGATRON_LM=/opt/mlm", "planner/data/profiles/calibration.csv",
+                                  'hostPath: {path: "/home/kubernetes/bin/gib"}',
                                   "tests/data/reference/hardware.md s2.2", "shared_experts"])
 def test_the_pattern_allows_repository_and_user_paths(line, tmp_path):
     (tmp_path / "x.py").write_text(line + "\n")

@@ -279,6 +279,25 @@ def test_host_time_by_hand():
     assert HOST.host_exposed(3e-3, 5e-3) == 0.0 and HOST.host_exposed(5e-3, 3e-3) == pytest.approx(2e-3)
 
 
+def test_recomputed_forward_is_launched_again_by_hand():
+    """Full recompute re-runs the forward in the backward pass: the host launches the forward's third of the
+    eager layer's 150 calls (50) and the experts' forward (4 per local expert) once more; a recomputed MoE
+    block its block's (moe_router 24 + moe_preprocess 18 + rest 48 = 90, a third: 30) and the experts."""
+    from planner.cost.terms import host as HOST
+
+    eager = 25e-6 * (12 * 8 + 150)
+    assert HOST.host_time("moe", 8, (), True, 25.0, "full") == pytest.approx(eager + 25e-6 * (50 + 4 * 8))
+    assert HOST.host_time("moe", 8, (), True, 25.0, ("moe",)) == pytest.approx(eager + 25e-6 * (30 + 4 * 8))
+    assert HOST.host_time("moe", 8, (), True, 25.0, ("core_attn",)) == pytest.approx(eager)
+    assert HOST.host_time("dense", 8, (), True, 25.0, "full") == pytest.approx(25e-6 * (150 + 50))
+    assert HOST.host_time("dense", 8, (), True, 25.0, ("moe",)) == pytest.approx(25e-6 * 150)
+    # what a graph captures is replayed, not relaunched; a whole-layer graph launches nothing
+    part = ("attn", "moe_router", "moe_preprocess")
+    assert HOST.host_time("moe", 8, part, True, 25.0, "full") == pytest.approx(
+        25e-6 * (12 * 8 + 54 + 54 / 3 + 4 * 8))
+    assert HOST.host_time("moe", 8, HOST.WHOLE_LAYER, False, 25.0, "full") == 0.0
+
+
 def test_host_regime_follows_the_recipe():
     from planner.config import Recipe
     from planner.cost.steptime import host_regime

@@ -189,6 +189,44 @@ def test_k8s_aws_layers(tmp_path):
     assert c.fabric_tiers[0].groups == [["p5-0", "p5-1"], ["p5-2", "p5-3"]]
 
 
+def test_k8s_efa_hosts_make_an_efa_cluster_whose_pods_claim_the_devices(tmp_path):
+    """EKS nodes advertise vpc.amazonaws.com/efa (EFA device plugin): fabric efa, network eks-efa with the
+    fewest devices a GPU host has; without the resource the cluster stays as it was."""
+    items = []
+    for i, efa in enumerate(("32", "32", "31")):
+        n = _node(f"p5-{i}", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+        n["status"]["allocatable"] = {"vpc.amazonaws.com/efa": efa, "hugepages-2Mi": "10256Mi"}
+        items.append(n)
+    items.append({"metadata": {"name": "cpu-1", "labels": {}},
+                  "status": {"capacity": {"cpu": "64", "vpc.amazonaws.com/efa": "1"}}})   # no GPU: not counted
+    c, assumed = import_k8s(_w(tmp_path, "efa.json", json.dumps({"items": items})), None)
+    assert c.fabric == "efa" and c.network.nics_per_node == 31 and c.network.kubernetes == "eks-efa"
+    items[2]["status"].pop("allocatable")
+    c, assumed = import_k8s(_w(tmp_path, "efa2.json", json.dumps({"items": items})), None)
+    assert c.network.nics_per_node == 32 and any("advertise no vpc.amazonaws.com/efa" in a for a in assumed)
+    plain = import_k8s(_w(tmp_path, "p.json", json.dumps({"items": [_node("h-1", gpus=8, product="NVIDIA-H100")]})),
+                       None).cluster
+    assert plain.fabric is None and plain.network is None
+
+
+@pytest.mark.parametrize("itype,fabric,nics,kind", [
+    ("a3-megagpu-8g", "tcpxo", 8, "gke-tcpxo"), ("a4-highgpu-8g", "roce", 8, "gke-rdma"),
+    ("p5.48xlarge", "efa", 32, "eks-efa"), ("Standard_ND96isr_H100_v5", "infiniband", None, None),
+    ("n2-standard-8", None, None, None)])
+def test_k8s_instance_type_gives_the_cloud_fabric(tmp_path, itype, fabric, nics, kind):
+    """GKE / EKS / AKS nodes carry node.kubernetes.io/instance-type: the preset of that instance gives the
+    fabric and the pods' network (the counts: tests/test_emit_k8s_network.py's sources); an unknown type
+    leaves the cluster as it was."""
+    items = []
+    for i in range(2):
+        n = _node(f"n-{i}", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = itype
+        items.append(n)
+    c = import_k8s(_w(tmp_path, "n.json", json.dumps({"items": items})), None).cluster
+    assert c.fabric == fabric
+    assert (c.network.nics_per_node, c.network.kubernetes) == (nics, kind) if nics else c.network is None
+
+
 @pytest.mark.parametrize("text,match", [
     ("SwitchName=s0 Nodes=dev[0-5] Speed=100\n", r"t.conf:1: unknown key 'Speed'"),
     ("# c\n\nSwitchName=s0 Nodes=dev[0-5\n", r"t.conf:3: Nodes: unclosed '\['"),

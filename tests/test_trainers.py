@@ -110,7 +110,7 @@ OLD_RULES = [
     ("optimizer_offload_layout", "m"),   # added with the optimizer CPU offload (after the split)
     ("cuda_graphs_vs_recompute", "mt"), ("cuda_graph_modules", "m"), ("moe_a2a_overlap_layout", "m"),
     ("delay_wgrad_needs_a2a_overlap", "m"), ("tp_comm_overlap_needs_sp", "m"),
-    ("expert_bias_needs_sigmoid_router", "m"), ("torch_fsdp2_layout", "m"),
+    ("expert_bias_needs_sigmoid_router", "m"), ("torch_fsdp2_layout", "m"), ("fp8_recipe_precision", "m"),
 ]
 
 
@@ -147,7 +147,7 @@ OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_
        "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
        "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
        "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False, "torch_compile": None,
-       "optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False}
+       "optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False, "fp8_recipe": None}
 
 
 @settings(max_examples=40, deadline=None)

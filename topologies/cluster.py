@@ -193,6 +193,19 @@ class Calibration(BaseModel):
                                       "nccl-tests rows")
 
 
+class NodeNetwork(BaseModel):
+    """The scale-out network devices of one host as a Kubernetes pod must claim them (``--emit k8s``,
+    planner/output/emit/k8s_network.py; docs/k8s.md): the cloud presets fill it from the clouds' pages."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    nics_per_node: int = Field(ge=1, le=64, description="scale-out RDMA devices per host (AWS EFA devices, "
+                               "GCP GPU NICs): a pod that owns the host claims them all")
+    kubernetes: Literal["eks-efa", "gke-tcpxo", "gke-rdma"] | None = Field(
+        None, description="how a pod reaches them: eks-efa (the EFA device plugin's vpc.amazonaws.com/efa and "
+        "hugepages), gke-tcpxo (GKE multi-networking with the TCPXO receive-datapath sidecar), gke-rdma (GKE "
+        "multi-networking with the gIB NCCL plug-in); None = the emitted pods ask for nothing beyond the GPUs")
+    source: str = Field("", description="where the device count comes from")
+
+
 def default_tiers(spec: GPUSpec) -> list[Tier]:
     """A flat non-blocking fabric at the GPU's NIC rate (used when a file has no ``tiers``)."""
     return [Tier(name="leaf", gbps_per_gpu=spec.nic_gbps, latency_us=0.6, oversubscription=1.0)]
@@ -215,6 +228,9 @@ class Cluster(BaseModel):
         None, description="scale-out network kind: infiniband, roce (RDMA over Converged Ethernet), efa (AWS "
         "Elastic Fabric Adapter, SRD) or tcpxo (GCP GPUDirect-TCPXO); omitted = infiniband. Sets the collective "
         "latencies (topologies/data/fabrics.yaml), the MoE dispatchers the search offers and the Slurm NCCL settings")
+    network: NodeNetwork | None = Field(
+        None, description="the hosts' scale-out devices as Kubernetes pods claim them (EFA, GKE GPU NICs); "
+        "omitted = the k8s manifests request GPUs only")
     calibration: Calibration | None = Field(
         None, description="link figures fitted to nccl-tests / DeepEP runs (topoplan topology calibrate); "
         "topologies.collectives.Fabric uses them in place of the catalog figures")

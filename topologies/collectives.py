@@ -527,12 +527,13 @@ class Fabric:
         t = p["p2p_base_us"] + self._step(tier) + _pipe(nbytes / self.net_bw(tier), self._pipe_net(tier))
         return self._low_latency(t, GroupShape(size=2, per_domain=1, domains=2, tier=tier), nbytes)
 
-    def nccl_latency(self, coll: str, shape: GroupShape) -> float:
+    def nccl_latency(self, coll: str, shape: GroupShape, small: bool = False) -> float:
         """Seconds of NCCL latency for one latency-bound ``coll`` over ``shape`` on this fabric
         (``nccl_choice``): NCCL's own constants, each network step longer by what this fabric kind's
-        step latency exceeds InfiniBand's (EFA, TCPXO: fabrics.yaml ``net_step_us``)."""
+        step latency exceeds InfiniBand's (EFA, TCPXO: fabrics.yaml ``net_step_us``). ``small``: a message
+        of a few KiB, which NCCL runs in its least-latency protocol (LL) rather than Simple."""
         extra = max(0.0, self.kind.latency_us.get("net_step_us", PARAMS["net_step_us"]) - PARAMS["net_step_us"])
-        return nccl_choice(coll, shape, net_extra_us=extra)[1]
+        return nccl_choice(coll, shape, net_extra_us=extra, protos=NCCL_PROTOCOLS if small else ("simple",))[1]
 
     # ---- by name --------------------------------------------------------------------------
     def time(self, kind: str, shape: GroupShape, nbytes: float, **kw) -> float:
@@ -633,21 +634,26 @@ def nccl_latency_us(coll: str, algo: str, ranks: int, nodes: int, proto: str = "
 
 
 def nccl_choice(coll: str, shape: GroupShape, *, nvls: bool = False, collnet: bool = False,
-                pat: bool = True, net_extra_us: float = 0.0) -> tuple[str, float]:
+                pat: bool = True, net_extra_us: float = 0.0, protos: tuple[str, ...] = ("simple",)) -> tuple[str, float]:
     """(algorithm, latency in seconds) NCCL takes for a latency-bound ``coll`` over the group ``shape``:
     the least latency among the algorithms it may run there (ring always; tree for all-reduce; NVLS where
     the NVLink domain has NVLink SHARP, ``nvls``; CollNet where the switches run SHARP, ``collnet``; PAT
     for all-gather / reduce-scatter with one rank per node, NCCL >= 2.23, ``pat``). An NVLink domain
     counts as NCCL's node, and the group spans ``ceil(size / per_domain)`` of them: the even split of
     its ranks (a worst group of an uneven placement may touch one more domain at its edges; the latency
-    follows the ring's length, and the solver's shape tables and ``predict``'s shapes agree on it)."""
+    follows the ring's length, and the solver's shape tables and ``predict``'s shapes agree on it).
+    ``protos``: the protocols it may run; a bandwidth-sized message runs Simple, a message of a few KiB
+    whichever protocol has the least latency (NCCL's tuner adds size / bandwidth, negligible there: LL)."""
     if shape.size <= 1:
         return "none", 0.0
     nodes = -(-shape.size // max(shape.per_domain, 1))
     algos = ["ring", "tree"] + (["nvls"] if nvls else []) + (["collnet"] if collnet else []) + (["pat"] if pat else [])
     best = None
     for a in algos:
-        lat = nccl_latency_us(coll, a, shape.size, nodes, net_extra_us=net_extra_us)
-        if lat is not None and (best is None or lat < best[1]):
-            best = (a, lat)
+        for proto in protos:
+            if NCCL_HW_US["nvlink"][a][NCCL_PROTOCOLS.index(proto)] == 0.0 and proto != "simple":
+                continue   # the algorithm has no such protocol (a 0 in NCCL's hwLat table)
+            lat = nccl_latency_us(coll, a, shape.size, nodes, proto=proto, net_extra_us=net_extra_us)
+            if lat is not None and (best is None or lat < best[1]):
+                best = (a, lat)
     return best[0], best[1] * 1e-6

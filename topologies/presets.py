@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from topologies.errors import InputError
-from topologies.cluster import Cluster, Tier
+from topologies.cluster import Cluster, NodeNetwork, Tier
 from topologies.gpus import get_gpu
 
 __all__ = ["PRESETS", "Preset", "build_preset", "preset_names", "is_preset_host"]
@@ -66,6 +66,7 @@ class Preset:
     planes: int = 1                 # independent fabric planes (h800: one per NIC)
     fabric: str | None = None       # Cluster.fabric (None = infiniband); topologies/fabrics.py
     nic_gbps: float | None = None   # scale-out Gb/s per GPU when the instance differs from the GPU catalog
+    network: NodeNetwork | None = None   # Cluster.network: the devices a Kubernetes pod claims per host
 
     @property
     def max_gpus(self) -> int:
@@ -107,32 +108,52 @@ _GCP_NET = "cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
 _AZ = "learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/"
 _OCI = "docs.oracle.com/iaas/Content/Compute/References/computeshapes.htm (bare metal GPU shapes)"
 _TIERS = "; tiers as the DGX SuperPOD of the GPU (assumed: unpublished)"
+_EC2_NICS = "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html (network cards, one EFA each)"
+_GKE = "github.com/GoogleCloudPlatform/container-engine-accelerators@992db81"
+
+
+def _efa(n: int, what: str) -> NodeNetwork:
+    return NodeNetwork(nics_per_node=n, kubernetes="eks-efa", source=f"{_EC2_NICS}: {what}")
+
+
+def _gke(n: int, kind: str, what: str) -> NodeNetwork:
+    return NodeNetwork(nics_per_node=n, kubernetes=kind, source=f"{_GKE} {what}")
+
+
 CLOUD_PRESETS = (
     Preset("aws-p5", "h100", False, 256, 2048, "AWS p5.48xlarge: 8 H100, 3,200 Gb/s EFA v2 (SRD) per node",
-           f"{_AWS_P5}: p5.48xlarge 8 H100, 3,200 Gbps EFAv2 (400 Gb/s per GPU){_TIERS}", fabric="efa"),
+           f"{_AWS_P5}: p5.48xlarge 8 H100, 3,200 Gbps EFAv2 (400 Gb/s per GPU){_TIERS}", fabric="efa",
+           network=_efa(32, "p5.48xlarge 32 network cards (EKS node-efa example: vpc.amazonaws.com/efa: 32)")),
     Preset("aws-p5en", "h200", False, 256, 2048, "AWS p5en.48xlarge: 8 H200, 3,200 Gb/s EFA v3 (SRD) per node",
-           f"{_AWS_P5}: p5en.48xlarge 8 H200, 3,200 Gbps EFAv3{_TIERS}", fabric="efa"),
+           f"{_AWS_P5}: p5en.48xlarge 8 H200, 3,200 Gbps EFAv3{_TIERS}", fabric="efa",
+           network=_efa(16, "p5en.48xlarge 16 network cards of 200 Gb/s EFAv3 (count not re-read this round)")),
     Preset("aws-p6-b200", "b200", False, 256, 2048, "AWS p6-b200.48xlarge: 8 B200, 3,200 Gb/s EFA v4 per node",
-           f"{_AWS_P6}: p6-b200.48xlarge 8 B200, 3.2 Tbps EFAv4{_TIERS}", fabric="efa"),
+           f"{_AWS_P6}: p6-b200.48xlarge 8 B200, 3.2 Tbps EFAv4{_TIERS}", fabric="efa",
+           network=_efa(8, "p6-b200.48xlarge 8 network cards, 400 Gb/s EFA each")),
     Preset("aws-p6-b300", "b300", False, 576, None, "AWS p6-b300.48xlarge: 8 B300, 6,400 Gb/s EFA v4 per node",
            f"{_AWS_P6}: p6-b300.48xlarge 8 B300, 6.4 Tbps EFAv4 (800 Gb/s per GPU; 16 EFA devices per node in "
-           f"awslabs/awsome-distributed-ai qwen3-235b RESULTS.md){_TIERS}", switch_ports=XDR_PORTS, fabric="efa"),
+           f"awslabs/awsome-distributed-ai qwen3-235b RESULTS.md){_TIERS}", switch_ports=XDR_PORTS, fabric="efa",
+           network=_efa(16, "p6-b300.48xlarge 17 network cards, EFA-only on cards 1-16")),
     Preset("aws-p6e-gb200", "gb200", True, 576, 4608,
            "AWS P6e-GB200 UltraServers: 72 GB200 in one NVLink domain, 28.8 Tb/s EFA v4 per UltraServer",
            f"{_AWS_P6}: u-p6e-gb200x72 UltraServer, 72 GPUs, 28.8 Tbps EFAv4 (400 Gb/s per GPU){_TIERS}",
-           fabric="efa"),
+           fabric="efa", network=_efa(4, "p6e-gb200.36xlarge (4 GPUs): 4 EFA-only interfaces of 400 Gb/s, AWS's "
+                                          "recommended layout; awsome-distributed-ai nccl-tests-gb200.yaml asks "
+                                          "vpc.amazonaws.com/efa: 4")),
     Preset("gcp-a3-mega", "h100", False, 256, 2048, "GCP a3-megagpu-8g: 8 H100, 8 x 200 Gb/s GPUDirect-TCPXO",
            f"{_GCP_NET}: A3 Mega, eight NICs, 1,600 Gbps for GPU traffic with GPUDirect-TCPXO{_TIERS}",
-           fabric="tcpxo", nic_gbps=200.0),
+           fabric="tcpxo", nic_gbps=200.0,
+           network=_gke(8, "gke-tcpxo", "gpudirect-tcpxo/nccl-test-latest.yaml: eth1-eth8 on vpc1-vpc8")),
     Preset("gcp-a3-ultra", "h200", False, 256, 2048, "GCP a3-ultragpu-8g: 8 H200, 8 CX-7 RoCE, 3,200 Gb/s",
            f"{_GCP_NET}: A3 Ultra, eight ConnectX-7 NICs (RDMA over RoCE), 3,200 Gbps, one per GPU{_TIERS}",
-           fabric="roce"),
+           fabric="roce", network=_gke(8, "gke-rdma", "gpudirect-rdma/nccl-test.yaml: eth2-eth9 on rdma-0..7")),
     Preset("gcp-a4", "b200", False, 256, 2048, "GCP a4-highgpu-8g: 8 B200, 8 CX-7 RoCE, 3,200 Gb/s",
            f"{_GCP_NET}: A4, eight ConnectX-7 NICs (RoCE), 3,200 Gbps for GPU-to-GPU traffic{_TIERS}",
-           fabric="roce"),
+           fabric="roce", network=_gke(8, "gke-rdma", "gpudirect-rdma/nccl-test-a4.yaml: eth2-eth9 on rdma-0..7")),
     Preset("gcp-a4x", "gb200", True, 576, 4608, "GCP a4x-highgpu-4g: GB200 NVL72 racks, 4 CX-7 RoCE per 4 GPUs",
            f"{_GCP_NET}: A4X, four ConnectX-7 NICs, 1,600 Gbps per 4-GPU VM (400 Gb/s per GPU), "
-           f"72-GPU NVLink domain{_TIERS}", fabric="roce"),
+           f"72-GPU NVLink domain{_TIERS}", fabric="roce",
+           network=_gke(4, "gke-rdma", "gpudirect-rdma/nccl-test-imex-a4x.yaml: eth2-eth5 on rdma-0..3")),
     Preset("azure-nd-h100-v5", "h100", False, 256, 2048, "Azure ND H100 v5: 8 H100, 8 x 400 Gb/s NDR InfiniBand",
            f"{_AZ}nd-h100-v5-series: 8 H100, one 400 Gb/s ConnectX-7 NDR InfiniBand per GPU{_TIERS}",
            fabric="infiniband"),
@@ -145,6 +166,23 @@ CLOUD_PRESETS = (
            f"{_OCI}: BM.GPU.B200.8, 8 B200, 8 x 400 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce"),
 )
 PRESETS.update({p.name: p for p in CLOUD_PRESETS})
+
+# The cloud's instance-type name (a node's ``node.kubernetes.io/instance-type`` label) of each cloud preset:
+# the k8s node importer takes the fabric and the pods' network from it (topologies/importers/k8s.py).
+INSTANCE_TYPES = {
+    "p5.48xlarge": "aws-p5", "p5en.48xlarge": "aws-p5en", "p6-b200.48xlarge": "aws-p6-b200",
+    "p6-b300.48xlarge": "aws-p6-b300", "p6e-gb200.36xlarge": "aws-p6e-gb200",
+    "a3-megagpu-8g": "gcp-a3-mega", "a3-ultragpu-8g": "gcp-a3-ultra", "a4-highgpu-8g": "gcp-a4",
+    "a4x-highgpu-4g": "gcp-a4x",
+    "standard_nd96isr_h100_v5": "azure-nd-h100-v5", "standard_nd128isr_ndr_gb200_v6": "azure-nd-gb200-v6",
+    "bm.gpu.h100.8": "oci-h100", "bm.gpu.b200.8": "oci-b200",
+}
+
+
+def preset_of_instance(instance_type: str) -> Preset | None:
+    """The cloud preset of an instance type name (case-insensitive), or None."""
+    name = INSTANCE_TYPES.get(str(instance_type).strip().lower())
+    return PRESETS[name] if name else None
 
 
 def preset_names() -> list[str]:
@@ -207,7 +245,8 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
         prefix = f"{p.gpu}-n"
         width = max(4, len(str(n // per)))
         nodes = [{"name": f"{prefix}{str(i + 1).zfill(width)}", "gpus": per} for i in range(n // per)]
-        return Cluster(name=f"{p.name}-{n}", gpu=p.gpu, nodes=nodes, domains=None, tiers=tiers, fabric=p.fabric)
+        return Cluster(name=f"{p.name}-{n}", gpu=p.gpu, nodes=nodes, domains=None, tiers=tiers, fabric=p.fabric,
+                       network=p.network)
     dmax = spec.nvlink_domain_max
     k = dmax if usable_per_domain is None else int(usable_per_domain)
     if k <= 0 or k > dmax or k % per:
@@ -231,6 +270,6 @@ def build_preset(name: str, gpus: int | None = None, usable_per_domain: int | No
         left -= use
     return Cluster(
         name=f"{p.name}-{n}" + (f"-u{k}" if k != dmax else ""),
-        gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers, fabric=p.fabric,
+        gpu=p.gpu, nodes=nodes, domains=domains, tiers=tiers, fabric=p.fabric, network=p.network,
         health={"spare_trays": spare},
     )

@@ -17,7 +17,9 @@ the run offloaded to the CPU (``Recipe.cpu_offload_layers``; such a row is price
 which megatron-core refuses beside offloading); an optional ``fp8_param_gather`` column (true / false; empty =
 auto, on for fp8 and mxfp8 as NVIDIA's recipes) says whether the run kept FP8 parameters
 (``Recipe.fp8_param_gather``), and an optional ``fp4_param_gather`` column likewise for NVFP4 parameters
-(empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``). An optional ``optimizer_offload_fraction`` column (0 to 1;
+(empty = auto, on for nvfp4; ``Recipe.fp4_param_gather``); an optional ``fp8_recipe`` column (delayed /
+tensorwise; empty = tensorwise) gives a precision-fp8 run's --fp8-recipe (``Recipe.fp8_recipe``: delayed scaling
+adds the amax all-reduce of planner/cost/terms/fp8_scaling.py). An optional ``optimizer_offload_fraction`` column (0 to 1;
 empty = none) gives the share of the optimizer a Megatron run kept on the host (``Recipe.optimizer_offload_fraction``,
 priced by the ``cpu_optimizer`` term: a measured run with it is what that term lacks). A published run that planner/data/published_recipes.yaml records (id, model,
 gpu, num_gpus and precision equal) gets its recorded settings in the columns it leaves empty. An optional ``cuda_graphs`` column (true / false; empty = true) says whether the recipe captured
@@ -164,7 +166,8 @@ def with_published_recipe(row: dict) -> dict:
     """The row with the recorded recipe settings of its published run in the columns it leaves empty."""
     facts = published_recipe(row)
     out = dict(row)
-    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher", "cpu_offload_layers", "recompute") + RECIPE_COLUMNS:
+    for key in ("cuda_graphs", "cuda_graph_scope", "dispatcher", "cpu_offload_layers", "recompute",
+                "fp8_recipe") + RECIPE_COLUMNS:
         if key in facts and not (row.get(key) or "").strip():
             out[key] = str(facts[key]).lower()
     return out
@@ -205,6 +208,12 @@ def _recipe(row, source):
             raise InputError(f"{source}: row {rid}: column 'cpu_offload_layers' = {off!r}; use the number of decoder "
                              "layers whose activations the run offloaded to the CPU (0 or empty = none)")
         settings["cpu_offload_layers"] = int(off) or None
+    fp8r = (row.get("fp8_recipe") or "").strip().lower()
+    if fp8r:
+        if fp8r not in ("delayed", "tensorwise"):
+            raise InputError(f"{source}: row {rid}: column 'fp8_recipe' = {fp8r!r}; use delayed or tensorwise "
+                             "(the run's --fp8-recipe with precision fp8), or leave it empty for tensorwise")
+        settings["fp8_recipe"] = fp8r
     frac = _offload_fraction(row, source)
     if frac is not None:
         settings["optimizer_offload_fraction"] = frac

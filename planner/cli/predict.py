@@ -84,6 +84,9 @@ def predict_cmd(
     fp4_param_gather: bool = typer.Option(None, "--fp4-param-gather/--no-fp4-param-gather",
                                           help="Megatron: keep NVFP4 parameters (--fp4-param-gather; default: on for "
                                                "nvfp4 as NVIDIA's recipes)"),
+    fp8_recipe: str = typer.Option(None, "--fp8-recipe", help="Megatron, precision fp8: delayed (Transformer "
+                                   "Engine's delayed scaling: an amax all-reduce over each pipeline stage per "
+                                   "micro-batch) or tensorwise (current scaling; the default, what topoplan writes)"),
     optimizer_offload_fraction: float = typer.Option(None, "--optimizer-offload-fraction", min=0.0, max=1.0,
                                                      help="Megatron: share of the optimizer state kept and updated "
                                                           "on the CPU (--optimizer-cpu-offload; default 0 = off)"),
@@ -105,7 +108,7 @@ def predict_cmd(
         model, stack, precision, seq_len, gbs, from_files, gpus, memory_headroom,
         (tp, pp, vpp, cp, ep, etp, dp, mbs, fsdp, recompute, dispatcher), cuda_graphs,
         {"cpu_offload_layers": cpu_offload_layers or None, "fp8_param_gather": fp8_param_gather,
-         "fp4_param_gather": fp4_param_gather, "torch_compile": torch_compile,
+         "fp4_param_gather": fp4_param_gather, "torch_compile": torch_compile, "fp8_recipe": fp8_recipe,
          "optimizer_offload_fraction": optimizer_offload_fraction or None})
     # issue 11 item 5: the same job as plan's (topologies.loader.load_job); GPUs per NVLink domain:
     # --gpus-per-domain, else the fixed --usable-per-rack, else the best of the plan's choices

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from planner.cost.terms import cpu_optimizer as CPU_OPT
+from planner.cost.terms import fp8_scaling as FP8S
 
 
 class FloatOps:
@@ -155,4 +156,6 @@ class TermContext:
 EXTRA_TERMS: list[StepTerm] = [
     # Megatron's optimizer CPU offload: gradients to the host, CPU Adam, parameters back (terms/cpu_optimizer.py)
     StepTerm("cpu_optimizer", ("world",), CPU_OPT.seconds, category="optimizer"),
+    # FP8 delayed scaling's amax all-reduce over a stage's tp x cp x dp ranks, per micro-batch and chunk
+    StepTerm("fp8_amax", ("tp", "cp", "dp", "vpp", "mbs", "gbs"), FP8S.seconds, category="sync"),
 ]

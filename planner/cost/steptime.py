@@ -92,8 +92,8 @@ class NetScaled:
         t = self.fabric.p2p(nbytes, tier)
         return t / self.scale if tier >= 0 else t
 
-    def nccl_latency(self, coll, shape):
-        return self.fabric.nccl_latency(coll, shape)   # latency: net.bw scales bandwidth only
+    def nccl_latency(self, coll, shape, small=False):
+        return self.fabric.nccl_latency(coll, shape, small)   # latency: net.bw scales bandwidth only
 
 
 @dataclass
@@ -285,11 +285,13 @@ def windows(lt, ep_sms: float = 0.0) -> tuple[float, float, float]:
     return 3.0 * lt.gemm_fwd, EA.window_with_sms(lt.total, ep_sms), lt.attn_core
 
 
-def kind_host_time(model, kind: tuple, ep: int, graphed, experts_launched: bool, call_us: float) -> float:
+def kind_host_time(model, kind: tuple, ep: int, graphed, experts_launched: bool, call_us: float,
+                   recompute=()) -> float:
     """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts,
     ``graphed`` the modules CUDA graphs capture (``host_regime``), ``call_us`` is the profile's
-    ``host.launch_us``."""
-    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, graphed, experts_launched, call_us)
+    ``host.launch_us``, ``recompute`` (``recompute_arg``) what the backward launches again."""
+    return HOST.host_time(kind[0], model.num_experts / ep if model.is_moe else 0.0, graphed, experts_launched, call_us,
+                          recompute)
 
 
 def kind_sync_time(model, kind: tuple, ep: int, lt, experts_launched: bool, recompute, call_us: float) -> float:
@@ -504,7 +506,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
         cp_x = K.exposed(F, t_cp_layer, (1.0 - o_cp) * t_cp_layer, w_cp)
         comm = (tp_x, a2a_x, cp_x) if kind[0] == "moe" else (tp_x, cp_x)
         t = K.layer_time(F, lt.total, comm, launch,
-                         kind_host_time(model, kind, ep, graphed, experts_launched, call_us),
+                         kind_host_time(model, kind, ep, graphed, experts_launched, call_us, recompute),
                          kind_sync_time(model, kind, ep, lt, experts_launched, recompute, call_us))
         # "other": the launch overhead and the host floor (terms/host.py), what the layer adds to its GPU time
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x,

@@ -120,6 +120,7 @@ TERM_LABELS: dict[str, str] = {
     "offload": "exposed CPU offload",
     "sync": "slowest-GPU wait",
     "cpu_optimizer": "CPU optimizer (offload)",
+    "fp8_amax": "FP8 amax all-reduce",
 }
 
 # Prose names of the memory components (planner.cost.memory's breakdown keys) for the terminal

@@ -321,7 +321,8 @@ class ProgramBuilder:
         return total.node
 
     def _extra_terms(self) -> list[int]:
-        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world)."""
+        """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world); none for a
+        term that is zero on every layout of the request."""
         ctx = K.TermContext(self.model, self.cluster, self.training, self.profile, self.fabric)
         out = []
         for term in K.EXTRA_TERMS:
@@ -332,6 +333,8 @@ class ProgramBuilder:
                 for w in worlds:
                     key = ix if w is None else ix + (w,)
                     table[key] = self.q(term.seconds(ctx, dict(a, world=w) if w is not None else a))
+            if not any(table.values()):
+                continue   # the term costs nothing for this request (e.g. fp8_amax without delayed scaling)
             out.append(self.prog.table_t(self.idx(*names), table, nodes=[self.W] if worlds != [None] else []))
         return out
 
@@ -467,7 +470,8 @@ class ProgramBuilder:
             hk = {}
             for ix, a in self.combos("ep", "recompute"):
                 graphed, launched = self.host_regime(a["ep"], a["recompute"])
-                hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us))
+                hk[ix] = q(kind_host_time(model, kind, a["ep"], graphed, launched, self.call_us,
+                                          _rc_arg(a["recompute"])))
             host = Val(self.prog.table_t(self.idx("ep", "recompute"), hk)) if any(hk.values()) else None
             sync = Val(t["sync"]) if self.sync_any[kind] else None
             L[kind] = K.layer_time(ops, Val(t["comp"]), c, self.launch, host, sync).node

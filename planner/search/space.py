@@ -77,6 +77,7 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "fp8_param_gather_recipe": ("fsdp",),
     "optimizer_offload_layout": ("fsdp",),   # the offload fraction is the recipe's, fixed per search
     "fp4_param_gather_recipe": (),   # the precision alone decides
+    "fp8_recipe_precision": (),      # the precision and the recipe alone decide
     "cuda_graphs_vs_recompute": ("recompute", "pp", "ep"),
     "cuda_graph_modules": ("recompute",),
     "moe_a2a_overlap_layout": ("ep", "dispatcher", "recompute", "pp", "vpp", "fsdp"),

@@ -9,7 +9,11 @@ GPUs per host: ``status.capacity["nvidia.com/gpu"]`` (or ``allocatable``), else 
 ``nvidia.com/gpu.count`` label, else ``--gpus-per-node``. GPU type: ``--gpu`` or the
 ``nvidia.com/gpu.product`` label (``NVIDIA-H100-80GB-HBM3``, ``NVIDIA-GB200`` ...).
 AWS ``topology.k8s.aws/network-node-layer-1..N`` labels (layer N nearest the host) become scale-out
-tiers with explicit units.
+tiers with explicit units. Hosts that advertise ``vpc.amazonaws.com/efa`` (the EFA device plugin's extended
+resource, EKS user guide device-management-efa) make the cluster's fabric ``efa`` and its ``network`` the
+EFA devices of a host (the fewest any GPU host advertises), which ``--emit k8s`` pods then claim. A cloud
+instance type in ``node.kubernetes.io/instance-type`` (one for all GPU hosts: p5.48xlarge, a3-megagpu-8g,
+a4x-highgpu-4g, ... ``topologies.presets.INSTANCE_TYPES``) gives the fabric and network of its preset.
 """
 
 from __future__ import annotations
@@ -20,14 +24,18 @@ from pathlib import Path
 
 import yaml
 
+from topologies.cluster import Cluster
 from topologies.errors import InputError
 from topologies.gpus import get_gpu
 from topologies.importers.common import Imported, build_cluster
+from topologies.presets import preset_of_instance
 
 __all__ = ["CLIQUE_LABEL", "import_k8s", "nodes_from_document"]
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 AWS_LAYER = re.compile(r"^topology\.k8s\.aws/network-node-layer-(\d+)$")
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 
 
 def nodes_from_document(doc, source: str) -> list[dict]:
@@ -53,6 +61,43 @@ def _product_gpu(product: str) -> str | None:
         if key in p:
             return key
     return None
+
+
+def _resource(status: dict, name: str):
+    """A node's capacity (or allocatable) of resource ``name``, or None."""
+    for part in ("capacity", "allocatable"):
+        val = (status.get(part) or {}).get(name)
+        if val is not None:
+            return val
+    return None
+
+
+def _instance_network(types: set[str], source: str, assumed: list[str]) -> dict:
+    """The fabric and network of the GPU hosts' one cloud instance type (``node.kubernetes.io/instance-type``,
+    ``topologies.presets.INSTANCE_TYPES``), or {} when the hosts name none, several, or an unknown one."""
+    if len(types) != 1:
+        return {}
+    (kind,) = types
+    p = preset_of_instance(kind)
+    if p is None:
+        return {}
+    assumed.append(f"fabric {p.fabric or 'infiniband'} of the {p.name} preset from the hosts' instance type {kind}")
+    out = {"fabric": p.fabric} if p.fabric else {}
+    if p.network is not None:
+        out["network"] = p.network.model_dump()
+    return out
+
+
+def _efa_network(efa: list[int], hosts: int, source: str, assumed: list[str]) -> dict:
+    """The cluster fields for EFA hosts: fabric efa and the devices a pod claims (the fewest any host has)."""
+    if not efa:
+        return {}
+    if len(efa) < hosts:
+        assumed.append(f"{hosts - len(efa)} of {hosts} GPU hosts advertise no {EFA_RESOURCE}: the fabric is taken as "
+                       "EFA for all")
+    n = min(efa)
+    return {"fabric": "efa", "network": {"nics_per_node": n, "kubernetes": "eks-efa",
+                                         "source": f"{source}: {EFA_RESOURCE} {n} per host (node status)"}}
 
 
 def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_label: str = CLIQUE_LABEL,
@@ -81,17 +126,14 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     dom_of: dict[str, list[str]] = {}
     dom_order: list[str] = []
     layers: dict[int, dict[str, list[str]]] = {}
+    efa: list[int] = []
+    types: set[str] = set()
     for k, n in enumerate(items):
         meta = n["metadata"]
         host = str(meta["name"])
         labels = meta.get("labels") or {}
         status = n.get("status") or {}
-        count = None
-        for part in ("capacity", "allocatable"):
-            val = (status.get(part) or {}).get("nvidia.com/gpu")
-            if val is not None:
-                count = val
-                break
+        count = _resource(status, "nvidia.com/gpu")
         if count is None:
             count = labels.get("nvidia.com/gpu.count")
         if count is None and gpus_per_node:
@@ -107,6 +149,11 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
         if labels.get("nvidia.com/gpu.product"):
             products.add(str(labels["nvidia.com/gpu.product"]))
         nodes.append((host, count))
+        if labels.get(INSTANCE_LABEL):
+            types.add(str(labels[INSTANCE_LABEL]))
+        nic = _resource(status, EFA_RESOURCE)
+        if nic is not None and str(nic).isdigit() and int(nic) > 0:
+            efa.append(int(nic))
         key = labels.get(domain_label)
         key = str(key) if key not in (None, "") else f"host:{host}"
         if key not in dom_of:
@@ -148,4 +195,7 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     levels = [list(layers[L].values()) for L in sorted(layers, reverse=True)]
     c = build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
                       levels=levels, failed=failed, assumed=assumed, source=source)
+    net = _instance_network(types, source, assumed) | _efa_network(efa, len(nodes), source, assumed)
+    if net:
+        c = Cluster.model_validate(c.to_dict() | net)
     return Imported(c, assumed)

@@ -25,6 +25,10 @@ Qwen3 recipes on HGX B200) also the attention block (60). ``t_call``: the profil
 ``planner.cost.steptime.host_regime`` (Megatron only; the counts are Megatron's and Transformer
 Engine's, estimated, not traced).
 
+A recomputed forward launches its kernels again during the backward pass: full recompute adds the
+forward's third of the layer's uncaptured calls and the experts' forward (4 per local expert), a
+recomputed MoE block the block's (``recompute_calls``).
+
 Where the floor binds: layouts that leave each GPU little work per layer and micro-batch and many
 local experts (Qwen3-30B-A3B at MBS 1 on 8 B200: 16 experts per GPU, 8.6 ms of host time against
 about 3 ms of GPU work; measured 8.8-9.2 ms per layer and micro-batch, Megatron-Bridge 26.02 and
@@ -44,6 +48,7 @@ CALLS_PER_EXPERT = 12     # per local expert, forward + backward (see above)
 MODULE_CALLS = {"moe": {"attn": 60, "moe_router": 24, "moe_preprocess": 18, "": 48},
                 "dense": {"attn": 60, "mlp": 90}}
 CALLS_PER_LAYER = 150     # every module of an eager layer (the sum of MODULE_CALLS of a kind)
+FORWARD_SHARE = 1.0 / 3.0   # of a module's calls, the forward's (about 50 of 150: backward launches twice as many)
 REPLAY_CALLS = 2          # a captured module is one graph replay forward and one backward
 WHOLE_LAYER = ("*",)      # graphed: the whole layer is captured (full-iteration graph, or the layer's graph)
 # Dropless MoE: kernels the host launches after the device-to-host sync of one MoE forward pass
@@ -68,11 +73,35 @@ def layer_calls(kind: str, graphed) -> float:
     return float(calls + REPLAY_CALLS * sum(1 for m in set(graphed) if m in mods or (m == "moe" and kind == "moe")))
 
 
+def recompute_calls(kind: str, local_experts: float, graphed, experts_launched: bool, recompute) -> float:
+    """Host calls a recomputed forward launches again in the backward pass, one layer and micro-batch:
+    full recompute re-runs the layer's forward (a third of its uncaptured calls, ``FORWARD_SHARE``, and
+    the experts' forward, ``CALLS_AFTER_SYNC_PER_EXPERT`` each); a "moe" module recompute re-runs the MoE
+    block's (megatron-core 0.19.2 ``CheckpointWithoutOutput`` around the MoE layer). Other module
+    recomputes (core_attn, moe_act, layernorms, mla_up_proj) re-run a few fused kernels: not counted."""
+    graphed = () if graphed is True else graphed
+    if graphed is False or tuple(graphed) == WHOLE_LAYER or (kind != "moe" and recompute != "full"):
+        return 0.0
+    moe_block = kind == "moe" and (recompute == "full" or "moe" in (recompute or ()))
+    if recompute == "full":
+        calls = FORWARD_SHARE * layer_calls(kind, graphed)
+    elif moe_block:
+        captured = set(graphed)
+        calls = FORWARD_SHARE * sum(n for m, n in MODULE_CALLS["moe"].items() if m != "attn" and m not in captured)
+    else:
+        return 0.0
+    if moe_block and experts_launched:
+        calls += CALLS_AFTER_SYNC_PER_EXPERT * local_experts
+    return calls
+
+
 def host_time(kind: str, local_experts: float, graphed, experts_launched: bool,
-              call_us: float = CALL_US) -> float:
-    """Host seconds to issue one layer's kernels for one micro-batch (forward + backward); ``graphed``
-    as ``layer_calls`` (``True``: an eager layer, ``False``: graph-captured)."""
+              call_us: float = CALL_US, recompute=()) -> float:
+    """Host seconds to issue one layer's kernels for one micro-batch (forward + backward, and the forward
+    again where it is recomputed: ``recompute_calls``); ``graphed`` as ``layer_calls`` (``True``: an
+    eager layer, ``False``: graph-captured)."""
     calls = CALLS_PER_EXPERT * local_experts if (kind == "moe" and experts_launched) else 0.0
+    calls += recompute_calls(kind, local_experts, graphed, experts_launched, recompute)
     return (calls + layer_calls(kind, graphed)) * call_us * 1e-6
 
 

@@ -39,6 +39,7 @@ import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
+from planner.output.emit.k8s_network import PodNetwork, pod_network
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, unlaunchable,
                                        multi_node_nvlink, nccl_env, placeholder, site_settings, trainer_shell)
 from planner.trainers import LAUNCH
@@ -122,6 +123,11 @@ def settings(ctx: EmitContext, trainer: str) -> list[tuple[str, str]]:
     return out
 
 
+def network_of(ctx: EmitContext, shape: K8sShape) -> PodNetwork:
+    """The pods' additions for the cluster's scale-out devices (``k8s_network``); empty without them."""
+    return pod_network(ctx.cluster, shape.gpus_per_node) or PodNetwork()
+
+
 def launch_script(ctx: EmitContext, shape: K8sShape, trainer: str) -> str:
     """``/topoplan/launch.sh``: refuse placeholders, check the IMEX channel, start torchrun with node rank
     ``JOB_COMPLETION_INDEX`` and the trainer command slurm/task.sh builds (``slurm.trainer_shell``).
@@ -155,7 +161,7 @@ if [ "$MNNVL" = 1 ] && ! compgen -G "${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}
   echo "topoplan: no IMEX channel in ${{TOPOPLAN_IMEX_CHANNELS:-{IMEX_CHANNELS}}}: the pod needs the ComputeDomain's claim (k8s/computedomain.yaml)" >&2
   exit 2
 fi
-
+{"".join(line + chr(10) for line in network_of(ctx, shape).prelude)}
 {trainer_shell(ctx)}
 topoplan_trainer_env "$TRAINER"
 cmd=$(trainer_cmd "$TRAINER" "torchrun --nnodes {shape.nodes} --nproc-per-node {shape.gpus_per_node} --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT")
@@ -188,20 +194,33 @@ def pod_template(ctx: EmitContext, shape: K8sShape, name: str, trainer: str, ite
         env += [{"name": "MASTER_ADDR", "value": master}, {"name": "MASTER_PORT", "value": str(MASTER_PORT)}]
     env += [{"name": k, "value": v} for k, v in nccl_env(ctx).items()]
     env += [{"name": v, "value": placeholder(v)} for v, _ in settings(ctx, trainer)]
-    c = {"name": container, "image": IMAGE, "command": ["bash", f"{MOUNT}/launch.sh"], "env": env,
-         "resources": {"limits": {"nvidia.com/gpu": shape.gpus_per_node}},
+    net = network_of(ctx, shape)
+    c = {"name": container, "image": IMAGE, "command": ["bash", f"{MOUNT}/launch.sh"], "env": env + net.env,
+         "resources": node_resources(ctx, shape),
          "volumeMounts": [{"name": "topoplan", "mountPath": MOUNT, "readOnly": True},
-                          {"name": "dshm", "mountPath": "/dev/shm"}]}
+                          {"name": "dshm", "mountPath": "/dev/shm"}] + net.mounts}
     spec = {"restartPolicy": "Never", "containers": [c],
             "volumes": [{"name": "topoplan", "configMap": {"name": f"{name}-files", "items": items}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
+                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}] + net.volumes}
+    if net.init_containers:   # native sidecars: they stop when the trainer container ends
+        spec["initContainers"] = net.init_containers
     if shape.mnnvl:
         c["resources"]["claims"] = [{"name": "imex-channel"}]
         spec["resourceClaims"] = [{"name": "imex-channel", "resourceClaimTemplateName": f"{name}-imex-channel"}]
     ann = {PREFERRED_TOPOLOGY: BLOCK_LABEL}
     if shape.mnnvl:
         ann |= {SLICE_TOPOLOGY: CLIQUE_LABEL, SLICE_SIZE: str(shape.slice_hosts)}
-    return {"metadata": {"annotations": ann}, "spec": spec}
+    return {"metadata": {"annotations": ann | net.annotations}, "spec": spec}
+
+
+def node_resources(ctx: EmitContext, shape: K8sShape) -> dict:
+    """The trainer container's resources: the host's GPUs, and its scale-out devices where the cluster's
+    network says how a pod claims them (EFA devices and hugepages; ``k8s_network``)."""
+    net = network_of(ctx, shape)
+    out = {"limits": {"nvidia.com/gpu": shape.gpus_per_node} | net.limits}
+    if net.requests:
+        out["requests"] = dict(net.requests)
+    return out
 
 
 def compute_domain(name: str) -> dict:
@@ -243,7 +262,7 @@ def trainjob(ctx: EmitContext, shape: K8sShape, name: str, trainer: str, items: 
            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
                                    "name": f"{name}-runtime"},
                     "trainer": {"numNodes": shape.nodes, "numProcPerNode": shape.gpus_per_node,
-                                "resourcesPerNode": {"limits": {"nvidia.com/gpu": shape.gpus_per_node}}}}}
+                                "resourcesPerNode": node_resources(ctx, shape)}}}
     return [runtime, job]
 
 

@@ -26,7 +26,7 @@ TRAINER = Trainer(
     knobs=("cuda_graph_impl", "cuda_graph_modules", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute",
            "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "cross_entropy_loss_fusion",
            "moe_router_enable_expert_bias", "fsdp_impl", "cpu_offload_layers", "fp8_param_gather",
-           "fp4_param_gather", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"),
+           "fp4_param_gather", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "fp8_recipe"),
     # Megatron-Bridge's performance recipes (the runs in calibration.csv): grad_reduce_in_fp32=False, so
     # gradients are bf16; BF16 weights with FP32 master copies in the distributed optimizer.
     pricing=Pricing(grad_bytes=2.0, master_weights=True, fusion="cuda_graphs", host_floor=True, graph_buffers=True),

@@ -37,6 +37,7 @@ MIXED_PRECISION = {
     "mxfp8": "bf16_with_mxfp8_mixed",
     "nvfp4": "bf16_with_nvfp4_mixed",
 }
+DELAYED_FP8 = "bf16_with_fp8_delayed_scaling_mixed"   # precision fp8 with recipe.fp8_recipe delayed
 
 # fp8_param_gather of each named recipe (Megatron-Bridge@c810129341a8 src/megatron/bridge/training/mixed_precision.py:
 # 270-271 mxfp8 with reuse_grad_buf_for_mxfp8_param_ag, 308 current scaling, 390 subchannel, 421 nvfp4). Its setup()
@@ -95,6 +96,8 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     # the recipe settings, the same values megatron/args.txt passes (TransformerConfig field names;
     # comm_overlap.* is Bridge's CommOverlapConfig, which would otherwise re-decide the overlaps)
     r = recipe_of(ctx)
+    if r.fp8_recipe == "delayed":   # mixed_precision.py bf16_with_fp8_delayed_scaling_mixed: fp8_param_gather True too
+        o["mixed_precision"] = DELAYED_FP8
     for name, table, model_field in (("fp8_param_gather", BRIDGE_FP8_PARAM_GATHER, "fp8_param"),
                                      ("fp4_param_gather", BRIDGE_FP4_PARAM_GATHER, "fp4_param")):
         named = table[ctx.training.precision]

@@ -413,6 +413,15 @@ def recipe_of(ctx: EmitContext):
     return effective_recipe(ctx.model, ctx.config, ctx.training)
 
 
+def precision_args(precision: str, recipe) -> list[str]:
+    """``PRECISION_FLAGS`` of ``precision``, with ``--fp8-recipe delayed`` where the recipe asks for
+    Transformer Engine's delayed scaling (``Recipe.fp8_recipe``; megatron-core's own default)."""
+    flags = list(PRECISION_FLAGS[precision])
+    if precision == "fp8" and recipe.fp8_recipe == "delayed":
+        flags[flags.index("--fp8-recipe") + 1] = "delayed"
+    return flags
+
+
 def recipe_args(ctx: EmitContext) -> list[str]:
     """The recipe settings (docs/emitters.md, table of recipe settings): CUDA graphs and their scope,
     the all-to-all and TP overlaps, the fused kernels. Expert bias goes with the router flags."""
@@ -477,7 +486,7 @@ def parallel_args(ctx: EmitContext) -> list[str]:
     # bf16 gradient buffer and reduction, as NVIDIA's performance recipes set (grad_reduce_in_fp32=False)
     # and planner.cost.memory counts (2 B/param); without it validate_args turns fp32 accumulation on
     a.extend(["--bf16", "--grad-reduce-in-bf16"])
-    a.extend(PRECISION_FLAGS[ctx.training.precision])
+    a.extend(precision_args(ctx.training.precision, recipe_of(ctx)))
     if ctx.training.precision in ("fp8", "fp8-block", "mxfp8", "nvfp4") and m.num_experts:
         a.append("--moe-router-padding-for-quantization")
     a.extend(recipe_args(ctx))

@@ -182,6 +182,8 @@ def row_fields(a: dict) -> dict:
     impl = a.get("cuda_graph_impl")
     if impl is not None:
         out["cuda_graphs"] = "false" if str(impl).lower() == "none" else "true"
+    if out["precision"] == "fp8":   # per-tensor FP8: --fp8-recipe delayed (megatron-core's default) or tensorwise
+        out["fp8_recipe"] = str(a.get("fp8_recipe") or "delayed").lower()
     return out
 
 

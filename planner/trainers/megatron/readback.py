@@ -85,13 +85,17 @@ def megatron_setup(args: list[str], model, world: int | None = None, *, stack: s
         if dispatcher is None:
             raise InputError(f"{source}: MoE dispatcher {wanted[0]!r}/{wanted[1]!r} is not one topoplan prices; "
                              f"use {', '.join(DISPATCHER_FLAGS)}")
-    precision = "bf16"
+    precision, fp8_recipe = "bf16", None
     for name, fl in PRECISION_FLAGS.items():
         if fl and all(fl[i + 1] == _one(flags, fl[i], None, str, source) for i in range(0, len(fl), 2)):
             precision = name
+    delayed = [f if f != "tensorwise" else "delayed" for f in PRECISION_FLAGS["fp8"]]   # emit.precision_args
+    if all(delayed[i + 1] == _one(flags, delayed[i], None, str, source) for i in range(0, len(delayed), 2)):
+        precision, fp8_recipe = "fp8", "delayed"
     rec = {"cuda_graph_impl": _one(flags, RECIPE_FLAGS["cuda_graph_impl"], "none", str, source),
            "cuda_graph_modules": tuple(flags.get(RECIPE_FLAGS["cuda_graph_modules"], ())),
-           "fsdp_impl": "torch" if F["torch_fsdp2"] in flags else "megatron"}
+           "fsdp_impl": "torch" if F["torch_fsdp2"] in flags else "megatron",
+           "fp8_recipe": fp8_recipe or ("tensorwise" if precision == "fp8" else None)}
     for name in RECIPE_BOOLS:
         rec[name] = RECIPE_FLAGS[name] in flags
     rec["cpu_offload_layers"] = _one(flags, RECIPE_FLAGS["cpu_offload_layers"], 0, int, source) or None

@@ -79,6 +79,13 @@ FIELDS = {
         None, description="--overlap-cpu-optimizer-d2h-h2d: the offloaded optimizer copies gradients to the host, "
                           "steps on the CPU and copies parameters back on side streams, one parameter after "
                           "another, so the three overlap. None = on whenever optimizer_offload_fraction > 0")),
+    "fp8_recipe": (Literal["delayed", "tensorwise"] | None, Field(
+        None, description="--fp8-recipe of precision fp8 (per-tensor FP8): delayed (Transformer Engine's "
+                          "DelayedScaling, megatron-core's default and NeMo 2's bf16_with_fp8_mixed: every micro-batch "
+                          "all-reduces the amax of each model chunk over tensor x data x context parallel ranks, "
+                          "planner/cost/terms/fp8_scaling.py) or tensorwise (current scaling, as Megatron-Bridge's "
+                          "bf16_with_fp8_current_scaling_mixed). None = tensorwise, what topoplan writes; "
+                          "needs precision fp8 (planner.rules). Megatron only")),
 }
 
 # Each field as a trainer without the knob runs it (planner.trainers.RECIPE_OFF): the effective recipe of
@@ -87,5 +94,5 @@ OFF = {"cuda_graph_impl": "none", "cuda_graph_modules": (), "overlap_moe_expert_
        "delay_wgrad_compute": False, "tp_comm_overlap": False, "moe_permute_fusion": False, "moe_router_fusion": False,
        "cross_entropy_loss_fusion": False, "moe_router_enable_expert_bias": False, "fsdp_impl": "megatron",
        "cpu_offload_layers": None, "fp8_param_gather": False, "fp4_param_gather": False,
-       "optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False}
+       "optimizer_offload_fraction": None, "overlap_cpu_optimizer_d2h_h2d": False, "fp8_recipe": None}
 

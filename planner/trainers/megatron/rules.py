@@ -344,6 +344,7 @@ def effective_recipe(model, config, training) -> Recipe:
         fp4_param_gather=fp4_param_gather_on(m, c, t),
         optimizer_offload_fraction=optimizer_offload(t) or None,
         overlap_cpu_optimizer_d2h_h2d=optimizer_offload_overlap(t),
+        fp8_recipe=(r.fp8_recipe or "tensorwise") if t.precision == "fp8" else None,
     )
     return Recipe(**{**RECIPE_OFF, **own})   # the other trainers' settings off
 
@@ -409,6 +410,14 @@ def _r_fp4_param_gather(m, c, t, world):
         return _fp4_param_problem(m, c, t)
 
 
+def _r_fp8_recipe(m, c, t, world):
+    """--fp8-recipe delayed / tensorwise are the per-tensor FP8 recipes (megatron-core 0.19.2 fp8_utils.py
+    get_fp8_recipe); fp8-block, mxfp8 and nvfp4 name their own recipe, bf16 none."""
+    if t.recipe.fp8_recipe is not None and t.precision != "fp8":
+        return (f"recipe.fp8_recipe={t.recipe.fp8_recipe} is a per-tensor FP8 recipe, but the precision is "
+                f"{t.precision}; use precision fp8 or leave fp8_recipe unset")
+
+
 # the recipe rules, in the order they are checked (after the layout rules)
 RECIPE_RULES: tuple[Rule, ...] = (
     Rule("fp8_param_gather_recipe", _r_fp8_param_gather),
@@ -422,6 +431,7 @@ RECIPE_RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap_needs_sp", _r_tp_overlap),
     Rule("expert_bias_needs_sigmoid_router", _r_expert_bias),
     Rule("torch_fsdp2_layout", _r_torch_fsdp2),
+    Rule("fp8_recipe_precision", _r_fp8_recipe),
 )
 
 RULES: tuple[Rule, ...] = SHARED_DEGREES + (

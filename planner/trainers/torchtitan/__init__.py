@@ -27,6 +27,9 @@ def refuse_recipe(recipe) -> str | None:
     if recipe.fp4_param_gather:
         return foreign_knob("fp4_param_gather", True, "Megatron", "--fp4-param-gather", NAME,
                             "it has no NVFP4 parameter gather")
+    if recipe.fp8_recipe is not None:
+        return foreign_knob("fp8_recipe", recipe.fp8_recipe, "Megatron", "--fp8-recipe", NAME,
+                            "torchao's Float8 recipes (tensorwise, rowwise) scale from the current tensor")
     return None
 
 

@@ -1,0 +1,117 @@
+"""The cloud scale-out network in the k8s pods (planner/output/emit/k8s_network.py, docs/k8s.md): EFA devices and
+hugepages on AWS, GKE multi-networking with TCPXO or the gIB RDMA plug-in on GCP, nothing extra elsewhere.
+
+The device counts are written here from the clouds' own pages (the oracle), not read from the presets:
+EC2 User Guide efa-acc-inst-types (network cards, one EFA each): p5.48xlarge 32, p5en.48xlarge 16 (200 Gb/s
+EFAv3 each), p6-b200.48xlarge 8, p6-b300.48xlarge 16 (cards 1-16 EFA-only), p6e-gb200.36xlarge 4 x 400 Gb/s
+(awsome-distributed-ai nccl-tests-gb200.yaml asks vpc.amazonaws.com/efa: 4); GKE
+(GoogleCloudPlatform/container-engine-accelerators): A3 Mega eth1-eth8 on vpc1-vpc8, A3 Ultra / A4 eth2-eth9 on
+rdma-0..7, A4X eth2-eth5 on rdma-0..3.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from k8s_check import documents, problems
+from planner.config import ParallelConfig, Training
+from planner.output.emit import emit_plan
+from topologies.presets import build_preset
+from trainers.plans import plan_doc
+
+EFA = {"aws-p5": 32, "aws-p5en": 16, "aws-p6-b200": 8, "aws-p6-b300": 16, "aws-p6e-gb200": 4}
+GKE = {"gcp-a3-mega": ("gke-tcpxo", [f"vpc{i}" for i in range(1, 9)], 1),
+       "gcp-a3-ultra": ("gke-rdma", [f"rdma-{i}" for i in range(8)], 2),
+       "gcp-a4": ("gke-rdma", [f"rdma-{i}" for i in range(8)], 2),
+       "gcp-a4x": ("gke-rdma", [f"rdma-{i}" for i in range(4)], 2)}
+PLAIN = ("dgx-h100", "azure-nd-h100-v5", "oci-h100")
+
+
+def _emit(preset: str, tmp_path) -> tuple[dict, dict, str]:
+    """(JobSet, TrainJob, launch.sh) for Llama 3 8B TP2 on two hosts' worth of the preset (one NVL72 rack's 8
+    trays on the GB200 presets)."""
+    nvl = preset in ("aws-p6e-gb200", "gcp-a4x")
+    cluster = build_preset(preset, 32 if nvl else 16, usable_per_domain=32 if nvl else None)
+    world = cluster.num_gpus
+    doc = plan_doc("llama3-8b", cluster, ParallelConfig(tp=2, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=2 * world, precision="bf16"), world=world)
+    d = tmp_path / preset
+    emit_plan(doc, ["megatron", "k8s"], d)
+    kinds = {x["kind"]: x for p in sorted((d / "k8s").glob("*.yaml")) for x in documents(p)}
+    for x in kinds.values():
+        assert problems(x) == [], (preset, x["kind"])   # strict schemas, incl. the pod templates
+    return kinds["JobSet"], kinds["TrainJob"], kinds["ConfigMap"]["data"]["launch.sh"]
+
+
+def _pod(jobset: dict) -> dict:
+    return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+
+
+@pytest.mark.parametrize("preset", list(EFA))
+def test_aws_pods_claim_every_efa_device_and_hugepages(preset, tmp_path):
+    jobset, trainjob, launch = _emit(preset, tmp_path)
+    pod = _pod(jobset)
+    res = pod["spec"]["containers"][0]["resources"]
+    gpus = build_preset(preset, 32 if preset == "aws-p6e-gb200" else 16).gpu_spec.gpus_per_node
+    assert res["limits"] == {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": EFA[preset], "hugepages-2Mi": "5120Mi"}
+    assert res["requests"] == {"memory": "32000Mi"}   # hugepages need a memory (or cpu) request
+    # the TrainJob's override asks the same (the IMEX channel claim of an NVL72 rack stays in the template)
+    assert trainjob["spec"]["trainer"]["resourcesPerNode"] == {k: v for k, v in res.items() if k != "claims"}
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["FI_PROVIDER"] == "efa"
+    assert "networking.gke.io/interfaces" not in pod["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("preset", list(GKE))
+def test_gcp_pods_get_their_nics_as_interfaces(preset, tmp_path):
+    kind, nets, first = GKE[preset]
+    jobset, trainjob, launch = _emit(preset, tmp_path)
+    pod = _pod(jobset)
+    ann = pod["metadata"]["annotations"]
+    nics = json.loads(ann["networking.gke.io/interfaces"])
+    assert nics[0] == {"interfaceName": "eth0", "network": "default"}
+    assert [n["network"] for n in nics[1:]] == nets
+    assert [n["interfaceName"] for n in nics[1:]] == [f"eth{first + i}" for i in range(len(nets))]
+    c = pod["spec"]["containers"][0]
+    assert set(c["resources"]["limits"]) == {"nvidia.com/gpu"}
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    if kind == "gke-tcpxo":
+        (daemon,) = pod["spec"]["initContainers"]
+        assert daemon["name"] == "tcpxo-daemon" and daemon["restartPolicy"] == "Always"   # a native sidecar
+        assert f"--num_nics={len(nets)}" in daemon["args"][0]
+        devices = ann["devices.gke.io/container.tcpxo-daemon"].split("\n")
+        assert [x for x in devices if "/dev/nvidia" in x and x[-1].isdigit()] == [
+            f"- path: /dev/nvidia{i}" for i in range(8)]
+        assert "/dev/aperture_devices" in mounts and 'source "$NCCL_LIB_DIR/nccl-env-profile.sh"' in launch
+    else:
+        assert "initContainers" not in pod["spec"]
+        assert "/usr/local/gib" in mounts and "source /usr/local/gib/scripts/set_nccl_env.sh" in launch
+    subprocess.run(["bash", "-n"], input=launch, text=True, check=True)
+
+
+@pytest.mark.parametrize("preset", PLAIN)
+def test_other_clusters_ask_for_gpus_only(preset, tmp_path):
+    jobset, _, launch = _emit(preset, tmp_path)
+    pod = _pod(jobset)
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+    assert "initContainers" not in pod["spec"] and "source /usr/local" not in launch
+    assert not any(k.startswith("networking.gke.io") for k in pod["metadata"]["annotations"])
+
+
+def test_a_cluster_file_can_state_its_network(tmp_path):
+    """A user's cluster file with ``network`` gets the same requests as the preset (the field is the contract)."""
+    from topologies.cluster import Cluster, NodeNetwork
+    base = build_preset("dgx-h100", 16)
+    mine = Cluster.model_validate(base.to_dict() | {"fabric": "efa", "network": {"nics_per_node": 4,
+                                                                                 "kubernetes": "eks-efa"}})
+    assert mine.network == NodeNetwork(nics_per_node=4, kubernetes="eks-efa")
+    doc = plan_doc("llama3-8b", mine, ParallelConfig(tp=2, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=32, precision="bf16"), world=16)
+    emit_plan(doc, ["megatron", "k8s"], tmp_path / "o")
+    (js,) = [x for x in documents(tmp_path / "o" / "k8s" / "jobset.yaml")]
+    assert _pod(js)["spec"]["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
+    with pytest.raises(ValueError):
+        NodeNetwork(nics_per_node=0)
