@@ -124,9 +124,14 @@ def _expand_layout(s: str) -> str:
 
 def test_emit_writes_every_file_atomically(tmp_path, dsv3_doc):
     out = tmp_path / "out"
-    paths = emit_plan(dsv3_doc, "all", out)
+    # MaxText cannot run this PP2 DeepSeek plan (its deepseek block leaves the dense layers out of the
+    # pipeline): "all" refuses it whole, naming the rule, and writes nothing
+    with pytest.raises(InputError, match="maxtext_pipeline_layout"):
+        emit_plan(dsv3_doc, "all", out)
+    assert not out.exists() or not any(out.iterdir())
+    paths = emit_plan(dsv3_doc, [t for t in ALL if t != "maxtext"], out)
     rel = sorted(str(p.relative_to(out)) for p in paths)
-    assert rel == ["bridge/overrides.txt", "maxtext/overrides.yml", "megatron/args.txt", "megatron/env.sh",
+    assert rel == ["bridge/overrides.txt", "megatron/args.txt", "megatron/env.sh",
                    "plan.json", "slurm/domains.txt", "slurm/hostfile", "slurm/local_gpus", "slurm/place.py",
                    "slurm/sbatch.sh", "slurm/shape.json", "slurm/task.sh", "torchtitan/command.txt",
                    "torchtitan/job.toml", "torchtitan/topoplan_config.py"]   # MXFP8 converters: a registry of its own
@@ -332,7 +337,7 @@ def test_maxtext_rule_matches_the_emitter():
                    Training(seq_len=4096, global_batch=4096, trainer="maxtext"), world=256)
     ctx = load_context(doc)
     v = violations(ctx.model, ctx.config, ctx.training, ctx.world, "maxtext")
-    assert [x.rule for x in v] == ["maxtext_ep_divides_dp"]
+    assert [x.rule for x in v] == ["maxtext_ep_divides_dp", "maxtext_pipeline_layout"]   # PP8 with dense layers
     assert not violations(ctx.model, ctx.config, ctx.training, ctx.world, "megatron")
     with pytest.raises(InputError, match="EP \\(32\\) must divide data parallelism \\(16\\)"):
         maxtext.overrides(ctx)
@@ -368,3 +373,45 @@ def test_plan_entry_batch_overrides_the_training_batch(dsv3_doc):
     doc["plans"][0]["config"]["gbs"] = 2048
     a = megatron.megatron_args(load_context(doc))
     assert a[a.index("--global-batch-size") + 1] == "2048"
+
+
+@pytest.mark.parametrize("pp,vpp", [(2, 1), (4, 2), (4, 4), (8, 2)])
+def test_maxtext_pipeline_is_the_plans_chunks(pp, vpp):
+    # MaxText's own derivation (re-stated in tests/trainers/maxtext_rules.py) of the emitted keys gives the
+    # plan's pp stages x vpp repeats of num_layers / (pp vpp) layers; without the keys (MaxText's defaults,
+    # one layer per stage) the repeats would be layers / pp, not the plan's vpp
+    from trainers.maxtext_rules import maxtext_pipeline
+    doc = plan_doc("llama3-70b", hgx_cluster("h100", 8), ParallelConfig(tp=8, pp=pp, vpp=vpp),
+                   Training(seq_len=4096, global_batch=64, trainer="maxtext"), world=64)
+    ctx = load_context(doc)
+    assert not violations(ctx.model, ctx.config, ctx.training, ctx.world, "maxtext")
+    o = maxtext.overrides(ctx)
+    layers, repeats, micro, errs = maxtext_pipeline(o, 80, 0, False)
+    assert not errs and (layers, repeats) == (80, vpp) and o["num_layers_per_pipeline_stage"] * pp * vpp == 80
+    assert micro == 64 // (ctx.config.mbs * ctx.dp)
+    defaults = {k: v for k, v in o.items() if k not in ("num_layers_per_pipeline_stage", "num_pipeline_repeats",
+                                                        "pipeline_parallel_layers")}
+    assert maxtext_pipeline(defaults, 80, 0, False)[1] == 80 // pp != vpp
+
+
+def test_maxtext_pipeline_rule_refuses_what_maxtext_cannot_run():
+    from planner.model.spec import load_model
+    llama, dsv3 = load_model("llama3-70b"), load_model("deepseek-v3")
+    t = Training(seq_len=4096, global_batch=96, trainer="maxtext")
+
+    def pipeline_rule(m, cfg, world):
+        return [x.message for x in violations(m, cfg, t, world, "maxtext") if x.rule == "maxtext_pipeline_layout"]
+
+    # 80 layers do not make 3 x 2 equal chunks (MaxText: stages x repeats x layers per stage = layers)
+    assert "equal chunks" in pipeline_rule(llama, ParallelConfig(tp=8, pp=3, vpp=2), 96)[0]
+    # an uneven first / last stage has no MaxText key
+    assert "uneven split" in pipeline_rule(llama, ParallelConfig(tp=8, pp=4, pp_first=17, pp_last=21), 64)[0]
+    # TP4 PP16 on 64 GPUs: dp 1, so gbs 40 is 40 micro-batches, not a multiple of the 16 stages
+    t40 = Training(seq_len=4096, global_batch=40, trainer="maxtext")
+    msgs = [x.message for x in violations(llama, ParallelConfig(tp=4, pp=16), t40, 64, "maxtext")
+            if x.rule == "maxtext_pipeline_layout"]
+    assert "num_pipeline_microbatches (40) must be divisible by the pipeline stages (16)" in msgs[0]
+    # the DeepSeek block runs its dense layers outside the pipeline: pp > 1 refused, pp 1 not
+    assert "3 dense layers" in pipeline_rule(dsv3, ParallelConfig(tp=1, pp=4, ep=64), 256)[0]
+    assert not pipeline_rule(dsv3, ParallelConfig(tp=1, pp=1, ep=64), 256)
+    assert not pipeline_rule(llama, ParallelConfig(tp=8, pp=4, vpp=4), 64)

@@ -108,6 +108,7 @@ OLD_RULES = [
     ("megatron_interleaved_microbatches", "m"), ("torchtitan_pipeline_microbatches", "t"),
     ("fp8_param_gather_recipe", "m"), ("fp4_param_gather_recipe", "m"), ("cpu_offloading_layout", "m"),
     ("optimizer_offload_layout", "m"),   # added with the optimizer CPU offload (after the split)
+    ("maxtext_pipeline_layout", "x"),    # added with MaxText's pipeline keys (after the split)
     ("cuda_graphs_vs_recompute", "mt"), ("cuda_graph_modules", "m"), ("moe_a2a_overlap_layout", "m"),
     ("delay_wgrad_needs_a2a_overlap", "m"), ("tp_comm_overlap_needs_sp", "m"),
     ("expert_bias_needs_sigmoid_router", "m"), ("torch_fsdp2_layout", "m"), ("fp8_recipe_precision", "m"),

@@ -72,6 +72,8 @@ RULE_VARS: dict[str, tuple[str, ...]] = {
     "moe_bias_needs_etp1": ("tp", "etp"),
     # dp = world / (tp*pp*cp) is the dp variable: reads dp, ep.
     "maxtext_ep_divides_dp": ("dp", "ep"),
+    # equal chunks (split), the model's dense layers, M = gbs / (mbs * dp) divisible by pp.
+    "maxtext_pipeline_layout": ("pp", "vpp", "split", "dp", "mbs", "gbs"),
     # Recipe settings (planner.trainers.megatron.rules.RECIPE_RULES) read only these layout choices; the model is fixed.
     "cpu_offloading_layout": ("pp", "recompute"),
     "fp8_param_gather_recipe": ("fsdp",),

@@ -25,3 +25,28 @@ def maxtext_mesh_errors(o: dict, devices: int) -> list[str]:
     if math.prod(dcn) > 1 and slices == 1:
         errs.append("DCN parallelism requested but only one slice available")
     return errs
+
+
+def maxtext_pipeline(o: dict, num_layers: int, first_dense: int, deepseek_block: bool) -> tuple[int, int, int, list[str]]:
+    """(pipelined layers, repeats, microbatches, errors) as MaxText derives them from the overrides
+    (src/maxtext/configs/types.py:3565-3615 at AI-Hypercomputer/maxtext e591f30), re-stated."""
+    errs = []
+    ppl = o.get("pipeline_parallel_layers", -1)
+    if ppl == -1:
+        ppl = num_layers - first_dense if deepseek_block else num_layers
+    stages = o["ici_pipeline_parallelism"] * o["dcn_pipeline_parallelism"]
+    per_stage = o.get("num_layers_per_pipeline_stage", 1)
+    repeats = o.get("num_pipeline_repeats", -1)
+    if repeats == -1:
+        repeats, rem = divmod(ppl, stages * per_stage)
+        if rem:
+            errs.append("layers per stage x stages must divide pipeline_parallel_layers")
+    if stages * repeats * per_stage != ppl:
+        errs.append("stages x repeats x layers per stage != pipeline_parallel_layers")
+    if deepseek_block and ppl > num_layers - first_dense:
+        errs.append("a deepseek block pipelines at most its MoE layers (decoders.py: negative layers outside)")
+    micro = o.get("num_pipeline_microbatches", -1)
+    micro = stages if micro == -1 else micro
+    if micro % stages:
+        errs.append("num_pipeline_microbatches must be divisible by the stages")
+    return ppl, repeats, micro, errs

@@ -80,6 +80,10 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
     if c.pp > 1:
         out["per_device_batch_size"] = _num(gbs / ctx.world)
         out["num_pipeline_microbatches"] = gbs // micro
+        # the plan's chunks: pp stages x vpp repeats of equal layer groups (rules._maxtext_pipeline)
+        out["pipeline_parallel_layers"] = ctx.model.num_layers
+        out["num_layers_per_pipeline_stage"] = ctx.model.num_layers // (c.pp * c.vpp)
+        out["num_pipeline_repeats"] = c.vpp
     else:
         out["per_device_batch_size"] = _num(micro / ctx.world)
         out["gradient_accumulation_steps"] = gbs // micro
