@@ -456,3 +456,12 @@ def test_maxtext_and_torchtitan_logs_say_their_model(tmp_path):
     n = param_counts(load_model("llama3-8b")).total
     assert shape_mismatch(load_model("llama3-8b"), {"params": n}) is None
     assert "70" in shape_mismatch(load_model("llama3-70b"), {"params": n})
+
+
+def test_maxtext_log_reads_the_pipeline_repeats_as_vpp():
+    from planner.trainers.maxtext.logs import row_fields
+    base = {"ici_pipeline_parallelism": "4", "ici_tensor_parallelism": "8", "dcn_fsdp_parallelism": "2"}
+    assert row_fields({"params": {**base, "num_pipeline_repeats": "4"}})["vpp"] == 4
+    assert row_fields({"params": {**base, "num_pipeline_repeats": "-1"}})["vpp"] == 1
+    no_pp = {**base, "ici_pipeline_parallelism": "1", "num_pipeline_repeats": "3"}
+    assert row_fields({"params": no_pp})["vpp"] == 1 and row_fields({"params": no_pp})["pp"] == 1

@@ -55,8 +55,10 @@ def row_fields(parsed: dict) -> dict:
         return {}
     deg = {ax: _p(p, f"ici_{ax}_parallelism") * _p(p, f"dcn_{ax}_parallelism")
            for ax in ("tensor", "pipeline", "context", "expert", "fsdp", "data")}
-    out = {"tp": deg["tensor"], "pp": deg["pipeline"], "cp": deg["context"], "ep": deg["expert"], "vpp": 1,
-           "fsdp": 1 if deg["fsdp"] > 1 else 0}
+    # the circular pipeline's repeats are the virtual stages (MaxText prints the derived value; -1 = not derived)
+    repeats = _p(p, "num_pipeline_repeats")
+    out = {"tp": deg["tensor"], "pp": deg["pipeline"], "cp": deg["context"], "ep": deg["expert"],
+           "vpp": repeats if deg["pipeline"] > 1 and repeats > 0 else 1, "fsdp": 1 if deg["fsdp"] > 1 else 0}
     if "max_target_length" in p:
         out["seq_len"] = _p(p, "max_target_length")
     if "per_device_batch_size" in p:
