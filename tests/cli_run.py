@@ -14,23 +14,7 @@ import contextlib
 import io
 import os
 import subprocess
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str] | None):
-    if not env:
-        yield
-        return
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from unittest import mock
 
 
 def run_cli(*argv, cwd=None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -42,7 +26,7 @@ def run_cli(*argv, cwd=None, env: dict[str, str] | None = None) -> subprocess.Co
     with contextlib.ExitStack() as stack:
         if cwd is not None:
             stack.enter_context(contextlib.chdir(cwd))
-        stack.enter_context(_environ(env))
+        stack.enter_context(mock.patch.dict(os.environ, env or {}))   # restored after the call
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
         rc = main(args)
