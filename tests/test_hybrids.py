@@ -215,6 +215,7 @@ def test_each_hybrid_plans_on_64_h100(name, h100_64):
     assert not violations(m, best.config, t, best.prediction.world)
 
 
+@pytest.mark.slow   # two 671B solves (4.4 s); the quick loop's sibling: test_optimizer_offload's Llama 3 70B on 8 H100
 def test_deepseek_v32_fits_64_h100_only_with_the_optimizer_offload(h100_64):
     # by hand: 671.9e9 parameters; weights (2 B) and gradients (2 B) are held at least once and the fp32
     # master weights and Adam moments (12 B) are sharded over the job: 16 B/param / 64 GPUs = 168 GB > 80 GB;
