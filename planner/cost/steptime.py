@@ -526,7 +526,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
 
     # --- pipeline, data parallel, optimizer: the step ---------------------------------------------
     pp_shape = shapes.get("pp")
-    p2p_one = fabric.p2p(p2p_bytes(mbs, s, cp, tp, h), pp_shape.tier if pp_shape else -1) if pp > 1 else 0.0
+    p2p_one = PPL.hop_p2p(fabric, p2p_bytes(mbs, s, cp, tp, h), pp_shape, vpp) if pp > 1 else 0.0
     dp_x, rs_d, rs_e, ag_d, ag_e = _data_parallel(config, training, rec, fabric, shapes, par, crit, m)
     shard = crit["dense_params"] / max(dp * cp, 1) + crit["expert_params"] / max(edp, 1)
     t_opt = OPT.optimizer_time(shard, eff.hbm_bps)

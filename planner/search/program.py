@@ -579,17 +579,17 @@ class ProgramBuilder:
         return M, mt, b1, M840, P.table_t(self.idx("pp", "vpp"), b1)
 
     def _p2p_tables(self):
-        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes`` on the PP shape's tier, ns) and
+        """Pipeline point-to-point: one transfer (``steptime.p2p_bytes``, the mean over the PP group's hops:
+        ``terms.pipeline.hop_p2p``, ns) and
         the exposed transfers per step (``terms.pipeline.p2p_transfers``, in units of 1/840)."""
         P, tr, h = self.prog, self.training, self.model.hidden_size
         o_pp = self.par("pp.overlap")
         p1, pb = {}, {}
-        for ix, a in self.combos("tp", "cp", "mbs"):
+        for ix, a in self.combos("tp", "cp", "mbs", "vpp"):
             nbytes = p2p_bytes(a["mbs"], tr.seq_len, a["cp"], a["tp"], h)
             for sid in self._shape_values(self.sh["pp"]):
-                shp = self.shape(sid)
-                p1[ix + (sid,)] = self.q(self.fabric.p2p(nbytes, shp.tier)) if shp.size > 1 else 0
-        ONE = P.table_t(self.idx("tp", "cp", "mbs"), p1, nodes=[self.sh["pp"]])
+                p1[ix + (sid,)] = self.q(PPL.hop_p2p(self.fabric, nbytes, self.shape(sid), a["vpp"]))
+        ONE = P.table_t(self.idx("tp", "cp", "mbs", "vpp"), p1, nodes=[self.sh["pp"]])
         for ix, a in self.combos("gbs", "mbs", "dp", "pp", "vpp"):
             g, b, d = a["gbs"], a["mbs"], a["dp"]
             if g % (b * d):

@@ -14,6 +14,25 @@ forward and receives a gradient of the same size backward. The warm-up and drain
 ``pp.overlap``::
 
     t_p2p = p2p(A) * (2 (pp - 1) + (1 - overlap) * 2 * m * vpp)
+
+Hops between racks, priced per hop (``hop_p2p``): the transfers do not all cross the same link. A
+micro-batch's lap visits every stage once, so the time it spends in transfers is the *sum* of its hops'
+times, and a lap's micro-batches keep every rank busy for ``pp`` chunk times per lap (the interleaved
+schedule runs micro-batches in groups of ``pp``: megatron-core ``schedules.py``
+``microbatch_group_size_per_vp_stage`` defaults to pp; Narayanan et al. SC'21, s2.2.2): a transfer costs the
+*mean* hop, not the worst. A pipeline group's stages are consecutive ranks ``base + k * stride`` (pipeline
+is the outermost rank axis, Megatron's default order ``tp-cp-ep-dp-pp``), so its members fill NVLink domains
+in order and ``domains - 1`` of its ``pp - 1`` forward hops leave a domain; the interleaved schedule's lap
+also returns from the last stage to the first (chunk ``c`` on rank ``pp - 1`` feeds chunk ``c + 1`` on rank
+0), one hop more that leaves a domain when the group spans two or more::
+
+    hops  = pp - 1 (+ 1 with vpp > 1)          crossing = domains - 1 (+ 1 with vpp > 1 and domains > 1)
+    p2p(A) = (crossing * p2p_net(A, tier) + (hops - crossing) * p2p_nvlink(A)) / hops
+
+with ``tier`` the highest fabric tier the group crosses (a little pessimistic for hops that stay below
+it). On HGX nodes a stage of ``tp cp dp >= 8`` ranks fills a node, every hop leaves it and nothing changes;
+on NVL72 racks the share of crossing hops grows with the data-parallel size: Llama 3.1 405B TP4 PP8 VPP8
+CP2 has 2 of its 8 hops between racks on 128 GB200 and all 8 on 512.
 """
 
 from __future__ import annotations
@@ -39,3 +58,28 @@ def p2p_transfers(pp: int, vpp: int, microbatches: int, overlap: float) -> float
     if pp <= 1:
         return 0.0
     return 2 * (pp - 1) + (1.0 - overlap) * 2 * microbatches * vpp
+
+
+def crossing_hops(pp: int, vpp: int, domains: int) -> tuple[int, int]:
+    """(hops, crossing): the stage-to-stage hops of one lap of a micro-batch (``pp - 1``, plus the return
+    from the last stage to the first when interleaved) and how many of them leave an NVLink domain, for a
+    pipeline group that touches ``domains`` domains (module docstring)."""
+    if pp <= 1:
+        return 0, 0
+    wrap = 1 if vpp > 1 else 0
+    hops = pp - 1 + wrap
+    crossing = 0 if domains <= 1 else domains - 1 + wrap
+    return hops, min(crossing, hops)
+
+
+def hop_p2p(fabric, nbytes: float, shape, vpp: int) -> float:
+    """Seconds of one stage-to-stage transfer of ``nbytes``, the mean over the pipeline group's hops
+    (``shape``: its ``GroupShape``; NVLink for the hops inside a domain, ``fabric.p2p`` at the group's tier
+    for those that leave one). 0 without a pipeline."""
+    if shape is None or shape.size <= 1:
+        return 0.0
+    hops, crossing = crossing_hops(shape.size, vpp, shape.domains)
+    inside = fabric.p2p(nbytes, -1)
+    if crossing == 0:
+        return inside
+    return (crossing * fabric.p2p(nbytes, shape.tier) + (hops - crossing) * inside) / hops
