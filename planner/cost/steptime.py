@@ -285,6 +285,14 @@ def windows(lt, ep_sms: float = 0.0) -> tuple[float, float, float]:
     return 3.0 * lt.gemm_fwd, EA.window_with_sms(lt.total, ep_sms), lt.attn_core
 
 
+def host_call_us(cluster, par) -> float:
+    """Host microseconds per launched kernel: the cluster's own figure (``Cluster.host_launch_us``, its hosts'
+    measured kernel launch cost: the cost belongs to the host CPU, docs/cloud.md) where the file sets one,
+    else the profile's ``host.launch_us`` for the GPU generation (``par``: the profile's lookup)."""
+    own = getattr(cluster, "host_launch_us", None)
+    return float(own) if own is not None else par("host.launch_us")
+
+
 def kind_host_time(model, kind: tuple, ep: int, graphed, experts_launched: bool, call_us: float,
                    recompute=()) -> float:
     """Host seconds to issue one layer of ``kind`` (``terms/host.py``); ``ep`` sets the local experts,
@@ -494,7 +502,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     o_cp = par("cp.overlap")
 
     graphed, experts_launched = host_regime(model, config, training, rec)
-    call_us = par("host.launch_us")
+    call_us = host_call_us(cluster, par)
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
     layer_times = {}

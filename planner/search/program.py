@@ -37,6 +37,7 @@ from planner.cost.steptime import (
     dispatch_bytes,
     efficiencies,
     head_time,
+    host_call_us,
     host_regime,
     kind_host_time,
     kind_sync_time,
@@ -353,7 +354,7 @@ class ProgramBuilder:
                        for rc in self.vals["recompute"]}
         self.rc_priced = len(set(self.eff_rc.values())) > 1   # graphs on or off depends on recompute
         self.launch = self.q(self.par("other.layer_us") * 1e-6)
-        self.call_us = self.par("host.launch_us")
+        self.call_us = host_call_us(self.cluster, self.par)
         self.kind_list = list(kinds_of(model))
         self.lvars = ("tp", "cp", "ep", "etp", "mbs", "recompute")
 
