@@ -30,7 +30,8 @@ also returns from the last stage to the first (chunk ``c`` on rank ``pp - 1`` fe
     p2p(A) = (crossing * p2p_net(A, tier) + (hops - crossing) * p2p_nvlink(A)) / hops
 
 with ``tier`` the highest fabric tier the group crosses (a little pessimistic for hops that stay below
-it). On HGX nodes a stage of ``tp cp dp >= 8`` ranks fills a node, every hop leaves it and nothing changes;
+it). A placement that breaks the order (a replan that moves one stage onto a spare tray in another rack) can
+leave and re-enter a domain, crossing more often than ``domains - 1``: there the count is a lower bound. On HGX nodes a stage of ``tp cp dp >= 8`` ranks fills a node, every hop leaves it and nothing changes;
 on NVL72 racks the share of crossing hops grows with the data-parallel size: Llama 3.1 405B TP4 PP8 VPP8
 CP2 has 2 of its 8 hops between racks on 128 GB200 and all 8 on 512.
 """
