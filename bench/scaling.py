@@ -1,6 +1,7 @@
 """Scaling retention, predicted against measured, per published series (bench/data/scaling/scaling.csv).
 
-Run: ``python bench/scaling.py [CSV]``; ``python bench/scaling.py --fit [CSV]`` also fits the one fitted figure
+Run: ``python bench/scaling.py [CSV]``; ``--regimes`` adds the mean error per regime (precision, GPU, stack,
+pipeline hops across racks, data-parallel size, growth); ``python bench/scaling.py --fit [CSV]`` also fits the one fitted figure
 of the scale terms, the ranks' arrival spread at an FP8 delayed-scaling amax reduction
 (``planner/cost/terms/fp8_scaling.py`` ARRIVAL_SPREAD_S), on a grid, and prints the mean error in sample and
 leave-one-series-out (the spread refitted without each series, that series then judged).
@@ -50,12 +51,45 @@ def fit(rows) -> None:
           f"{sum(h > 4 for h in held)} off by > 4 (shipped: {kept * 1e6:.0f} us)")
 
 
+def regime_of(rows: list[dict]) -> dict[str, str]:
+    """The regimes one series belongs to (its rows in the CSV, smallest count first): precision (FP8 delayed
+    scaling apart), GPU, stack, whether a pipeline hop crosses NVLink domains at the largest count, and the
+    data-parallel size reached there."""
+    first, last = rows[0], rows[-1]
+    n, tp, pp, cp = (int(last[k] or 1) for k in ("num_gpus", "tp", "pp", "cp"))
+    nvl72 = last["gpu"].upper().startswith("GB")
+    stage = n // max(pp, 1)
+    dp = n // (tp * pp * cp)
+    prec = last["precision"] + (" delayed" if (last.get("fp8_recipe") or "").strip() == "delayed" else "")
+    cross = "pp=1" if pp <= 1 else ("pp crosses racks" if nvl72 and stage >= 64 else
+                                    "pp within a rack" if nvl72 else "pp across nodes")
+    return {"precision": prec, "gpu": last["gpu"], "stack": last["stack"].split("-")[0], "pipeline": cross,
+            "dp at the largest count": "dp <= 16" if dp <= 16 else "dp 17-128" if dp <= 128 else "dp > 128",
+            "GPUs grown": f"x{n // int(first['num_gpus'])}" if n // int(first["num_gpus"]) <= 4 else "x8 or more"}
+
+
+def regimes(rows: list[dict], series) -> None:
+    """Mean signed and absolute error (points) per regime (``regime_of``)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r.get("series") or "").strip(), []).append(r)
+    table: dict[tuple[str, str], list[float]] = {}
+    for s in series:
+        g = sorted(groups[s.series], key=lambda r: int(r["num_gpus"]))
+        for axis, value in regime_of(g).items():
+            table.setdefault((axis, value), []).append(s.error_points)
+    print(f"\n{'regime':44s} {'series':>6s} {'mean':>6s} {'mean |e|':>8s}")
+    for (axis, value), errs in sorted(table.items()):
+        print(f"{axis + ': ' + value:44s} {len(errs):6d} {sum(errs) / len(errs):+6.2f} "
+              f"{sum(abs(e) for e in errs) / len(errs):8.2f}")
+
+
 def main(argv: list[str]) -> int:
     from planner.calibration.retention import series_retention, summary
     from planner.calibration.validate import read_rows
 
-    do_fit = "--fit" in argv
-    argv = [a for a in argv if a != "--fit"]
+    do_fit, by_regime = "--fit" in argv, "--regimes" in argv
+    argv = [a for a in argv if a not in ("--fit", "--regimes")]
     path = Path(argv[0]) if argv else DEFAULT_CSV
     series = series_retention(read_rows(path), source=str(path))
     print(f"{'series':34s} {'GPU':6s} {'GPUs':>12s} {'measured':>9s} {'predicted':>9s} {'diff':>6s}")
@@ -67,6 +101,8 @@ def main(argv: list[str]) -> int:
     print(f"\n{sm['series']} series: mean |predicted - measured| {sm['mean_abs_points']:.2f} points, "
           f"{sm['over']} off by more than {sm['far_points']:.0f}; mean retention measured "
           f"{sm['mean_measured']:.1f}%, predicted {sm['mean_predicted']:.1f}%")
+    if by_regime:
+        regimes(read_rows(path), series)
     if do_fit:
         fit(read_rows(path))
     return 0
