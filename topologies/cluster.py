@@ -238,7 +238,7 @@ class Cluster(BaseModel):
         None, gt=0, description="host (CPU) memory of one node, GB, where it differs from the GPU catalog's figure "
         "(DGX: 2,000; NVL72 tray: 960): the limit of Megatron's optimizer CPU offload; omitted = the catalog's")
     host_launch_us: float | None = Field(
-        None, gt=0, le=1000, description="host seconds per launched kernel on these hosts, us: the CPU's cost of "
+        None, gt=0, le=1000, description="host time per launched kernel on these hosts, microseconds: the CPU's cost of "
         "pushing one kernel (PyTorch, Transformer Engine and Megatron per op), as NVIDIA's CPU-overhead "
         "microbenchmark measures it per platform (dgxc-benchmarking microbenchmarks/cpu_overhead: kernel launch "
         "latency). It prices the host floor of eager layers (planner/cost/terms/host.py); omitted = the stack "
