@@ -27,8 +27,10 @@ The program, per layer:
    that lacks that expert, then pairwise swaps lower the busiest GPU.
 4. **CP-SAT** re-packs the domains holding the busiest GPUs (exactly ``slots_per_gpu`` replicas per
    GPU, at most one replica of an expert per GPU, counts per domain fixed, so locality is
-   unchanged) to minimise the busiest GPU, hinted with step 3 and kept only when better; its bound
-   is reported. Skipped when the packing already meets the domain's mean.
+   unchanged) to minimise the busiest GPU, hinted with step 3 and kept only when better. Skipped
+   when the packing is proven within ``CPSAT_MIN_GAP`` of :mod:`solver.expert_bounds`' lower bound
+   (mean, prefix, pair and two-slot bounds of every domain); the larger of that bound and CP-SAT's is
+   reported.
 
 With a previous placement and a move budget: the new target's GPUs are mapped onto the old ones
 inside each domain to keep what can stay (an assignment problem); if the remaining changes exceed
@@ -44,6 +46,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from solver.expert_bounds import packing_bound
+from solver.expert_bounds import pair_sums as _pair_sums
 from solver.expert_metrics import domain_share, gpu_loads, locality, moves_between
 from solver.interrupt import stoppable
 
@@ -83,9 +87,9 @@ PAIR_CANDIDATES = 64          # chosen: pair_counts prices only the 64 heaviest 
 # Single swaps stop when the busiest domain's load per GPU is within 0.5% of the mean (chosen: each
 # swap costs locality; docs/experts.md step 1).
 SWAP_TARGET = 1.005
-# CP-SAT re-packs only when the greedy busiest GPU is more than 0.2% above the proven domain bound,
-# and only the domains whose busiest GPU is within 0.5% of the overall busiest (the others cannot
-# set the balance). Chosen: below BALANCE_TIE, so the skipped gains are smaller than a tie.
+# CP-SAT re-packs only when the greedy busiest GPU is more than 0.2% above the proven bound
+# (solver.expert_bounds), and only the domains whose busiest GPU is within 0.5% of the overall
+# busiest (the others cannot set the balance). Chosen: below BALANCE_TIE, so the skipped gains are smaller than a tie.
 CPSAT_MIN_GAP = 1.002
 HOT_DOMAIN = 0.995
 # Refinement accepts a change that keeps the busiest GPU and lowers the excess above the mean by at
@@ -363,13 +367,6 @@ def _single_swaps(n, home, load, w, dispatch="home", max_swaps=SINGLE_SWAPS, tar
         L[a] -= dl / w[a]
         L[b] += dl / w[b]
     return n, home
-
-
-def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
-    """Rows of 2m replica loads (free slots as 0): the GPU loads of the best packing with 2 slots
-    per GPU, heaviest paired with lightest (optimal for the busiest GPU); returns [rows, m]."""
-    a = np.sort(vals, axis=-1)
-    return a[..., :m][..., ::-1] + a[..., m:]
 
 
 def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray, z: np.ndarray,
@@ -1073,17 +1070,14 @@ def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_
     return best[2:]
 
 
-def _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) -> float:
-    """A lower bound on the busiest GPU for these replica counts: no packing beats a domain's mean, and
-    the heaviest replica shares its GPU with at least the K - 1 lightest (with two slots per GPU the
-    heaviest-with-lightest pairing is the best packing)."""
-    bound = max(float(gl[r].mean()) for r in ranks)
+def _domain_bound(n, norm, w, dispatch, home, ranks, K) -> float:
+    """A lower bound on the busiest GPU for these replica counts: the largest of every domain's
+    :func:`solver.expert_bounds.packing_bound` (mean, prefix, pair and two-slot bounds)."""
+    share = domain_share(n, w, dispatch, home)
+    bound = 0.0
     for d, r in enumerate(ranks):
-        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
-        if K == 2:
-            bound = max(bound, float(_pair_sums(iw, len(r)).max()))
-        else:
-            bound = max(bound, float(iw[-1] + iw[:K - 1].sum()))
+        es = np.flatnonzero(n[:, d] > 0)
+        bound = max(bound, packing_bound(norm[es] * share[es, d] / n[es, d], n[es, d], len(r), K))
     return bound
 
 
@@ -1147,11 +1141,13 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             if gl2.max() < gl.max() - 1e-12:
                 n, greedy, gl = n2, g2, gl2
     greedy_bal = float(gl.max() / gl.mean())
-    phy, status, lb = greedy, "greedy", 0.0
-    if (use_cpsat and time_limit > 0
-            and gl.max() > _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) * CPSAT_MIN_GAP):
-        phy, status, lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
-                                        time_limit, seed)
+    # CP-SAT only when the greedy packing is not proven within CPSAT_MIN_GAP of the bound
+    lb = _domain_bound(n, norm, w, dispatch, home, ranks, K) / gl.mean()
+    phy, status = greedy, "greedy"
+    if use_cpsat and time_limit > 0 and greedy_bal > lb * CPSAT_MIN_GAP:
+        phy, status, cp_lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
+                                           time_limit, seed)
+        lb = max(lb, cp_lb)
     moves = None
     if prev is not None:
         prev = np.asarray(prev, dtype=np.int64)
