@@ -40,7 +40,7 @@ never more than the budget.
 
 from __future__ import annotations
 
-import math
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -413,76 +413,135 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
     only the domains whose loads it changed are priced again (and only that expert's candidates'
     loads are redone), and every candidate's domains are priced together (one call per distinct
     domain size). Returns (n, home)."""
+    return pair_counts_for(load, group_of, m, K, dispatch, (locality_weight,), overload_weight, spread, top)[0]
+
+
+def pair_counts_for(load, group_of, m, K, dispatch, locality_weights, overload_weight=OVERLOAD_WEIGHT,
+                    spread=True, top=PAIR_CANDIDATES) -> list:
+    """:func:`pair_counts` for several locality weights, [(n, home)] in their order, the same results
+    as one call per weight. The weights choose the same slots until their scores disagree (the
+    prices do not depend on the weight), so the first run records every slot's candidates and their
+    scores without the locality term, and each later run replays that record (one argmin per slot,
+    no pricing) while it chooses as the first did; from the first different choice on it prices its
+    own slots."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
-    E, D, P = len(load), len(m), int(m.sum())
-    load, w, home, n = _start(load, group_of, m, K, spread)
-    free = (K * m - n.sum(axis=0)).astype(np.int64)
-    rep = np.where(n > 0, load[:, None] * domain_share(n, w, dispatch, home) / np.maximum(n, 1), 0.0)
-    srt, peak0, cost = [None] * D, np.zeros(D), np.zeros(D)
-    dirty = np.ones(D, dtype=bool)
-    sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
-    known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
-    priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
-    # every (expert, new domain) candidate's replica loads with one more replica there
-    cand_n = np.repeat(n, D, axis=0)
-    cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+    load, w, home, n0 = _start(load, group_of, m, K, spread)
+    record, out = [], []
+    for lw in locality_weights:
+        fill = _PairFill(load, w, home, n0, m, dispatch, overload_weight, top)
+        diverged = True
+        for base, gain, ce, cd in record:
+            k = int(np.argmin(base - lw * gain))
+            diverged = k != int(np.argmin(base - locality_weights[0] * gain))
+            fill.take(int(ce[k]), int(cd[k]), price=False)
+            if diverged:
+                break
+        if not diverged:             # every slot chosen as the first run chose: the same counts
+            out.append(out[0])
+            continue
+        fill.reprice()
+        while fill.free.sum() > 0:
+            base, gain, ce, cd = fill.candidates()
+            k = int(np.argmin(base - lw * gain))
+            if len(out) == 0:
+                record.append((base, gain, ce, cd))
+            fill.take(int(ce[k]), int(cd[k]))
+        out.append((_pair_repair(fill.n, home, load, w, m, dispatch, overload_weight), home))
+    return out
 
-    def cand_rep(rows):
-        e = rows // D
-        return load[e, None] * domain_share(cand_n[rows], w, dispatch, home[e]) / np.maximum(cand_n[rows], 1)
 
-    cand_rep_all = cand_rep(np.arange(E * D))
-    while free.sum() > 0:
-        known[dirty] = False
-        for d in np.flatnonzero(dirty):
-            srt[d], peak0[d], cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, overload_weight)
-        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
+class _PairFill:
+    """pair_counts' state: counts, free slots, replica loads, each domain's sorted loads and price,
+    every (expert, new domain) candidate's replica loads, and the cache of priced (domain, candidate)
+    pairs (a pair keeps its price until its domain or its expert changes)."""
+
+    def __init__(self, load, w, home, n0, m, dispatch, overload_weight, top):
+        self.load, self.w, self.home, self.m = load, w, home, m
+        self.dispatch, self.ow, self.top = dispatch, overload_weight, top
+        self.n = n0.copy()
+        self.E, self.D, self.P = len(load), len(m), int(m.sum())
+        self.free = (2 * m - self.n.sum(axis=0)).astype(np.int64)
+        self.sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
+
+    def _cand_rep(self, rows):
+        e = rows // self.D
+        cn = self.cand_n[rows]
+        return self.load[e, None] * domain_share(cn, self.w, self.dispatch, self.home[e]) / np.maximum(cn, 1)
+
+    def _row(self, e):
+        n = self.n
+        return np.where(n[e] > 0, self.load[e] * domain_share(n[e:e + 1], self.w, self.dispatch,
+                                                              self.home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
+
+    def reprice(self):
+        """Every derived table from the counts (the start, or after a replay that skipped them)."""
+        E, D, n = self.E, self.D, self.n
+        self.rep = np.where(n > 0, self.load[:, None] * domain_share(n, self.w, self.dispatch, self.home)
+                            / np.maximum(n, 1), 0.0)
+        self.srt, self.peak0, self.cost = [None] * D, np.zeros(D), np.zeros(D)
+        self.dirty = np.ones(D, dtype=bool)
+        self.known = np.zeros((D, E * D), dtype=bool)         # [domain, expert * D + new domain] priced
+        self.priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
+        self.cand_n = np.repeat(n, D, axis=0)
+        self.cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+        self.cand_rep_all = self._cand_rep(np.arange(E * D))
+
+    def candidates(self):
+        """(score without the locality term, locality gain, experts, domains) of every candidate."""
+        D, P, m, n, rep, free = self.D, self.P, self.m, self.n, self.rep, self.free
+        self.known[self.dirty] = False
+        for d in np.flatnonzero(self.dirty):
+            self.srt[d], self.peak0[d], self.cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]),
+                                                                     P, self.ow)
+        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:self.top]
         ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
         ce = heavy[ce]
         if len(ce) == 0:
             ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
-        new_rep = cand_rep_all[ce * D + cd]
-        new_cost = np.tile(cost, (len(ce), 1))
-        peak = np.tile(peak0, (len(ce), 1))
+        new_rep = self.cand_rep_all[ce * D + cd]
+        new_cost = np.tile(self.cost, (len(ce), 1))
+        peak = np.tile(self.peak0, (len(ce), 1))
         # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
-        # replicas' loads there (and takes a free slot in its new domain); a pair priced before
-        # keeps its price until its domain or its expert changes
+        # replicas' loads there (and takes a free slot in its new domain)
         hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
         key = ce[hc] * D + cd[hc]
-        todo = ~known[hx, key]
-        for size, doms in sizes:
+        todo = ~self.known[hx, key]
+        for size, doms in self.sizes:
             sel = np.flatnonzero(todo & (m[hx] == size))
             if len(sel) == 0:
                 continue
             c, x = hc[sel], hx[sel]
-            base = np.stack([srt[d] for d in doms])[np.searchsorted(doms, x)]
+            base = np.stack([self.srt[d] for d in doms])[np.searchsorted(doms, x)]
             ps = _pair_sums_after(base, size, rep[ce[c], x], n[ce[c], x], (cd[c] == x).astype(np.int64),
                                   new_rep[c, x]) * P
             pk = ps.max(axis=1)
-            priced[0][x, key[sel]] = pk
-            priced[1][x, key[sel]] = pk + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
-            known[x, key[sel]] = True
-        peak[hc, hx] = priced[0][hx, key]
-        new_cost[hc, hx] = priced[1][hx, key]
-        gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
-        score = peak.max(axis=1) + overload_weight * (new_cost - peak).sum(axis=1) - locality_weight * gain
-        k = int(np.argmin(score))
-        e = ce[k]
-        n[e, cd[k]] += 1
-        free[cd[k]] -= 1
-        row = np.where(n[e] > 0, load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
-        dirty = row != rep[e]
-        dirty[cd[k]] = True
-        rep[e] = row
-        known[:, e * D:(e + 1) * D] = False
+            self.priced[0][x, key[sel]] = pk
+            self.priced[1][x, key[sel]] = pk + self.ow * np.maximum(ps - 1.0, 0.0).sum(axis=1)
+            self.known[x, key[sel]] = True
+        peak[hc, hx] = self.priced[0][hx, key]
+        new_cost[hc, hx] = self.priced[1][hx, key]
+        gain = np.where(n[ce, cd] == 0, self.load[ce] * self.w[cd], 0.0) * D
+        return peak.max(axis=1) + self.ow * (new_cost - peak).sum(axis=1), gain, ce, cd
+
+    def take(self, e, d, price=True):
+        """One more replica of expert e in domain d; with ``price``, the tables it changes are redone."""
+        self.n[e, d] += 1
+        self.free[d] -= 1
+        if not price:
+            return
+        D = self.D
+        row = self._row(e)
+        self.dirty = row != self.rep[e]
+        self.dirty[d] = True
+        self.rep[e] = row
+        self.known[:, e * D:(e + 1) * D] = False
         rows = np.arange(e * D, (e + 1) * D)
-        cand_n[rows] = n[e]
-        cand_n[rows, np.arange(D)] += 1
-        cand_rep_all[rows] = cand_rep(rows)
-    return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
+        self.cand_n[rows] = self.n[e]
+        self.cand_n[rows, np.arange(D)] += 1
+        self.cand_rep_all[rows] = self._cand_rep(rows)
 
 
 def _pair_repair(n, home, load, w, m, dispatch="home", overload_weight=OVERLOAD_WEIGHT, iters=PAIR_REPAIR_ITERS,
@@ -632,16 +691,24 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
 def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
     """Heaviest replica first to the lightest GPU with a free slot that lacks the expert (the first
     such GPU on ties). Returns the GPU of every item. When the greedy corners itself, a swap repairs
-    it. Plain Python: a domain has a few dozen GPUs, fewer than numpy pays off on per item."""
+    it. The GPUs with a free slot sit in a heap keyed (load, index), so the rule's GPU is the first
+    popped that lacks the expert (the others go back unchanged); plain Python, a domain has a few
+    dozen GPUs."""
     e, w = items_e.tolist(), items_w.tolist()
     gpu_of = [-1] * len(e)
     load, fill = [0.0] * gpus, [0] * gpus
     holds = [set() for _ in range(gpus)]
+    heap = [(0.0, h) for h in range(gpus)] if K > 0 else []
     for i in np.argsort(-items_w, kind="stable").tolist():
-        g, low = -1, math.inf
-        for h in range(gpus):
-            if fill[h] < K and load[h] < low and e[i] not in holds[h]:
-                g, low = h, load[h]
+        skipped, g = [], -1
+        while heap:
+            _, h = heapq.heappop(heap)
+            if e[i] not in holds[h]:
+                g = h
+                break
+            skipped.append(h)
+        for h in skipped:
+            heapq.heappush(heap, (load[h], h))
         if g < 0:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
             g_free = fill.index(next(f for f in fill if f < K))
             j = next(j for j in range(len(e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
@@ -650,10 +717,14 @@ def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) ->
             holds[g].discard(e[j]); load[g] -= w[j]; fill[g] -= 1
             gpu_of[j] = g_free
             holds[g_free].add(e[j]); load[g_free] += w[j]; fill[g_free] += 1
+            heap = [(load[h], h) for h in range(gpus) if fill[h] < K and h != g]
+            heapq.heapify(heap)
         gpu_of[i] = g
         holds[g].add(e[i])
         load[g] += w[i]
         fill[g] += 1
+        if fill[g] < K:
+            heapq.heappush(heap, (load[g], g))
     return np.array(gpu_of, dtype=np.int64)
 
 
@@ -1019,12 +1090,14 @@ def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weigh
         if not with_tokens:
             starts += ((None, None, None, True),)
     cands = []
+    pairs = [lw for kind, lw, _, _ in starts if kind == "pair"]
+    pairs = dict(zip(pairs, pair_counts_for(norm, group_of, m, K, dispatch, pairs, overload_weight))) if pairs else {}
     for kind, lw, ow, sp in starts:
         if kind is None:
             cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
                           "waterfill" + (" scattered" if sp else "")))
         elif kind == "pair":
-            cands.append((*pair_counts(norm, group_of, m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
+            cands.append((*pairs[lw], f"pairs lw={lw}"))
         else:
             cands.append((*domain_counts(norm, group_of, m, K, dispatch, lw, ow, sp),
                           f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
@@ -1049,7 +1122,9 @@ def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_
     lowest balance + remote_weight x remote domains per token (+ a steep price above the knee);
     without, the best balance, earlier starts winning ties."""
     best = None
-    for n_, home_, label in cands:
+    for i, (n_, home_, label) in enumerate(cands):
+        if any((n_ == c[0]).all() and (home_ == c[1]).all() for c in cands[:i]):
+            continue          # the same counts as an earlier start, which wins the tie anyway
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K, _greedy_pack(ranks, K))
         gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
         bal_ = gl_.max() / gl_.mean()
