@@ -384,6 +384,25 @@ def test_pair_counts_equals_the_full_scan(m, seed, lw, top, dispatch):
     assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from([(4, 4), (4, 4, 4), (3, 5), (8, 8, 8, 8), (2, 3, 3)]), st.integers(0, 2**32 - 1),
+       st.lists(st.sampled_from([0.0, 0.05, 0.4, 1.5, 5.0]), min_size=2, max_size=4),
+       st.sampled_from(["home", "even", "local"]))
+def test_pair_counts_for_several_weights_equals_one_run_each(m, seed, lws, dispatch):
+    """The later weights replay the first run's recorded slot choices while they agree and price
+    their own from the first disagreement: the counts of one pair_counts call per weight."""
+    from solver.experts import pair_counts, pair_counts_for
+
+    m = np.array(m)
+    E = int(m.sum()) + 3
+    load = np.random.default_rng(seed).zipf(1.6, E).astype(float)
+    group_of = np.arange(E) // 4
+    got = pair_counts_for(load, group_of, m, 2, dispatch, lws, 0.3, True, top=6)
+    for lw, (n, home) in zip(lws, got):
+        want = pair_counts(load, group_of, m, 2, dispatch, lw, 0.3, True, top=6)
+        assert (n == want[0]).all() and (home == want[1]).all()
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 9), st.integers(1, 5), st.data())
 def test_greedy_packing_puts_each_replica_on_the_lightest_allowed_gpu(gpus, K, data):
