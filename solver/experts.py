@@ -889,9 +889,9 @@ def _gpu_lists(rank_domain):
     return [np.flatnonzero(rank_domain == d) for d in range(D)]
 
 
-def _items(n, load, w, dispatch, home, d):
-    """The replicas in domain d and the load each carries."""
-    share = domain_share(n, w, dispatch, home)
+def _items(n, load, w, dispatch, home, d, share=None):
+    """The replicas in domain d and the load each carries (``share``: ``domain_share`` of these counts)."""
+    share = domain_share(n, w, dispatch, home) if share is None else share
     es = np.flatnonzero(n[:, d] > 0)
     per = load[es] * share[es, d] / n[es, d]
     return np.repeat(es, n[es, d]), np.repeat(per, n[es, d])
@@ -902,15 +902,18 @@ def _assemble(n, load, w, dispatch, home, ranks, K, pack):
     P = sum(len(r) for r in ranks)
     phy = -np.ones(P * K, dtype=np.int64)
     info = []
+    share = domain_share(n, w, dispatch, home)
     for d, rk in enumerate(ranks):
-        items_e, items_w = _items(n, load, w, dispatch, home, d)
+        items_e, items_w = _items(n, load, w, dispatch, home, d, share)
         gpu_of, extra = pack(d, items_e, items_w)
         info.append(extra)
-        fill = np.zeros(len(rk), dtype=np.int64)
-        for i in np.argsort(-items_w, kind="stable"):
-            r = rk[gpu_of[i]]
-            phy[r * K + fill[gpu_of[i]]] = items_e[i]
-            fill[gpu_of[i]] += 1
+        # the items heaviest first (stable) fill their GPU's slots in order
+        order = np.argsort(-items_w, kind="stable")
+        g = gpu_of[order]
+        first = np.argsort(g, kind="stable")           # the items grouped by GPU, in that order
+        slot = np.empty(len(g), dtype=np.int64)
+        slot[first] = np.arange(len(g)) - np.searchsorted(g[first], g[first])
+        phy[np.asarray(rk)[g] * K + slot] = items_e[order]
     return phy, info
 
 
