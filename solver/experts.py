@@ -1245,6 +1245,8 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
         bl_alt = gpu_loads(phy, rank_domain, K, norm, dispatch, alt)
         if bl_alt.max() < bl.max():
             fallback, bl = alt, bl_alt
+    if (nfinal != n).any() or (fallback != home).any():     # the bound of what is placed (after a migration)
+        lb = _domain_bound(nfinal, norm, w, dispatch, fallback, ranks, K) / bl.mean()
     return LayerResult(physical_to_logical=phy, balance=float(bl.max() / bl.mean()),
                        greedy_balance=greedy_bal, cpsat_status=status, lower_bound=lb, moves=moves,
                        solve_s=time.perf_counter() - t0,
