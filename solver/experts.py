@@ -1128,15 +1128,24 @@ def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_
     for i, (n_, home_, label) in enumerate(cands):
         if any((n_ == c[0]).all() and (home_ == c[1]).all() for c in cands[:i]):
             continue          # the same counts as an earlier start, which wins the tie anyway
+        if tokens is not None and best is not None and remote_weight >= 0:
+            # no packing of these counts beats the bound: when even it cannot win, skip the packing
+            lb = _domain_bound(n_, norm, w, dispatch, home_, ranks, K) * len(rank_domain) / norm.sum()
+            if lb + KNEE_PRICE * max(lb - BALANCE_KNEE, 0.0) - 1e-9 >= best[0][1]:
+                continue
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K, _greedy_pack(ranks, K))
         gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
         bal_ = gl_.max() / gl_.mean()
         if tokens is not None:
             # the candidate's remote domains per token on the sampled tokens: the warm start
             # minimises balance + remote_weight x remote domains per token
+            # (+ a steep price on balance above the knee, under BALANCE_TARGET); with none remote
+            # (>= 0) the key is already no better than the best: its locality is not needed
+            knee = KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0)
+            if best is not None and remote_weight >= 0 and (0, bal_ + knee, 0.0) >= best[0]:
+                continue
             rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
-            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
-            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
+            key = (0, bal_ + remote_weight * rem_ + knee, 0.0)
         else:
             # earlier candidates keep groups together: a later one must be clearly better, and
             # the scattered one is taken only when the others miss the target
