@@ -543,3 +543,38 @@ def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
     direct = evaluate_placement(p2l, rd, 9, loads, routing, "even")
     assert doc["eplb"]["global"]["balance"] == pytest.approx(np.mean([m["balance"] for m in direct]))
     assert doc["summary"]["balance"] <= doc["eplb"]["global"]["balance"] + 1e-9
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from([(2, 4, 3), (4, 2, 3), (3, 4, 2), (4, 4, 2)]), st.integers(0, 2**32 - 1),
+       st.floats(0.6, 2.0))
+def test_best_start_skips_only_starts_that_cannot_win(shape, seed, s):
+    """_best_start skips the packing of a start whose bound already prices it out, and the locality
+    of one whose balance does: the start it keeps is the plain scan's (every start packed and
+    measured, the lowest key first, earlier starts winning ties)."""
+    from solver.experts import (BALANCE_KNEE, KNEE_PRICE, REMOTE_WEIGHT, _assemble, _best_start, _greedy_pack,
+                                _warm_starts)
+
+    D, m_d, K = shape
+    E = 16
+    rd = np.repeat(np.arange(D), m_d)
+    ranks = [np.flatnonzero(rd == d) for d in range(D)]
+    m = np.full(D, m_d)
+    w = m / m.sum()
+    if K * D * m_d < E:
+        return
+    load = np.random.default_rng(seed).zipf(1.0 + s, E).astype(float)
+    norm = load / load.sum()
+    tokens = sample_routing(load, 4, 2, 4, tokens=256, seed=seed)
+    cands = _warm_starts(norm, np.arange(E) // 4, m, K, "home", 0.05, 0.3, True)
+    best = None
+    for n_, home_, label in cands:
+        g_, _ = _assemble(n_, norm, w, "home", home_, ranks, K, _greedy_pack(ranks, K))
+        gl_ = gpu_loads(g_, rd, K, norm, "home", home_)
+        bal = gl_.max() / gl_.mean()
+        rem = locality(tokens, n_, w, "home", home_)["remote_domains_per_token"]
+        key = bal + REMOTE_WEIGHT * rem + KNEE_PRICE * max(bal - BALANCE_KNEE, 0.0)
+        if best is None or key < best[0]:
+            best = (key, n_, home_, label)
+    got = _best_start(cands, norm, w, "home", ranks, rd, K, tokens, REMOTE_WEIGHT)
+    assert got[-1] == best[3] and (got[0] == best[1]).all() and (got[1] == best[2]).all()
