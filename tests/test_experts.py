@@ -546,7 +546,7 @@ def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.sampled_from([(2, 4, 3), (4, 2, 3), (3, 4, 2), (4, 4, 2)]), st.integers(0, 2**32 - 1),
+@given(st.sampled_from([(2, 4, 3), (2, 8, 2), (3, 4, 2), (4, 4, 2)]), st.integers(0, 2**32 - 1),
        st.floats(0.6, 2.0))
 def test_best_start_skips_only_starts_that_cannot_win(shape, seed, s):
     """_best_start skips the packing of a start whose bound already prices it out, and the locality
