@@ -390,7 +390,7 @@ def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: 
     overload_weight x load above the mean, in units of the mean) under the best 2-slot packing."""
     es = n_col > 0
     srt = np.sort(np.concatenate([np.repeat(rep_col[es], n_col[es]), np.zeros(free)]))
-    ps = _pair_sums(srt, m) * P
+    ps = (srt[m - 1::-1] + srt[m:]) * P                  # _pair_sums of the sorted loads
     peak = ps.max()
     return srt, peak, peak + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
 
@@ -502,8 +502,8 @@ class _PairFill:
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
         new_rep = self.cand_rep_all[ce * D + cd]
-        new_cost = np.tile(self.cost, (len(ce), 1))
-        peak = np.tile(self.peak0, (len(ce), 1))
+        new_cost = np.repeat(self.cost[None, :], len(ce), axis=0)
+        peak = np.repeat(self.peak0[None, :], len(ce), axis=0)
         # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
         # replicas' loads there (and takes a free slot in its new domain)
         hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
