@@ -580,3 +580,23 @@ def test_best_start_skips_only_starts_that_cannot_win(shape, seed, s):
             best = (key, n_, home_, label)
     got = _best_start(cands, norm, w, "home", ranks, rd, K, tokens, REMOTE_WEIGHT)
     assert got[-1] == best[3] and (got[0] == best[1]).all() and (got[1] == best[2]).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 10), st.integers(0, 2**32 - 1), st.booleans())
+def test_home_shares_equal_the_one_hot_formula(E, D, seed, given_primary):
+    """domain_share under the home dispatch adds the uncovered tokens' share to the fallback domain
+    in place; the oracle is the plain formula has x w + w0 x one-hot(fallback), bit for bit."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(0, 3, size=(E, D)) * (rng.random((E, D)) < 0.5)
+    n[np.arange(E), rng.integers(0, D, E)] += 1
+    w = rng.random(D) + 0.01
+    w = w / w.sum()
+    primary = rng.integers(0, D, E) if given_primary else np.argmax(n, axis=1)
+    has = n > 0
+    w0 = (w[None, :] * ~has).sum(axis=1, keepdims=True)
+    fall = np.zeros((E, D))
+    fall[np.arange(E), primary] = 1.0
+    want = has * w[None, :] + w0 * fall
+    got = domain_share(n, w, "home", primary if given_primary else None)
+    assert got.tobytes() == want.tobytes()
