@@ -89,7 +89,8 @@ PAIR_CANDIDATES = 64          # chosen: pair_counts prices only the 64 heaviest 
 SWAP_TARGET = 1.005
 # CP-SAT re-packs only when the greedy busiest GPU is more than 0.2% above the proven bound
 # (solver.expert_bounds), and only the domains whose busiest GPU is within 0.5% of the overall
-# busiest (the others cannot set the balance). Chosen: below BALANCE_TIE, so the skipped gains are smaller than a tie.
+# busiest (the others cannot set the balance). Chosen: below BALANCE_TIE, so the skipped gains are
+# smaller than a tie.
 CPSAT_MIN_GAP = 1.002
 HOT_DOMAIN = 0.995
 # Refinement accepts a change that keeps the busiest GPU and lowers the excess above the mean by at

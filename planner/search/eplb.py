@@ -42,7 +42,8 @@ def balanced_packing(weights: np.ndarray, num_packs: int) -> np.ndarray:
     pack_of = np.empty(n, dtype=np.int64)
     heap = [(0.0, p) for p in range(num_packs)]           # the open packs by (load, index)
     count = [0] * num_packs
-    for i, wt in zip(np.argsort(-weights, kind="stable").tolist(), (-np.sort(-weights, kind="stable")).tolist()):
+    order = np.argsort(-weights, kind="stable")
+    for i, wt in zip(order.tolist(), weights[order].tolist()):
         load, p = heapq.heappop(heap)
         pack_of[i] = p
         count[p] += 1
