@@ -377,8 +377,11 @@ def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray
     one free slot take the load ``v_new``; the rows are sorted again (nearly sorted already) and
     paired. Equal to ``_pair_sums`` of the changed multiset (tests/test_experts.py). Returns [rows, m]."""
     lo = (a < v_old[:, None]).sum(axis=1)
-    j = np.arange(2 * m)[None, :]
-    out = np.where((j >= lo[:, None]) & (j < (lo + k_old)[:, None]), v_new[:, None], a)
+    out = a.copy()
+    rows = np.arange(len(a))
+    for t in range(int(k_old.max(initial=0))):       # the t-th copy of v_old, in the rows that have one
+        sel = rows[k_old > t]
+        out[sel, lo[sel] + t] = v_new[sel]
     r = np.flatnonzero(z)
     # a free slot: the first 0 outside the replaced copies (they are the leading zeros when v_old is 0)
     out[r, np.where(v_old[r] == 0, k_old[r], 0)] = v_new[r]
@@ -464,6 +467,9 @@ class _PairFill:
         self.E, self.D, self.P = len(load), len(m), int(m.sum())
         self.free = (2 * m - self.n.sum(axis=0)).astype(np.int64)
         self.sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
+        self.row_of = np.zeros(self.D, dtype=np.int64)      # a domain's row among those of its size
+        for _, doms in self.sizes:
+            self.row_of[doms] = np.arange(len(doms))
 
     def _cand_rep(self, rows):
         e = rows // self.D
@@ -480,7 +486,8 @@ class _PairFill:
         E, D, n = self.E, self.D, self.n
         self.rep = np.where(n > 0, self.load[:, None] * domain_share(n, self.w, self.dispatch, self.home)
                             / np.maximum(n, 1), 0.0)
-        self.srt, self.peak0, self.cost = [None] * D, np.zeros(D), np.zeros(D)
+        self.srt = {size: np.zeros((len(doms), 2 * size)) for size, doms in self.sizes}   # per size: [domain, 2m]
+        self.peak0, self.cost = np.zeros(D), np.zeros(D)
         self.dirty = np.ones(D, dtype=bool)
         self.known = np.zeros((D, E * D), dtype=bool)         # [domain, expert * D + new domain] priced
         self.priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
@@ -493,8 +500,8 @@ class _PairFill:
         D, P, m, n, rep, free = self.D, self.P, self.m, self.n, self.rep, self.free
         self.known[self.dirty] = False
         for d in np.flatnonzero(self.dirty):
-            self.srt[d], self.peak0[d], self.cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]),
-                                                                     P, self.ow)
+            srt, self.peak0[d], self.cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, self.ow)
+            self.srt[int(m[d])][self.row_of[d]] = srt
         heavy = np.argsort(-rep.max(axis=1), kind="stable")[:self.top]
         ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
         ce = heavy[ce]
@@ -510,12 +517,12 @@ class _PairFill:
         hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
         key = ce[hc] * D + cd[hc]
         todo = ~self.known[hx, key]
-        for size, doms in self.sizes:
+        for size, _ in self.sizes:
             sel = np.flatnonzero(todo & (m[hx] == size))
             if len(sel) == 0:
                 continue
             c, x = hc[sel], hx[sel]
-            base = np.stack([self.srt[d] for d in doms])[np.searchsorted(doms, x)]
+            base = self.srt[size][self.row_of[x]]
             ps = _pair_sums_after(base, size, rep[ce[c], x], n[ce[c], x], (cd[c] == x).astype(np.int64),
                                   new_rep[c, x]) * P
             pk = ps.max(axis=1)
