@@ -26,8 +26,11 @@ The ops interface: ``zero``; ``add(*xs)`` (numbers allowed: constants); ``sub(a,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 from planner.cost.terms import cpu_optimizer as CPU_OPT
 from planner.cost.terms import fp8_scaling as FP8S
@@ -69,6 +72,18 @@ class FloatOps:
 
 
 FLOAT = FloatOps()
+
+
+class ArrayOps(FloatOps):
+    """The composition on numpy arrays of integer table entries, element by element (the bounds of
+    ``planner.search.bounds`` over many layouts at once): ``FloatOps`` with an elementwise max."""
+
+    @staticmethod
+    def max(*xs):
+        return functools.reduce(np.maximum, xs)
+
+
+ARRAY = ArrayOps()
 
 
 def exposed(ops, t, kept, window):
