@@ -16,7 +16,7 @@ from planner.cost import compose as K
 from planner.cost.compose import ARRAY
 from planner.search.program import BUBBLE
 from planner.search.space import VARIABLES
-from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
+from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, key_array, weights_of
 
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
@@ -36,7 +36,7 @@ def _min_over_shape(values: dict) -> dict:
 def _gather(table: dict, cols: list) -> np.ndarray:
     """``table.get(key, 0)`` for the keys whose components are the arrays ``cols`` (a table keyed by
     tuples of non-negative integers: variable indices and shape ids)."""
-    karr = np.array(list(table), dtype=np.int64).reshape(len(table), len(cols))
+    karr = key_array(table, len(cols))
     dims = [int(karr[:, j].max()) + 1 if len(karr) else 1 for j in range(len(cols))]
     flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
     flat[np.ravel_multi_index(karr.T, dims)] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
