@@ -458,8 +458,9 @@ class _Shortfalls:
         self.price = None   # memory_accept of ``_acceptor``
 
     def all(self) -> list[tuple[float, str, float]]:
-        while self.deferred:
-            self.price(self.deferred.pop(0))
+        deferred, self.deferred = self.deferred, []
+        for choice in deferred:
+            self.price(choice)
         return self.items
 
 
