@@ -121,12 +121,12 @@ def _slot_factors(b, lmin, keys) -> tuple[dict, dict]:
     lref = {k: lmin[ref][k] for k in keys}
     rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
     pos = {v: i for i, v in enumerate(src["lvars"][:5])}
+    sub = {x: tuple(x[pos[n]] for n in ("tp", "cp", "mbs")) for x in keys}   # each key's (tp, cp, mbs)
 
     def rho_of(table):   # a (tp, cp, mbs) table in units of the reference layer
         if table is None:
             return 0.0
         t = P.nodes[table].values
-        sub = {x: tuple(x[pos[n]] for n in ("tp", "cp", "mbs")) for x in keys}
         return min(t[sub[x]] / lref[x] for x in keys if sub[x] in t)
 
     rho_head = rho_of(src["H"]["total"])
