@@ -183,9 +183,11 @@ def _experts(tree: Path, args) -> dict:
             if r["rc"] != 0:     # e.g. a checkout from before place-experts had --usable-per-rack
                 note += ": " + (r["err"].strip().splitlines() or [""])[-1][:80]
             if r["rc"] == 0:
-                s = json.loads(r["out"])["summary"]
+                doc = json.loads(r["out"])
+                s = doc["summary"]
+                cpsat = sum(not str(x.get("solver_status", "greedy")).startswith("greedy") for x in doc["layers"])
                 note += (f", balance {s['balance']:.3f} (worst {s['worst_balance']:.3f}), "
-                         f"remote domains/token {s['remote_domains_per_token']:.2f}")
+                         f"remote domains/token {s['remote_domains_per_token']:.2f}, CP-SAT on {cpsat} layers")
             rows[f"place-experts {name} (58 layers)"] = (r["wall"], r["cpu"], note)
     return rows
 

@@ -37,20 +37,19 @@ def domain_share(n: np.ndarray, w: np.ndarray, dispatch: str = "home",
                  primary: np.ndarray | None = None) -> np.ndarray:
     """share[e, d]: fraction of expert e's tokens served in domain d under the dispatch model."""
     n = np.asarray(n, dtype=float)
-    c = n.sum(axis=1, keepdims=True)
     if dispatch == "even":
-        return n / c
+        return n / n.sum(axis=1, keepdims=True)
     if dispatch not in DISPATCH_MODELS:
         raise ValueError(f"dispatch model {dispatch!r}: use one of {', '.join(DISPATCH_MODELS)}")
     has = n > 0
     w0 = (w[None, :] * ~has).sum(axis=1, keepdims=True)      # tokens whose domain lacks a replica
     if dispatch == "local":
-        return has * w[None, :] + w0 * n / c
+        return has * w[None, :] + w0 * n / n.sum(axis=1, keepdims=True)
     if primary is None:
         primary = primary_domains(n)
-    fall = np.zeros_like(n)
-    fall[np.arange(len(n)), primary] = 1.0
-    return has * w[None, :] + w0 * fall
+    share = has * w[None, :]
+    share[np.arange(len(n)), primary] += w0[:, 0]        # the fallback domain serves the rest
+    return share
 
 
 def slot_loads(phy2log: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, load: np.ndarray,

@@ -27,8 +27,10 @@ The program, per layer:
    that lacks that expert, then pairwise swaps lower the busiest GPU.
 4. **CP-SAT** re-packs the domains holding the busiest GPUs (exactly ``slots_per_gpu`` replicas per
    GPU, at most one replica of an expert per GPU, counts per domain fixed, so locality is
-   unchanged) to minimise the busiest GPU, hinted with step 3 and kept only when better; its bound
-   is reported. Skipped when the packing already meets the domain's mean.
+   unchanged) to minimise the busiest GPU, hinted with step 3 and kept only when better. Skipped
+   when the packing is proven within ``CPSAT_MIN_GAP`` of :mod:`solver.expert_bounds`' lower bound
+   (mean, prefix, pair and two-slot bounds of every domain); the larger of that bound and CP-SAT's is
+   reported.
 
 With a previous placement and a move budget: the new target's GPUs are mapped onto the old ones
 inside each domain to keep what can stay (an assignment problem); if the remaining changes exceed
@@ -38,12 +40,14 @@ never more than the budget.
 
 from __future__ import annotations
 
-import math
+import heapq
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from solver.expert_bounds import packing_bound
+from solver.expert_bounds import pair_sums as _pair_sums
 from solver.expert_metrics import domain_share, gpu_loads, locality, moves_between
 from solver.interrupt import stoppable
 
@@ -83,9 +87,10 @@ PAIR_CANDIDATES = 64          # chosen: pair_counts prices only the 64 heaviest 
 # Single swaps stop when the busiest domain's load per GPU is within 0.5% of the mean (chosen: each
 # swap costs locality; docs/experts.md step 1).
 SWAP_TARGET = 1.005
-# CP-SAT re-packs only when the greedy busiest GPU is more than 0.2% above the proven domain bound,
-# and only the domains whose busiest GPU is within 0.5% of the overall busiest (the others cannot
-# set the balance). Chosen: below BALANCE_TIE, so the skipped gains are smaller than a tie.
+# CP-SAT re-packs only when the greedy busiest GPU is more than 0.2% above the proven bound
+# (solver.expert_bounds), and only the domains whose busiest GPU is within 0.5% of the overall
+# busiest (the others cannot set the balance). Chosen: below BALANCE_TIE, so the skipped gains are
+# smaller than a tie.
 CPSAT_MIN_GAP = 1.002
 HOT_DOMAIN = 0.995
 # Refinement accepts a change that keeps the busiest GPU and lowers the excess above the mean by at
@@ -365,13 +370,6 @@ def _single_swaps(n, home, load, w, dispatch="home", max_swaps=SINGLE_SWAPS, tar
     return n, home
 
 
-def _pair_sums(vals: np.ndarray, m: int) -> np.ndarray:
-    """Rows of 2m replica loads (free slots as 0): the GPU loads of the best packing with 2 slots
-    per GPU, heaviest paired with lightest (optimal for the busiest GPU); returns [rows, m]."""
-    a = np.sort(vals, axis=-1)
-    return a[..., :m][..., ::-1] + a[..., m:]
-
-
 def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray, z: np.ndarray,
                      v_new: np.ndarray) -> np.ndarray:
     """:func:`_pair_sums` after a change: ``a[rows, 2m]`` sorted loads (one domain's replicas, free
@@ -379,8 +377,11 @@ def _pair_sums_after(a: np.ndarray, m: int, v_old: np.ndarray, k_old: np.ndarray
     one free slot take the load ``v_new``; the rows are sorted again (nearly sorted already) and
     paired. Equal to ``_pair_sums`` of the changed multiset (tests/test_experts.py). Returns [rows, m]."""
     lo = (a < v_old[:, None]).sum(axis=1)
-    j = np.arange(2 * m)[None, :]
-    out = np.where((j >= lo[:, None]) & (j < (lo + k_old)[:, None]), v_new[:, None], a)
+    out = a.copy()
+    rows = np.arange(len(a))
+    for t in range(int(k_old.max(initial=0))):       # the t-th copy of v_old, in the rows that have one
+        sel = rows[k_old > t]
+        out[sel, lo[sel] + t] = v_new[sel]
     r = np.flatnonzero(z)
     # a free slot: the first 0 outside the replaced copies (they are the leading zeros when v_old is 0)
     out[r, np.where(v_old[r] == 0, k_old[r], 0)] = v_new[r]
@@ -393,7 +394,7 @@ def _domain_pairs(rep_col: np.ndarray, n_col: np.ndarray, free: int, m: int, P: 
     overload_weight x load above the mean, in units of the mean) under the best 2-slot packing."""
     es = n_col > 0
     srt = np.sort(np.concatenate([np.repeat(rep_col[es], n_col[es]), np.zeros(free)]))
-    ps = _pair_sums(srt, m) * P
+    ps = (srt[m - 1::-1] + srt[m:]) * P                  # _pair_sums of the sorted loads
     peak = ps.max()
     return srt, peak, peak + overload_weight * np.maximum(ps - 1.0, 0.0).sum()
 
@@ -416,76 +417,139 @@ def pair_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: int = 
     only the domains whose loads it changed are priced again (and only that expert's candidates'
     loads are redone), and every candidate's domains are priced together (one call per distinct
     domain size). Returns (n, home)."""
+    return pair_counts_for(load, group_of, m, K, dispatch, (locality_weight,), overload_weight, spread, top)[0]
+
+
+def pair_counts_for(load, group_of, m, K, dispatch, locality_weights, overload_weight=OVERLOAD_WEIGHT,
+                    spread=True, top=PAIR_CANDIDATES) -> list:
+    """:func:`pair_counts` for several locality weights, [(n, home)] in their order, the same results
+    as one call per weight. The weights choose the same slots until their scores disagree (the
+    prices do not depend on the weight), so the first run records every slot's candidates and their
+    scores without the locality term, and each later run replays that record (one argmin per slot,
+    no pricing) while it chooses as the first did; from the first different choice on it prices its
+    own slots."""
     if K != 2:
         raise ValueError("pair_counts prices 2 slots per GPU")
-    E, D, P = len(load), len(m), int(m.sum())
-    load, w, home, n = _start(load, group_of, m, K, spread)
-    free = (K * m - n.sum(axis=0)).astype(np.int64)
-    rep = np.where(n > 0, load[:, None] * domain_share(n, w, dispatch, home) / np.maximum(n, 1), 0.0)
-    srt, peak0, cost = [None] * D, np.zeros(D), np.zeros(D)
-    dirty = np.ones(D, dtype=bool)
-    sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
-    known = np.zeros((D, E * D), dtype=bool)             # [domain, expert * D + new domain] priced
-    priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
-    # every (expert, new domain) candidate's replica loads with one more replica there
-    cand_n = np.repeat(n, D, axis=0)
-    cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+    load, w, home, n0 = _start(load, group_of, m, K, spread)
+    record, out = [], []
+    for lw in locality_weights:
+        fill = _PairFill(load, w, home, n0, m, dispatch, overload_weight, top)
+        diverged = True
+        for base, gain, ce, cd in record:
+            k = int(np.argmin(base - lw * gain))
+            diverged = k != int(np.argmin(base - locality_weights[0] * gain))
+            fill.take(int(ce[k]), int(cd[k]), price=False)
+            if diverged:
+                break
+        if not diverged:             # every slot chosen as the first run chose: the same counts
+            out.append(out[0])
+            continue
+        fill.reprice()
+        while fill.free.sum() > 0:
+            base, gain, ce, cd = fill.candidates()
+            k = int(np.argmin(base - lw * gain))
+            if len(out) == 0:
+                record.append((base, gain, ce, cd))
+            fill.take(int(ce[k]), int(cd[k]))
+        out.append((_pair_repair(fill.n, home, load, w, m, dispatch, overload_weight), home))
+    return out
 
-    def cand_rep(rows):
-        e = rows // D
-        return load[e, None] * domain_share(cand_n[rows], w, dispatch, home[e]) / np.maximum(cand_n[rows], 1)
 
-    cand_rep_all = cand_rep(np.arange(E * D))
-    while free.sum() > 0:
-        known[dirty] = False
-        for d in np.flatnonzero(dirty):
-            srt[d], peak0[d], cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, overload_weight)
-        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:top]
+class _PairFill:
+    """pair_counts' state: counts, free slots, replica loads, each domain's sorted loads and price,
+    every (expert, new domain) candidate's replica loads, and the cache of priced (domain, candidate)
+    pairs (a pair keeps its price until its domain or its expert changes)."""
+
+    def __init__(self, load, w, home, n0, m, dispatch, overload_weight, top):
+        self.load, self.w, self.home, self.m = load, w, home, m
+        self.dispatch, self.ow, self.top = dispatch, overload_weight, top
+        self.n = n0.copy()
+        self.E, self.D, self.P = len(load), len(m), int(m.sum())
+        self.free = (2 * m - self.n.sum(axis=0)).astype(np.int64)
+        self.sizes = [(int(s), np.flatnonzero(m == s)) for s in np.unique(m)]
+        self.row_of = np.zeros(self.D, dtype=np.int64)      # a domain's row among those of its size
+        for _, doms in self.sizes:
+            self.row_of[doms] = np.arange(len(doms))
+
+    def _cand_rep(self, rows):
+        e = rows // self.D
+        cn = self.cand_n[rows]
+        return self.load[e, None] * domain_share(cn, self.w, self.dispatch, self.home[e]) / np.maximum(cn, 1)
+
+    def _row(self, e):
+        n = self.n
+        return np.where(n[e] > 0, self.load[e] * domain_share(n[e:e + 1], self.w, self.dispatch,
+                                                              self.home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
+
+    def reprice(self):
+        """Every derived table from the counts (the start, or after a replay that skipped them)."""
+        E, D, n = self.E, self.D, self.n
+        self.rep = np.where(n > 0, self.load[:, None] * domain_share(n, self.w, self.dispatch, self.home)
+                            / np.maximum(n, 1), 0.0)
+        self.srt = {size: np.zeros((len(doms), 2 * size)) for size, doms in self.sizes}   # per size: [domain, 2m]
+        self.peak0, self.cost = np.zeros(D), np.zeros(D)
+        self.dirty = np.ones(D, dtype=bool)
+        self.known = np.zeros((D, E * D), dtype=bool)         # [domain, expert * D + new domain] priced
+        self.priced = (np.zeros((D, E * D)), np.zeros((D, E * D)))   # its busiest GPU and cost there
+        self.cand_n = np.repeat(n, D, axis=0)
+        self.cand_n[np.arange(E * D), np.tile(np.arange(D), E)] += 1
+        self.cand_rep_all = self._cand_rep(np.arange(E * D))
+
+    def candidates(self):
+        """(score without the locality term, locality gain, experts, domains) of every candidate."""
+        D, P, m, n, rep, free = self.D, self.P, self.m, self.n, self.rep, self.free
+        self.known[self.dirty] = False
+        for d in np.flatnonzero(self.dirty):
+            srt, self.peak0[d], self.cost[d] = _domain_pairs(rep[:, d], n[:, d], int(free[d]), int(m[d]), P, self.ow)
+            self.srt[int(m[d])][self.row_of[d]] = srt
+        heavy = np.argsort(-rep.max(axis=1), kind="stable")[:self.top]
         ce, cd = np.nonzero((n[heavy] < m[None, :]) & (free[None, :] > 0))
         ce = heavy[ce]
         if len(ce) == 0:
             ce, cd = np.nonzero((n < m[None, :]) & (free[None, :] > 0))
             if len(ce) == 0:
                 raise ValueError("free slots left but no expert can take them")
-        new_rep = cand_rep_all[ce * D + cd]
-        new_cost = np.tile(cost, (len(ce), 1))
-        peak = np.tile(peak0, (len(ce), 1))
+        new_rep = self.cand_rep_all[ce * D + cd]
+        new_cost = np.repeat(self.cost[None, :], len(ce), axis=0)
+        peak = np.repeat(self.peak0[None, :], len(ce), axis=0)
         # the (candidate, domain) pairs whose loads change: the candidate's expert replaces its
-        # replicas' loads there (and takes a free slot in its new domain); a pair priced before
-        # keeps its price until its domain or its expert changes
+        # replicas' loads there (and takes a free slot in its new domain)
         hc, hx = np.nonzero((cd[:, None] == np.arange(D)[None, :]) | (np.abs(new_rep - rep[ce]) > 0))
         key = ce[hc] * D + cd[hc]
-        todo = ~known[hx, key]
-        for size, doms in sizes:
+        todo = ~self.known[hx, key]
+        for size, _ in self.sizes:
             sel = np.flatnonzero(todo & (m[hx] == size))
             if len(sel) == 0:
                 continue
             c, x = hc[sel], hx[sel]
-            base = np.stack([srt[d] for d in doms])[np.searchsorted(doms, x)]
+            base = self.srt[size][self.row_of[x]]
             ps = _pair_sums_after(base, size, rep[ce[c], x], n[ce[c], x], (cd[c] == x).astype(np.int64),
                                   new_rep[c, x]) * P
             pk = ps.max(axis=1)
-            priced[0][x, key[sel]] = pk
-            priced[1][x, key[sel]] = pk + overload_weight * np.maximum(ps - 1.0, 0.0).sum(axis=1)
-            known[x, key[sel]] = True
-        peak[hc, hx] = priced[0][hx, key]
-        new_cost[hc, hx] = priced[1][hx, key]
-        gain = np.where(n[ce, cd] == 0, load[ce] * w[cd], 0.0) * D
-        score = peak.max(axis=1) + overload_weight * (new_cost - peak).sum(axis=1) - locality_weight * gain
-        k = int(np.argmin(score))
-        e = ce[k]
-        n[e, cd[k]] += 1
-        free[cd[k]] -= 1
-        row = np.where(n[e] > 0, load[e] * domain_share(n[e:e + 1], w, dispatch, home[e:e + 1])[0] / np.maximum(n[e], 1), 0.0)
-        dirty = row != rep[e]
-        dirty[cd[k]] = True
-        rep[e] = row
-        known[:, e * D:(e + 1) * D] = False
+            self.priced[0][x, key[sel]] = pk
+            self.priced[1][x, key[sel]] = pk + self.ow * np.maximum(ps - 1.0, 0.0).sum(axis=1)
+            self.known[x, key[sel]] = True
+        peak[hc, hx] = self.priced[0][hx, key]
+        new_cost[hc, hx] = self.priced[1][hx, key]
+        gain = np.where(n[ce, cd] == 0, self.load[ce] * self.w[cd], 0.0) * D
+        return peak.max(axis=1) + self.ow * (new_cost - peak).sum(axis=1), gain, ce, cd
+
+    def take(self, e, d, price=True):
+        """One more replica of expert e in domain d; with ``price``, the tables it changes are redone."""
+        self.n[e, d] += 1
+        self.free[d] -= 1
+        if not price:
+            return
+        D = self.D
+        row = self._row(e)
+        self.dirty = row != self.rep[e]
+        self.dirty[d] = True
+        self.rep[e] = row
+        self.known[:, e * D:(e + 1) * D] = False
         rows = np.arange(e * D, (e + 1) * D)
-        cand_n[rows] = n[e]
-        cand_n[rows, np.arange(D)] += 1
-        cand_rep_all[rows] = cand_rep(rows)
-    return _pair_repair(n, home, load, w, m, dispatch, overload_weight), home
+        self.cand_n[rows] = self.n[e]
+        self.cand_n[rows, np.arange(D)] += 1
+        self.cand_rep_all[rows] = self._cand_rep(rows)
 
 
 def _pair_repair(n, home, load, w, m, dispatch="home", overload_weight=OVERLOAD_WEIGHT, iters=PAIR_REPAIR_ITERS,
@@ -635,16 +699,24 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
 def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) -> np.ndarray:
     """Heaviest replica first to the lightest GPU with a free slot that lacks the expert (the first
     such GPU on ties). Returns the GPU of every item. When the greedy corners itself, a swap repairs
-    it. Plain Python: a domain has a few dozen GPUs, fewer than numpy pays off on per item."""
+    it. The GPUs with a free slot sit in a heap keyed (load, index), so the rule's GPU is the first
+    popped that lacks the expert (the others go back unchanged); plain Python, a domain has a few
+    dozen GPUs."""
     e, w = items_e.tolist(), items_w.tolist()
     gpu_of = [-1] * len(e)
     load, fill = [0.0] * gpus, [0] * gpus
     holds = [set() for _ in range(gpus)]
+    heap = [(0.0, h) for h in range(gpus)] if K > 0 else []
     for i in np.argsort(-items_w, kind="stable").tolist():
-        g, low = -1, math.inf
-        for h in range(gpus):
-            if fill[h] < K and load[h] < low and e[i] not in holds[h]:
-                g, low = h, load[h]
+        skipped, g = [], -1
+        while heap:
+            _, h = heapq.heappop(heap)
+            if e[i] not in holds[h]:
+                g = h
+                break
+            skipped.append(h)
+        for h in skipped:
+            heapq.heappush(heap, (load[h], h))
         if g < 0:  # free slots exist only on GPUs holding this expert: swap with an item elsewhere
             g_free = fill.index(next(f for f in fill if f < K))
             j = next(j for j in range(len(e)) if gpu_of[j] >= 0 and gpu_of[j] != g_free
@@ -653,10 +725,14 @@ def _pack_greedy(items_e: np.ndarray, items_w: np.ndarray, gpus: int, K: int) ->
             holds[g].discard(e[j]); load[g] -= w[j]; fill[g] -= 1
             gpu_of[j] = g_free
             holds[g_free].add(e[j]); load[g_free] += w[j]; fill[g_free] += 1
+            heap = [(load[h], h) for h in range(gpus) if fill[h] < K and h != g]
+            heapq.heapify(heap)
         gpu_of[i] = g
         holds[g].add(e[i])
         load[g] += w[i]
         fill[g] += 1
+        if fill[g] < K:
+            heapq.heappush(heap, (load[g], g))
     return np.array(gpu_of, dtype=np.int64)
 
 
@@ -689,6 +765,12 @@ def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=PACKING_ROUNDS):
         load[g] -= d[i, j]
         load[ha] += d[i, j]
     return gpu_of
+
+
+def load_cpsat() -> None:
+    """Import OR-Tools' CP-SAT now (~0.4 CPU s): a parent that forks its layer workers afterwards pays
+    it once, instead of every worker that meets a layer CP-SAT runs on."""
+    from ortools.sat.python import cp_model  # noqa: F401
 
 
 def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, max_new=None):
@@ -821,9 +903,9 @@ def _gpu_lists(rank_domain):
     return [np.flatnonzero(rank_domain == d) for d in range(D)]
 
 
-def _items(n, load, w, dispatch, home, d):
-    """The replicas in domain d and the load each carries."""
-    share = domain_share(n, w, dispatch, home)
+def _items(n, load, w, dispatch, home, d, share=None):
+    """The replicas in domain d and the load each carries (``share``: ``domain_share`` of these counts)."""
+    share = domain_share(n, w, dispatch, home) if share is None else share
     es = np.flatnonzero(n[:, d] > 0)
     per = load[es] * share[es, d] / n[es, d]
     return np.repeat(es, n[es, d]), np.repeat(per, n[es, d])
@@ -834,15 +916,18 @@ def _assemble(n, load, w, dispatch, home, ranks, K, pack):
     P = sum(len(r) for r in ranks)
     phy = -np.ones(P * K, dtype=np.int64)
     info = []
+    share = domain_share(n, w, dispatch, home)
     for d, rk in enumerate(ranks):
-        items_e, items_w = _items(n, load, w, dispatch, home, d)
+        items_e, items_w = _items(n, load, w, dispatch, home, d, share)
         gpu_of, extra = pack(d, items_e, items_w)
         info.append(extra)
-        fill = np.zeros(len(rk), dtype=np.int64)
-        for i in np.argsort(-items_w, kind="stable"):
-            r = rk[gpu_of[i]]
-            phy[r * K + fill[gpu_of[i]]] = items_e[i]
-            fill[gpu_of[i]] += 1
+        # the items heaviest first (stable) fill their GPU's slots in order
+        order = np.argsort(-items_w, kind="stable")
+        g = gpu_of[order]
+        first = np.argsort(g, kind="stable")           # the items grouped by GPU, in that order
+        slot = np.empty(len(g), dtype=np.int64)
+        slot[first] = np.arange(len(g)) - np.searchsorted(g[first], g[first])
+        phy[np.asarray(rk)[g] * K + slot] = items_e[order]
     return phy, info
 
 
@@ -1022,12 +1107,14 @@ def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weigh
         if not with_tokens:
             starts += ((None, None, None, True),)
     cands = []
+    pairs = [lw for kind, lw, _, _ in starts if kind == "pair"]
+    pairs = dict(zip(pairs, pair_counts_for(norm, group_of, m, K, dispatch, pairs, overload_weight))) if pairs else {}
     for kind, lw, ow, sp in starts:
         if kind is None:
             cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
                           "waterfill" + (" scattered" if sp else "")))
         elif kind == "pair":
-            cands.append((*pair_counts(norm, group_of, m, K, dispatch, lw, ow, sp), f"pairs lw={lw}"))
+            cands.append((*pairs[lw], f"pairs lw={lw}"))
         else:
             cands.append((*domain_counts(norm, group_of, m, K, dispatch, lw, ow, sp),
                           f"slots lw={lw:g} ow={ow:g}{' spread' if sp else ''}"))
@@ -1052,16 +1139,27 @@ def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_
     lowest balance + remote_weight x remote domains per token (+ a steep price above the knee);
     without, the best balance, earlier starts winning ties."""
     best = None
-    for n_, home_, label in cands:
+    for i, (n_, home_, label) in enumerate(cands):
+        if any((n_ == c[0]).all() and (home_ == c[1]).all() for c in cands[:i]):
+            continue          # the same counts as an earlier start, which wins the tie anyway
+        if tokens is not None and best is not None and remote_weight >= 0:
+            # no packing of these counts beats the bound: when even it cannot win, skip the packing
+            lb = _domain_bound(n_, norm, w, dispatch, home_, ranks, K) * len(rank_domain) / norm.sum()
+            if lb + KNEE_PRICE * max(lb - BALANCE_KNEE, 0.0) - 1e-9 >= best[0][1]:
+                continue
         g_, _ = _assemble(n_, norm, w, dispatch, home_, ranks, K, _greedy_pack(ranks, K))
         gl_ = gpu_loads(g_, rank_domain, K, norm, dispatch, home_)
         bal_ = gl_.max() / gl_.mean()
         if tokens is not None:
             # the candidate's remote domains per token on the sampled tokens: the warm start
             # minimises balance + remote_weight x remote domains per token
+            # (+ a steep price on balance above the knee, under BALANCE_TARGET); with none remote
+            # (>= 0) the key is already no better than the best: its locality is not needed
+            knee = KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0)
+            if best is not None and remote_weight >= 0 and (0, bal_ + knee, 0.0) >= best[0]:
+                continue
             rem_ = locality(tokens, n_, w, dispatch, home_)["remote_domains_per_token"]
-            # (+ a steep price on balance above the knee, under BALANCE_TARGET)
-            key = (0, bal_ + remote_weight * rem_ + KNEE_PRICE * max(bal_ - BALANCE_KNEE, 0.0), 0.0)
+            key = (0, bal_ + remote_weight * rem_ + knee, 0.0)
         else:
             # earlier candidates keep groups together: a later one must be clearly better, and
             # the scattered one is taken only when the others miss the target
@@ -1073,17 +1171,14 @@ def _best_start(cands, norm, w, dispatch, ranks, rank_domain, K, tokens, remote_
     return best[2:]
 
 
-def _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) -> float:
-    """A lower bound on the busiest GPU for these replica counts: no packing beats a domain's mean, and
-    the heaviest replica shares its GPU with at least the K - 1 lightest (with two slots per GPU the
-    heaviest-with-lightest pairing is the best packing)."""
-    bound = max(float(gl[r].mean()) for r in ranks)
+def _domain_bound(n, norm, w, dispatch, home, ranks, K) -> float:
+    """A lower bound on the busiest GPU for these replica counts: the largest of every domain's
+    :func:`solver.expert_bounds.packing_bound` (mean, prefix, pair and two-slot bounds)."""
+    share = domain_share(n, w, dispatch, home)
+    bound = 0.0
     for d, r in enumerate(ranks):
-        iw = np.sort(_items(n, norm, w, dispatch, home, d)[1])
-        if K == 2:
-            bound = max(bound, float(_pair_sums(iw, len(r)).max()))
-        else:
-            bound = max(bound, float(iw[-1] + iw[:K - 1].sum()))
+        es = np.flatnonzero(n[:, d] > 0)
+        bound = max(bound, packing_bound(norm[es] * share[es, d] / n[es, d], n[es, d], len(r), K))
     return bound
 
 
@@ -1147,11 +1242,13 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
             if gl2.max() < gl.max() - 1e-12:
                 n, greedy, gl = n2, g2, gl2
     greedy_bal = float(gl.max() / gl.mean())
-    phy, status, lb = greedy, "greedy", 0.0
-    if (use_cpsat and time_limit > 0
-            and gl.max() > _domain_bound(n, norm, w, dispatch, home, ranks, K, gl) * CPSAT_MIN_GAP):
-        phy, status, lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
-                                        time_limit, seed)
+    # CP-SAT only when the greedy packing is not proven within CPSAT_MIN_GAP of the bound
+    lb = _domain_bound(n, norm, w, dispatch, home, ranks, K) / gl.mean()
+    phy, status = greedy, "greedy"
+    if use_cpsat and time_limit > 0 and greedy_bal > lb * CPSAT_MIN_GAP:
+        phy, status, cp_lb = _cpsat_repack(n, norm, w, dispatch, home, ranks, rank_domain, K, gl, greedy,
+                                           time_limit, seed)
+        lb = max(lb, cp_lb)
     moves = None
     if prev is not None:
         prev = np.asarray(prev, dtype=np.int64)
@@ -1171,6 +1268,8 @@ def solve_layer(load, group_of, rank_domain, K, *, dispatch="home", prev=None, m
         bl_alt = gpu_loads(phy, rank_domain, K, norm, dispatch, alt)
         if bl_alt.max() < bl.max():
             fallback, bl = alt, bl_alt
+    if (nfinal != n).any() or (fallback != home).any():     # the bound of what is placed (after a migration)
+        lb = _domain_bound(nfinal, norm, w, dispatch, fallback, ranks, K) / bl.mean()
     return LayerResult(physical_to_logical=phy, balance=float(bl.max() / bl.mean()),
                        greedy_balance=greedy_bal, cpsat_status=status, lower_bound=lb, moves=moves,
                        solve_s=time.perf_counter() - t0,

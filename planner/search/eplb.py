@@ -23,6 +23,8 @@ GPU ``s // slots_per_gpu``), ``logical_to_physical[experts, max_replicas]`` (pad
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from solver.experts import logical_maps  # noqa: F401  (the one implementation of the EPLB output maps)
@@ -38,14 +40,15 @@ def balanced_packing(weights: np.ndarray, num_packs: int) -> np.ndarray:
         raise ValueError(f"{n} items do not split evenly into {num_packs} packs")
     cap = n // num_packs
     pack_of = np.empty(n, dtype=np.int64)
-    load = np.zeros(num_packs)
-    count = np.zeros(num_packs, dtype=np.int64)
-    for i in np.argsort(-weights, kind="stable"):
-        open_ = np.flatnonzero(count < cap)
-        p = open_[np.argmin(load[open_])]
+    heap = [(0.0, p) for p in range(num_packs)]           # the open packs by (load, index)
+    count = [0] * num_packs
+    order = np.argsort(-weights, kind="stable")
+    for i, wt in zip(order.tolist(), weights[order].tolist()):
+        load, p = heapq.heappop(heap)
         pack_of[i] = p
-        load[p] += weights[i]
         count[p] += 1
+        if count[p] < cap:
+            heapq.heappush(heap, (load + wt, p))
     return pack_of
 
 
@@ -56,8 +59,12 @@ def replicate(weights: np.ndarray, num_slots: int) -> np.ndarray:
     if num_slots < len(weights):
         raise ValueError(f"{num_slots} slots cannot hold {len(weights)} experts")
     count = np.ones(len(weights), dtype=np.int64)
+    heap = [(-x, e) for e, x in enumerate(weights.tolist())]     # by (-weight / count, index)
+    heapq.heapify(heap)
     for _ in range(num_slots - len(weights)):
-        count[np.argmax(weights / count)] += 1
+        _, e = heapq.heappop(heap)
+        count[e] += 1
+        heapq.heappush(heap, (-(weights[e] / count[e]), e))
     return count
 
 

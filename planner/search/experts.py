@@ -62,7 +62,7 @@ from solver.expert_metrics import (  # noqa: F401  (re-exported: the metrics are
     moves_between,
     layer_metrics,
 )
-from solver.experts import logical_maps, solve_layer
+from solver.experts import load_cpsat, logical_maps, solve_layer
 from topologies.loader import load_cluster
 
 
@@ -309,6 +309,8 @@ def place(loads: np.ndarray, rank_domain: np.ndarray, slots_per_gpu: int, *, n_g
             for i in range(L)]
     workers = min(workers or os.cpu_count() or 1, L)
     if workers > 1:
+        if time_limit > 0:
+            load_cpsat()        # forked workers inherit the import: one instead of one per worker
         with ProcessPoolExecutor(max_workers=workers) as pool:
             out = []
             for o in pool.map(_place_one, jobs):

@@ -84,7 +84,7 @@ def expert_series(doc: Mapping) -> dict:
     document carries them (``eplb`` / ``baseline``, one policy or a dict of policies), for EPLB.
 
     Returns {"balance": [...], "remote": [...] or None, "baselines": {name: {"balance", "remote"}},
-    "lower_bound": [...] or None (the best balance any placement could reach, when given),
+    "lower_bound": [...] or None (a proven lower bound on the balance of the layer's replica counts, when given),
     "ep_rank_domain": [...] or None, "slots": [[logical expert per slot] per layer] or None}."""
     if not isinstance(doc, Mapping):
         raise InputError("place-experts document: expected a JSON object")
