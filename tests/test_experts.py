@@ -551,9 +551,8 @@ def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
 def test_best_start_skips_only_starts_that_cannot_win(shape, seed, s):
     """_best_start skips the packing of a start whose bound already prices it out, and the locality
     of one whose balance does: the start it keeps is the plain scan's (every start packed and
-    measured, the lowest key first, earlier starts winning ties). Domains of 4+ GPUs: with 2 GPUs and 3
-    slots the level water-filling can give an expert more replicas in a domain than it has GPUs, which
-    no packing holds (a limit of that start, outside this test)."""
+    measured, the lowest key first, earlier starts winning ties). Domains of 1-3 GPUs are
+    test_tiny_domains_get_a_valid_placement's."""
     from solver.experts import (BALANCE_KNEE, KNEE_PRICE, REMOTE_WEIGHT, _assemble, _best_start, _greedy_pack,
                                 _warm_starts)
 
