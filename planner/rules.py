@@ -31,8 +31,19 @@ class Violation:
 
 @dataclass(frozen=True)
 class Rule:
+    """A trainer rule: ``fn(model, config, training, world)`` returns a message when the layout breaks
+    it, None when it is satisfied. ``applies(model, training)`` (optional): the rule reads the layout
+    only when it holds (a recipe setting asked for explicitly); otherwise every layout passes, and the
+    search's rule tables (``planner.search.space.rule_tables``) allow every tuple without building one."""
+
     name: str
-    check: Callable[..., str | None]  # returns a message when violated, None when satisfied
+    fn: Callable[..., str | None]
+    applies: Callable[..., bool] | None = None
+
+    def check(self, model, config, training, world) -> str | None:
+        if self.applies is not None and not self.applies(model, training):
+            return None
+        return self.fn(model, config, training, world)
 
 
 def _world_div_model_parallel(m, c, t, world):

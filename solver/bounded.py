@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from solver.numpy_engine import evaluate_many, feasible_rows, limit_mask, table_mask
+from solver.numpy_engine import key_array, evaluate_many, feasible_rows, limit_mask, table_mask
 from solver.program import LayoutResult, Program, Solution
 
 
@@ -58,7 +58,7 @@ def bound_many(prog: Program, factors, rows, vals) -> "np.ndarray":
     for f in factors:
         vars_, nodes, values = _factor_parts(f)
         cols = [rows[:, v].astype(np.int64) for v in vars_] + [np.asarray(vals[n], dtype=np.int64) for n in nodes]
-        keys = np.array(list(values.keys()), dtype=np.int64).reshape(len(values), len(cols))
+        keys = key_array(values, len(cols))
         dims, kidx, ridx = [], [], []
         for j, c in enumerate(cols):
             uniq = np.unique(np.concatenate([keys[:, j], c]))

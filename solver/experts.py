@@ -638,7 +638,8 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
         order = [part[np.argsort(-(load[part] / c[part]), kind="stable")]]
     for members in order:
         for e in members[np.argsort(-load[members], kind="stable")] if not scatter else members:
-            ok = np.flatnonzero(room >= c[e])
+            # a domain holds at most one replica of an expert per GPU
+            ok = np.flatnonzero((room >= c[e]) & (m >= c[e]))
             if len(ok) == 0:      # no domain has room for all: split over the roomiest domains
                 left = int(c[e])
                 for d in np.argsort(-room, kind="stable"):
@@ -653,7 +654,7 @@ def waterfill_counts(load: np.ndarray, group_of: np.ndarray, m: np.ndarray, K: i
                 continue
             # stay with the group's first domain when it has room, else the lightest with room
             first = home[members[home[members] >= 0]]
-            if not scatter and len(first) and room[first[0]] >= c[e]:
+            if not scatter and len(first) and room[first[0]] >= c[e] and m[first[0]] >= c[e]:
                 d = int(first[0])
             else:
                 d = int(ok[np.argmin(dload[ok] / w[ok])])
@@ -747,6 +748,8 @@ def _improve_packing(gpu_of, items_e, items_w, gpus, rounds=PACKING_ROUNDS):
         g = int(np.argmax(load))
         on = np.flatnonzero(gpu_of == g)
         off = np.flatnonzero(gpu_of != g)
+        if len(off) == 0:             # a one-GPU domain: nothing to swap with
+            break
         h = gpu_of[off]
         d = items_w[on][:, None] - items_w[off][None, :]                 # load moved from g to h
         ok = ((d > 0) & ~holds[h][:, eid[on]].T & ~holds[g][eid[off]][None, :]
@@ -807,8 +810,13 @@ def _pack_cpsat(items_e, items_w, gpus, K, hint, time_limit, seed, keep=None, ma
     for k in range(len(experts)):
         for g in range(gpus):
             model.AddHint(y[k][g], bool(hint_y[k, g]))
+    # the combinatorial bound of the (rounded) replica loads, valid for this integer program, and a
+    # stop within CPSAT_MIN_GAP of the proven bound: CP-SAT stops once it proves what the greedy
+    # start could not, instead of running out its time on a balanced domain
+    model.Add(z >= int(np.floor(packing_bound(wrep, cnt, gpus, K))))
     model.Minimize(z)
     solver = cp_model.CpSolver()
+    solver.parameters.relative_gap_limit = CPSAT_MIN_GAP - 1.0
     solver.parameters.max_deterministic_time = float(time_limit) * CPSAT_DTIME_PER_S
     solver.parameters.max_time_in_seconds = float(time_limit) * CPSAT_WALL_CAP
     solver.parameters.num_workers = 1
@@ -1111,8 +1119,11 @@ def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weigh
     pairs = dict(zip(pairs, pair_counts_for(norm, group_of, m, K, dispatch, pairs, overload_weight))) if pairs else {}
     for kind, lw, ow, sp in starts:
         if kind is None:
-            cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
-                          "waterfill" + (" scattered" if sp else "")))
+            try:
+                cands.append((*waterfill_counts(norm, group_of, m, K, dispatch, scatter=sp),
+                              "waterfill" + (" scattered" if sp else "")))
+            except ValueError:    # tiny domains: its whole-domain steps cannot fill every slot
+                continue
         elif kind == "pair":
             cands.append((*pairs[lw], f"pairs lw={lw}"))
         else:
@@ -1124,8 +1135,10 @@ def _warm_starts(norm, group_of, m, K, dispatch, locality_weight, overload_weigh
             if (sw[0] != cands[-1][0]).any():
                 cands.append((*sw, cands[-1][2] + " swapped"))
     # a start must fill every domain's slots exactly (the scattered water-filling can overshoot one
-    # domain by a replica on tiny instances); keep only those that do
-    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == m * K).all()]
+    # domain by a replica on tiny instances) with at most one replica of an expert per GPU; keep
+    # only those that do
+    valid = [c for c in cands if (np.asarray(c[0]).sum(axis=0) == m * K).all()
+             and (np.asarray(c[0]) <= m[None, :]).all()]
     return valid or cands
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 # callers and tests import from here. The CP-SAT ones load on first use (module ``__getattr__``):
 # OR-Tools takes about 0.4 s to import (it loads pandas), and the default search never runs it.
 from solver.program import LayoutResult, Program, Solution, brute_force, evaluate
-from solver.numpy_engine import evaluate_many, feasible_rows, table_mask, weights_of
+from solver.numpy_engine import evaluate_many, feasible_rows, key_array, table_mask, weights_of
 from solver.bounded import LOG_SCALE, BoundedResult, bound_many, enumerate_bounded, feasible_blocks
 
 _CPSAT_NAMES = ("solve", "scale_to_int", "solve_bounded")
@@ -63,5 +63,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["Program", "Solution", "LayoutResult", "brute_force", "evaluate", "solve", "scale_to_int",
-           "evaluate_many", "feasible_rows", "table_mask", "weights_of", "LOG_SCALE", "BoundedResult",
+           "evaluate_many", "feasible_rows", "key_array", "table_mask", "weights_of", "LOG_SCALE", "BoundedResult",
            "bound_many", "enumerate_bounded", "feasible_blocks", "solve_bounded"]

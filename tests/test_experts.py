@@ -551,9 +551,8 @@ def test_cli_reports_eplb_on_the_same_loads(tmp_path, capsys, monkeypatch):
 def test_best_start_skips_only_starts_that_cannot_win(shape, seed, s):
     """_best_start skips the packing of a start whose bound already prices it out, and the locality
     of one whose balance does: the start it keeps is the plain scan's (every start packed and
-    measured, the lowest key first, earlier starts winning ties). Domains of 4+ GPUs: with 2 GPUs and 3
-    slots the level water-filling can give an expert more replicas in a domain than it has GPUs, which
-    no packing holds (a limit of that start, outside this test)."""
+    measured, the lowest key first, earlier starts winning ties). Domains of 1-3 GPUs are
+    test_tiny_domains_get_a_valid_placement's."""
     from solver.experts import (BALANCE_KNEE, KNEE_PRICE, REMOTE_WEIGHT, _assemble, _best_start, _greedy_pack,
                                 _warm_starts)
 
@@ -600,3 +599,25 @@ def test_home_shares_equal_the_one_hot_formula(E, D, seed, given_primary):
     want = has * w[None, :] + w0 * fall
     got = domain_share(n, w, "home", primary if given_primary else None)
     assert got.tobytes() == want.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(2, 4), st.integers(2, 12), st.integers(0, 2**32 - 1),
+       st.booleans())
+@example(D=3, m_d=1, K=2, E=4, seed=0, with_tokens=False)     # water-filling put 2 replicas on a 1-GPU domain
+@example(D=4, m_d=1, K=3, E=6, seed=9, with_tokens=True)      # water-filling could not fill every slot
+def test_tiny_domains_get_a_valid_placement(D, m_d, K, E, seed, with_tokens):
+    """Domains of 1-3 GPUs: every GPU holds K distinct experts and every expert at least one replica
+    (a warm start that puts more replicas of an expert in a domain than it has GPUs is dropped, not
+    packed into a failure)."""
+    P = D * m_d
+    if K * P < E or K > E:
+        return
+    rng = np.random.default_rng(seed)
+    load = rng.zipf(1.6, E).astype(float)
+    rank_domain = np.repeat(np.arange(D), m_d)
+    tokens = sample_routing(load, 1, 1, 2, tokens=64, seed=seed) if with_tokens else None
+    res = solve_layer(load, np.arange(E) // 2, rank_domain, K, use_cpsat=False, tokens=tokens)
+    phy = np.asarray(res.physical_to_logical).reshape(P, K)
+    assert all(len(set(row)) == K for row in phy.tolist())
+    assert set(phy.ravel().tolist()) == set(range(E))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
 
 from planner.errors import InputError
+from planner.model import spec as S
 from planner.model.spec import ModelSpec, catalog, catalog_entry, load_model, spec_from_config
 
 EXPECTED = {
@@ -240,3 +242,21 @@ def test_spec_is_frozen_and_validates():
         m.num_layers = 3
     with pytest.raises(Exception):
         m.model_copy(update={}).__class__(**{**m.model_dump(), "moe_layers": (True,) * 32})  # experts=0
+
+
+def test_hash_is_computed_once_and_stays_pydantics():
+    """ModelSpec's hash is kept per instance (planner/model/spec.py ``_hash_once``): it must still be
+    the field-by-field hash pydantic gives a frozen model (oracle: the tuple of its field values), equal
+    for equal specs built apart, and a ``model_copy`` with a change must hash (and compare) as itself."""
+    m = load_model("deepseek-v3")
+    twin = ModelSpec(**m.model_dump())
+    assert twin is not m and twin == m
+    fields = tuple(m.__dict__[k] for k in ModelSpec.model_fields)
+    assert hash(m) == hash(twin) == hash(fields)
+    shallower = m.model_copy(update={"num_layers": m.num_layers - 1})
+    assert hash(shallower) == hash(tuple(shallower.__dict__[k] for k in ModelSpec.model_fields)) != hash(m)
+    assert {m: 1, twin: 2, shallower: 3} == {m: 2, shallower: 3}
+    kept = len(S._HASHES)
+    del twin, shallower
+    gc.collect()
+    assert len(S._HASHES) == kept - 2   # the entries go with their instances

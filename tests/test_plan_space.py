@@ -112,3 +112,51 @@ def zip_tables(space, model, training):
     """(rule name, variables, allowed) in the order rule_tables builds them."""
     names = [r.name for r in get_trainer(space.trainer).rules]
     return [(n, v, a) for n, (v, a) in zip(names, rule_tables(space, model, training))]
+
+
+# Rule.applies: the recipe settings a rule reads only when asked for explicitly (megatron's RECIPE_RULES)
+_EXPLICIT = {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True, "tp_comm_overlap": True,
+             "moe_router_enable_expert_bias": True, "fp8_param_gather": True, "cuda_graph_impl": "transformer_engine"}
+
+
+@settings(max_examples=12, deadline=None)
+@given(setting=st.sampled_from([None, *_EXPLICIT]), model_name=st.sampled_from(["deepseek-v3", "qwen3-30b-a3b"]),
+       data=st.data())
+def test_rule_tables_with_explicit_recipe_settings(setting, model_name, data):
+    """With a setting asked for explicitly (its rules read the layout) and with every setting on auto
+    (those rules' walks build no layout), the tables still agree with ``rules.violations`` on random
+    full layouts of a real model; and a rule that does not apply passes every layout."""
+    from planner.config import Recipe
+    from planner.model.spec import load_model
+    model = load_model(model_name)
+    recipe = Recipe(**({setting: _EXPLICIT[setting]} if setting else {}))
+    training = Training(seq_len=4096, global_batch=512, precision="fp8", recipe=recipe)
+    space = build_space(model, training, 64, [8] * 8, trainer="megatron", total_params=1e12)
+    tables = rule_tables(space, model, training)
+    for _ in range(40):
+        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
+        a = {v: space.values[v][i] for v, i in idx.items()}
+        if not structural_ok(space, a):
+            continue
+        cfg, world, g, _ = config_of(space, a)
+        tr = training.model_copy(update={"global_batch": g})
+        viol = rules.violations(model, cfg, tr, world, "megatron")
+        got = all(tuple(idx[v] for v in vars_) in set(allowed) for vars_, allowed in tables)
+        assert got == (not viol), (cfg, world, viol)
+        for rule in get_trainer("megatron").rules:
+            if rule.applies is not None and not rule.applies(model, tr):
+                assert rule.check(model, cfg, tr, world) is None
+
+
+def test_explicit_setting_refuses_layouts_auto_allows():
+    """By hand: EP overlap asked for explicitly refuses pp > 1 without vpp (megatron-core 0.19.2
+    transformer_config.py's assertion, ``_a2a_overlap_problem``); on auto the same layout passes."""
+    from planner.config import ParallelConfig, Recipe
+    from planner.model.spec import load_model
+    model = load_model("deepseek-v3")
+    cfg = ParallelConfig(tp=1, pp=4, vpp=1, ep=8)
+    auto = Training(seq_len=4096, global_batch=512)
+    asked = auto.model_copy(update={"recipe": Recipe(overlap_moe_expert_parallel_comm=True)})
+    rule = next(r for r in get_trainer("megatron").rules if r.name == "moe_a2a_overlap_layout")
+    assert rule.check(model, cfg, auto, 256) is None
+    assert "virtual_pipeline_model_parallel_size" in rule.check(model, cfg, asked, 256)

@@ -13,9 +13,11 @@ written here, once, as functions of an ``ops`` object:
     dp        = exposed(RS, RS kept, t_bwd) + exposed(AG, AG kept, t_fwd)          distributed optimizer
               = m exposed(g AG + RS, g AG kept + RS kept, t_mb)                    FSDP (g gathers)
 
-Two ops run it. ``FLOAT`` (here): the leaves are seconds and ``planner.cost.steptime.step_time``
-evaluates one layout. ``planner.search.nodeops.NodeOps``: the leaves are table nodes of the solver's
-``Program`` (the same term functions tabulated over the decision variables) and the composition
+Three ops run it. ``FLOAT`` (here): the leaves are seconds and ``planner.cost.steptime.step_time``
+evaluates one layout. ``ARRAY`` (here): the leaves are numpy arrays of integer table entries, one
+per layout (``planner.search.bounds``' layer-time minima). ``planner.search.nodeops.NodeOps``: the
+leaves are table nodes of the solver's ``Program`` (the same term functions tabulated over the
+decision variables) and the composition
 builds its sum / max / product / argmax / element nodes, so the program ``plan`` searches is this
 composition (docs/architecture.md, "One composition").
 
@@ -26,8 +28,11 @@ The ops interface: ``zero``; ``add(*xs)`` (numbers allowed: constants); ``sub(a,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 from planner.cost.terms import cpu_optimizer as CPU_OPT
 from planner.cost.terms import fp8_scaling as FP8S
@@ -69,6 +74,18 @@ class FloatOps:
 
 
 FLOAT = FloatOps()
+
+
+class ArrayOps(FloatOps):
+    """The composition on numpy arrays of integer table entries, element by element (the bounds of
+    ``planner.search.bounds`` over many layouts at once): ``FloatOps`` with an elementwise max."""
+
+    @staticmethod
+    def max(*xs):
+        return functools.reduce(np.maximum, xs)
+
+
+ARRAY = ArrayOps()
 
 
 def exposed(ops, t, kept, window):

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from planner.errors import InputError
+from planner.io import read_yaml
 
 RATES_FILE = Path(__file__).resolve().parents[1] / "data" / "failure_rates.yaml"
 PER = ("gpu", "host", "switch_tray")
@@ -73,7 +74,7 @@ def _component(name: str, d: dict, fleet: dict, where: str) -> Component:
 @lru_cache(maxsize=16)
 def _read(path: str) -> dict:
     try:
-        doc = yaml.safe_load(Path(path).read_text()) or {}
+        doc = read_yaml(Path(path).read_text()) or {}   # libyaml where present
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"--failure-rates {path}: cannot read it ({exc.__class__.__name__}); give a YAML file "
                          "shaped like planner/data/failure_rates.yaml") from None

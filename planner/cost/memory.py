@@ -343,7 +343,12 @@ def inflight_compositions(pp: int, vpp: int, rank: int, num_microbatches: int) -
             del live[(mb(b), cb)]
             counts[cb] -= 1
             b += 1
-    peaks = [v for v in seen if not any(o != v and all(x >= y for x, y in zip(o, v)) for o in seen)]
+    # the Pareto-maximal vectors: a vector another one covers has a smaller sum, and whatever covers it is
+    # covered by a maximal one, so each vector (largest sum first) is checked against the maxima kept so far
+    peaks: list[tuple[int, ...]] = []
+    for v in sorted(seen, key=sum, reverse=True):
+        if not any(all(x >= y for x, y in zip(o, v)) for o in peaks):
+            peaks.append(v)
     return tuple(sorted(peaks, reverse=True))
 
 

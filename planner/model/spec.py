@@ -68,6 +68,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import weakref
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -309,6 +310,27 @@ class ModelSpec(BaseModel):
     def summary(self) -> str:
         kind = f"MoE {self.num_experts}x top-{self.top_k}" if self.is_moe else "dense"
         return f"{self.name}: {self.family}, {self.num_layers} layers, h={self.hidden_size}, {self.attention.upper()}, {kind}"
+
+
+# The cost model's caches are keyed by the model (``functools.lru_cache`` and memo dicts: ~14,000 lookups in
+# one plan of DeepSeek-V3), and pydantic hashes a frozen model field by field each time (55 fields, ~4 us).
+# The spec is frozen, so its hash is pydantic's, computed once per instance: kept by identity while the
+# instance lives (a weak reference drops the entry with it; ``model_copy`` makes a new instance).
+_FIELD_HASH = ModelSpec.__hash__
+_HASHES: dict[int, tuple] = {}
+
+
+def _hash_once(self) -> int:
+    hit = _HASHES.get(id(self))
+    if hit is not None and hit[0]() is self:
+        return hit[1]
+    h = _FIELD_HASH(self)
+    key = id(self)
+    _HASHES[key] = (weakref.ref(self, lambda _, k=key: _HASHES.pop(k, None)), h)
+    return h
+
+
+ModelSpec.__hash__ = _hash_once
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,20 +13,14 @@ import time
 import numpy as np
 
 from planner.cost import compose as K
-from planner.cost.compose import FLOAT
+from planner.cost.compose import ARRAY
 from planner.search.program import BUBBLE
 from planner.search.space import VARIABLES
-from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, weights_of
+from solver.layout import LayoutResult, Solution, evaluate_many, feasible_rows, key_array, weights_of
 
 # Choices the CP-SAT master leaves to the exact evaluation of each block (with fsdp, which no
 # bound factor reads): the master's layer-time factor is the minimum over them.
 _BLOCK_FREE = ("recompute", "dispatcher")
-
-
-def _exposed_min(t, t1, key, work):
-    """min over shapes of max(t1, t - work, 0) >= max(min t1, min t - work, 0): ``compose.exposed`` of
-    the least entries."""
-    return K.exposed(FLOAT, t.get(key, 0), t1.get(key, 0), work)
 
 
 def _min_over_shape(values: dict) -> dict:
@@ -39,11 +33,26 @@ def _min_over_shape(values: dict) -> dict:
     return out
 
 
+def _gather(table: dict, cols: list) -> np.ndarray:
+    """``table.get(key, 0)`` for the keys whose components are the arrays ``cols`` (a table keyed by
+    tuples of non-negative integers: variable indices and shape ids)."""
+    karr = key_array(table, len(cols))
+    dims = [int(karr[:, j].max()) + 1 if len(karr) else 1 for j in range(len(cols))]
+    flat = np.zeros(int(np.prod(dims)), dtype=np.int64)
+    flat[np.ravel_multi_index(karr.T, dims)] = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    inside = np.all([(c >= 0) & (c < d) for c, d in zip(cols, dims)], axis=0)
+    out = np.zeros(len(cols[0]), dtype=np.int64)
+    out[inside] = flat[np.ravel_multi_index([c[inside] for c in cols], dims)]
+    return out
+
+
 def _layer_minima(b) -> dict:
     """Per layer kind, {(tp, cp, ep, etp, mbs[, EP shape]): the least layer time} over recompute and
     the dispatcher (left to the exact evaluation of each block, ``_BLOCK_FREE``) and over the TP and
     CP group shapes; the expert all-to-all enters at its exact group shape (the EP shape node keys
-    the factor): its price inside or across NVLink domains is most of what separates layouts."""
+    the factor): its price inside or across NVLink domains is most of what separates layouts.
+    Every layer key of a kind at once (``compose.ARRAY``: the table entries are integers, so the
+    arrays give exactly what the composition gives one key at a time); keys first seen first."""
     src, P, vals = b._src, b.prog, b.vals
 
     def tab(node):
@@ -52,42 +61,50 @@ def _layer_minima(b) -> dict:
     tpt, tpt1 = _min_over_shape(tab(src["TPT"])), _min_over_shape(tab(src["TPT1"]))
     cpt, cpt1 = _min_over_shape(tab(src["CPT"])), _min_over_shape(tab(src["CPT1"]))
     moe = "A" in src
-    sids_of = {}
+    sids_of: dict = {}
     if moe:
         at, at1, avars = tab(src["A"]), tab(src["A1"]), src["avars"]
         for sid in b._shape_values(b.sh["ep"]):
             sids_of.setdefault(b.shape(sid).size, []).append(sid)
     assert src["lvars"] == ("tp", "cp", "ep", "etp", "mbs", "recompute")
-    disp = list(range(len(vals["dispatcher"]))) if moe else [None]
-    lmin = {kind: {} for kind in src["per"]}
-    tabs = [(kind, lmin[kind], tab(t["comp"]), tab(t["g3"]), tab(t["attn"]), tab(t["wep"]))
-            for kind, t in src["per"].items()]
+    lks = list(tab(next(iter(src["per"].values()))["comp"]))   # (tp, cp, ep, etp, mbs, recompute) indices
+    # (layer key, EP shape) pairs: each key of the bound is a layer key's first five choices and its EP shape
+    row, sid_of_pair, kidx, key_index = [], [], [], {}
+    for i, lk in enumerate(lks):
+        for sid in (sids_of.get(vals["ep"][lk[2]], []) if moe else [None]):
+            row.append(i)
+            sid_of_pair.append(sid)
+            kidx.append(key_index.setdefault(lk[:5] if sid is None else lk[:5] + (sid,), len(key_index)))
+    row, kidx, keys = np.asarray(row, dtype=np.int64), np.asarray(kidx, dtype=np.int64), list(key_index)
 
-    def keep_least(d, key, w):
-        if w < d.get(key, w + 1):
-            d[key] = w
+    def col(table, key_of):
+        return np.fromiter((table.get(key_of(lk), 0) for lk in lks), dtype=np.int64, count=len(lks))
 
-    for lk in tabs[0][2]:
-        tp_i, cp_i, ep_i, _etp_i, mbs_i, rc_i = lk
-        sids = sids_of.get(vals["ep"][ep_i], []) if moe else [None]
-        keys_ = [lk[:5] if sid is None else lk[:5] + (sid,) for sid in sids]
-        for kind, d, ct, gt, att, wt in tabs:
-            comp = ct.get(lk)
-            if comp is None:
-                continue
-            tp_x = _exposed_min(tpt, tpt1, (cp_i, mbs_i, rc_i), gt[lk])
-            cp_x = _exposed_min(cpt, cpt1, (tp_i, cp_i, mbs_i), att[lk])
-            if kind[0] != "moe":   # compose.layer_time without the host floor and sync (>= 0): a bound
-                for key in keys_:
-                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, cp_x), src["launch"]), 1))
-                continue
-            ctx = {"tp": tp_i, "cp": cp_i, "mbs": mbs_i, "recompute": rc_i}
-            for dsp in disp:
-                ctx["dispatcher"] = dsp
-                ak = tuple(ctx[n_] for n_ in avars)
-                for sid, key in zip(sids, keys_):
-                    a2a_x = _exposed_min(at, at1, ak + (sid,), wt[lk])
-                    keep_least(d, key, max(K.layer_time(FLOAT, comp, (tp_x, a2a_x, cp_x), src["launch"]), 1))
+    tp_t, tp_t1 = (col(t, lambda lk: (lk[1], lk[4], lk[5])) for t in (tpt, tpt1))
+    cp_t, cp_t1 = (col(t, lambda lk: (lk[0], lk[1], lk[4])) for t in (cpt, cpt1))
+    lmin = {}
+    for kind, t in src["per"].items():
+        ct = tab(t["comp"])
+        have = np.fromiter((lk in ct for lk in lks), dtype=bool, count=len(lks))
+        comp, g3, attn, wep = (col(tab(t[n]), lambda lk: lk) for n in ("comp", "g3", "attn", "wep"))
+        tp_x, cp_x = K.exposed(ARRAY, tp_t, tp_t1, g3)[row], K.exposed(ARRAY, cp_t, cp_t1, attn)[row]
+        if kind[0] != "moe":   # compose.layer_time without the host floor and sync (>= 0): a bound
+            cands = [np.maximum(K.layer_time(ARRAY, comp[row], (tp_x, cp_x), src["launch"]), 1)]
+        else:
+            cands = []
+            lk_arr, sid_arr = np.asarray(lks, dtype=np.int64)[row], np.asarray(sid_of_pair, dtype=np.int64)
+            at_pos = [{"tp": 0, "cp": 1, "mbs": 4, "recompute": 5}.get(n_) for n_ in avars]   # None: dispatcher
+            for dsp in range(len(vals["dispatcher"])):
+                cols = [np.full(len(row), dsp) if j is None else lk_arr[:, j] for j in at_pos] + [sid_arr]
+                a2a_x = K.exposed(ARRAY, _gather(at, cols), _gather(at1, cols), wep[row])
+                cands.append(np.maximum(K.layer_time(ARRAY, comp[row], (tp_x, a2a_x, cp_x), src["launch"]), 1))
+        live = have[row]
+        best = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+        for c in cands:
+            np.minimum.at(best, kidx[live], c[live])
+        _, first = np.unique(kidx[live], return_index=True)
+        order = kidx[live][np.sort(first)]   # the keys in the order the layer keys first reach them
+        lmin[kind] = {keys[j]: int(best[j]) for j in order}
     return lmin
 
 
@@ -104,12 +121,12 @@ def _slot_factors(b, lmin, keys) -> tuple[dict, dict]:
     lref = {k: lmin[ref][k] for k in keys}
     rho = {k: min(lmin[k][x] / lref[x] for x in keys) for k in lmin}
     pos = {v: i for i, v in enumerate(src["lvars"][:5])}
+    sub = {x: tuple(x[pos[n]] for n in ("tp", "cp", "mbs")) for x in keys}   # each key's (tp, cp, mbs)
 
     def rho_of(table):   # a (tp, cp, mbs) table in units of the reference layer
         if table is None:
             return 0.0
         t = P.nodes[table].values
-        sub = {x: tuple(x[pos[n]] for n in ("tp", "cp", "mbs")) for x in keys}
         return min(t[sub[x]] / lref[x] for x in keys if sub[x] in t)
 
     rho_head = rho_of(src["H"]["total"])

@@ -243,7 +243,8 @@ def _plan_layouts(model, cluster, training, top, time_limit, objective, gbs_rang
     t_build = time.perf_counter() - t_build0
     cluster, training, prog = req.cluster, req.training, b.prog
 
-    accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices)
+    accept, shortfalls = _acceptor(b, model, cluster, training, req.profile, req.equal_slices,
+                                   cheap_first=method != "cp-sat-full")
     factors = bound_factors(b) if method in ("cp-sat", "enumerate") else None
     pool = max(top, SAFE_POOL) if objective in ("throughput", "tflops-per-gpu") else top   # _safe_rank's pool
     res = _search(prog, b, method, factors, pool, accept, time_limit, workers)
@@ -445,15 +446,36 @@ def _request(model, cluster, training, trainer, profile, gbs_range, min_world, i
     return _Request(cluster, training, trainer, prof, space, n, min_world, equal_slices)
 
 
-def _acceptor(b, model, cluster, training, prof, equal_slices):
+class _Shortfalls:
+    """The memory shortfalls (HBM GiB short, label, host GiB short) of the layouts the search refused,
+    for a refusal's closest layout. A layout that a cheaper check refused first waits in ``deferred``
+    and is priced only when the refusal asks (``all``): the list then holds what pricing every refused
+    layout gives, and ``min`` of it does not depend on the order."""
+
+    def __init__(self):
+        self.items: list[tuple[float, str, float]] = []
+        self.deferred: list[tuple] = []
+        self.price = None   # memory_accept of ``_acceptor``
+
+    def all(self) -> list[tuple[float, str, float]]:
+        deferred, self.deferred = self.deferred, []
+        for choice in deferred:
+            self.price(choice)
+        return self.items
+
+
+def _acceptor(b, model, cluster, training, prof, equal_slices, cheap_first: bool = True):
     """The lazy constraints: the exact ``planner.cost.memory`` peak must fit in HBM less the headroom
-    (a cut covers every layout that agrees on the choices memory reads), and with ``equal_slices``
-    MaxText's mesh must factor into its slices. Returns (accept, shortfalls)."""
+    (a cut covers every layout that agrees on the choices memory reads), the MoE dispatcher must run
+    on the placement, and with ``equal_slices`` MaxText's mesh must factor into its slices. Returns
+    (accept, shortfalls). ``cheap_first``: the cached dispatcher and mesh checks run before the
+    exact memory peak (a layout they refuse is priced only for a refusal, ``_Shortfalls``); the
+    searches other than "cp-sat-full" read only whether a layout passes, not the cut."""
     gpu = cluster.gpu_spec
     mem_vars = [b.vi[v] for v in VARIABLES if v not in _MEMORY_FREE]
     mesh_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "gpd")]
     usable = usable_hbm_gib(gpu.hbm_gib, training)  # issue 11 item 6: plans fit in HBM less the headroom
-    shortfalls: list[tuple[float, str]] = []
+    shortfalls = _Shortfalls()
     checked: dict = {}
 
     def memory_accept(choice):
@@ -468,8 +490,10 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
             checked[key] = hit
         if hit[0]:
             return None
-        shortfalls.append((max(hit[1] - usable, 0.0), hit[2], hit[3]))   # (HBM GiB short, label, host GiB short)
+        shortfalls.items.append((max(hit[1] - usable, 0.0), hit[2], hit[3]))   # (HBM GiB short, label, host GiB short)
         return mem_vars
+
+    shortfalls.price = memory_accept
 
     hybridep_vars = [b.vi[v] for v in ("tp", "cp", "pp", "dp", "ep", "etp", "dispatcher", "gpd")]
     hybridep_ok: dict = {}
@@ -503,12 +527,20 @@ def _acceptor(b, model, cluster, training, prof, equal_slices):
                                               [gpus[g].domain for g in placement.rank_to_gpu]) is None
         return None if rdma_ok[key] else hybridep_vars
 
-    def accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
-        cut = memory_accept(choice) or hybridep_accept(choice) or rdma_accept(choice)
-        if cut is not None or not equal_slices:
-            return cut
+    def mesh_accept(choice):  # issue 11 item 5: MaxText's mesh must factor into its slices
+        if not equal_slices:
+            return None
         cfg, world, _, gpd, _ = b.config_of(choice)
         return None if _maxtext_mesh_ok(cluster, model, cfg, world, gpd) else mesh_vars
+
+    def accept(choice):
+        if not cheap_first:
+            return memory_accept(choice) or hybridep_accept(choice) or rdma_accept(choice) or mesh_accept(choice)
+        cut = hybridep_accept(choice) or rdma_accept(choice) or mesh_accept(choice)
+        if cut is not None:
+            shortfalls.deferred.append(choice)
+            return cut
+        return memory_accept(choice)
 
     return accept, shortfalls
 
@@ -517,13 +549,13 @@ def _refuse(res, b, prog, accept, shortfalls, model, cluster, training, time_lim
     """No layout: the one-line InfeasibleError naming the closest layout and its shortfall."""
     if res.status in ("UNKNOWN",) and time_limit is not None:
         raise InfeasibleError(f"no layout found within --time-limit {time_limit:g} s; raise the limit")
-    if not shortfalls and prog.limits:
+    if not shortfalls.all() and prog.limits:
         # the memory bound dropped every layout: price exactly the few it rates closest
         rows = feasible_rows(prog)
         if len(rows):
             for i in _closest_by_bound(prog, rows, prog.limits[0][0], 8):
                 accept(tuple(int(a) for a in rows[i]))
-    err = InfeasibleError(_nothing_fits(model, cluster, training, shortfalls, b))
+    err = InfeasibleError(_nothing_fits(model, cluster, training, shortfalls.all(), b))
     err.memory = True   # nothing fits in memory: planner.search.offload may try the optimizer on the host
     raise err
 

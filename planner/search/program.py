@@ -147,6 +147,7 @@ class ProgramBuilder:
         prog.table_t = lambda vars_, values, nodes=(): prog.table(vars_, values, nodes, trusted=True)
         self.ops = NodeOps(prog)
         self._shape_cache: dict = {}
+        self._combos: dict = {}
         self._host: dict = {}
         gpu = cluster.gpu_spec
         self.gpu = gpu
@@ -168,13 +169,16 @@ class ProgramBuilder:
     def idx(self, *names):
         return [self.vi[n] for n in names]
 
-    def combos(self, *names):
+    def combos(self, *names) -> tuple:
         """(index tuple, value dict) for every combination of the named variables that the
-        canonical-form constraints allow."""
-        for ix in itertools.product(*(range(len(self.vals[n])) for n in names)):
-            a = {n: self.vals[n][i] for n, i in zip(names, ix)}
-            if structural_ok(self.space, a):
-                yield ix, a
+        canonical-form constraints allow; walked once per tuple of names (the tables over the layer
+        variables walk the same combinations per layer kind), so callers must not change the dicts."""
+        hit = self._combos.get(names)
+        if hit is None:
+            hit = self._combos[names] = tuple(
+                (ix, a) for ix in itertools.product(*(range(len(self.vals[n])) for n in names))
+                for a in ({n: self.vals[n][i] for n, i in zip(names, ix)},) if structural_ok(self.space, a))
+        return hit
 
     def host_regime(self, ep: int, recompute: str) -> tuple:
         """``steptime.host_regime`` of a layout: it reads only EP and recompute (through the effective

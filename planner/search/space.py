@@ -279,7 +279,9 @@ def structural_ok(space: Space, a: dict) -> bool:
 def rule_tables(space: Space, model, training: Training) -> list[tuple[tuple[str, ...], list[tuple]]]:
     """For every rule of the target trainer: (variables, allowed tuples of candidate *indices*).
 
-    Rules that read the same variables share one walk over their tuples (one ParallelConfig each)."""
+    Rules that read the same variables share one walk over their tuples (one ParallelConfig each). A
+    rule that does not apply to the request (``Rule.applies``: e.g. a recipe setting left on auto)
+    allows every tuple; when no rule of a walk reads the layout, the walk builds no ParallelConfig."""
     rules = list(get_trainer(space.trainer).rules)
     for rule in rules:
         if rule.name not in RULE_VARS:
@@ -290,9 +292,15 @@ def rule_tables(space: Space, model, training: Training) -> list[tuple[tuple[str
     allowed: dict[str, list] = {rule.name: [] for rule in rules}
     trainings: dict = {None: training}
     for vars_, group in by_vars.items():
+        # the global batch is one of the walk's variables or the request's: applies reads the request's
+        idle = "gbs" not in vars_ and all(r.applies is not None and not r.applies(model, training) for r in group)
         for idx in itertools.product(*(range(len(space.values[v])) for v in vars_)):
             a = {v: space.values[v][i] for v, i in zip(vars_, idx)}
             if not structural_ok(space, a):
+                continue
+            if idle:
+                for rule in group:
+                    allowed[rule.name].append(idx)
                 continue
             cfg, world, gbs, _ = config_of(space, a)
             tr = trainings.get(gbs)

@@ -349,14 +349,20 @@ def effective_recipe(model, config, training) -> Recipe:
     return Recipe(**{**RECIPE_OFF, **own})   # the other trainers' settings off
 
 
-def _explicit(t, name):
-    return getattr(t.recipe, name) is True
+def _explicit(name):
+    """``Rule.applies`` of a rule on a recipe setting: it reads the layout only when the recipe asks for
+    the setting explicitly (True); auto (None) and False pass every layout."""
+    def applies(m, t) -> bool:
+        return getattr(t.recipe, name) is True
+    return applies
+
+
+def _graphs_set(m, t) -> bool:
+    return t.recipe.cuda_graph_impl not in (None, "none")
 
 
 def _r_graphs(m, c, t, world):
-    impl = t.recipe.cuda_graph_impl
-    if impl not in (None, "none"):
-        return _graphs_problem(m, c, t, impl)
+    return _graphs_problem(m, c, t, t.recipe.cuda_graph_impl)
 
 
 def _r_graph_modules(m, c, t, world):
@@ -365,26 +371,22 @@ def _r_graph_modules(m, c, t, world):
 
 
 def _r_a2a_overlap(m, c, t, world):
-    if _explicit(t, "overlap_moe_expert_parallel_comm"):
-        impl, modules = _graph_setting(m, c, t)
-        return _a2a_overlap_problem(m, c, t, impl, modules)
+    impl, modules = _graph_setting(m, c, t)
+    return _a2a_overlap_problem(m, c, t, impl, modules)
 
 
 def _r_delay_wgrad(m, c, t, world):
-    if _explicit(t, "delay_wgrad_compute"):
-        e = effective_recipe(m, c, t)
-        return _delay_wgrad_problem(m, c, t, e.overlap_moe_expert_parallel_comm, e.cuda_graph_impl,
-                                    e.cuda_graph_modules)
+    e = effective_recipe(m, c, t)
+    return _delay_wgrad_problem(m, c, t, e.overlap_moe_expert_parallel_comm, e.cuda_graph_impl,
+                                e.cuda_graph_modules)
 
 
 def _r_tp_overlap(m, c, t, world):
-    if _explicit(t, "tp_comm_overlap"):
-        return _tp_overlap_problem(m, c, t)
+    return _tp_overlap_problem(m, c, t)
 
 
 def _r_expert_bias(m, c, t, world):
-    if _explicit(t, "moe_router_enable_expert_bias"):
-        return _expert_bias_problem(m, c, t)
+    return _expert_bias_problem(m, c, t)
 
 
 def _r_torch_fsdp2(m, c, t, world):
@@ -401,13 +403,11 @@ def _r_optimizer_offload(m, c, t, world):
 
 
 def _r_fp8_param_gather(m, c, t, world):
-    if _explicit(t, "fp8_param_gather"):
-        return _fp8_param_problem(m, c, t)
+    return _fp8_param_problem(m, c, t)
 
 
 def _r_fp4_param_gather(m, c, t, world):
-    if _explicit(t, "fp4_param_gather"):
-        return _fp4_param_problem(m, c, t)
+    return _fp4_param_problem(m, c, t)
 
 
 def _r_fp8_recipe(m, c, t, world):
@@ -420,16 +420,16 @@ def _r_fp8_recipe(m, c, t, world):
 
 # the recipe rules, in the order they are checked (after the layout rules)
 RECIPE_RULES: tuple[Rule, ...] = (
-    Rule("fp8_param_gather_recipe", _r_fp8_param_gather),
-    Rule("fp4_param_gather_recipe", _r_fp4_param_gather),
+    Rule("fp8_param_gather_recipe", _r_fp8_param_gather, _explicit("fp8_param_gather")),
+    Rule("fp4_param_gather_recipe", _r_fp4_param_gather, _explicit("fp4_param_gather")),
     Rule("cpu_offloading_layout", _r_cpu_offload),
     Rule("optimizer_offload_layout", _r_optimizer_offload),
-    Rule("cuda_graphs_vs_recompute", _r_graphs),
+    Rule("cuda_graphs_vs_recompute", _r_graphs, _graphs_set),
     Rule("cuda_graph_modules", _r_graph_modules),
-    Rule("moe_a2a_overlap_layout", _r_a2a_overlap),
-    Rule("delay_wgrad_needs_a2a_overlap", _r_delay_wgrad),
-    Rule("tp_comm_overlap_needs_sp", _r_tp_overlap),
-    Rule("expert_bias_needs_sigmoid_router", _r_expert_bias),
+    Rule("moe_a2a_overlap_layout", _r_a2a_overlap, _explicit("overlap_moe_expert_parallel_comm")),
+    Rule("delay_wgrad_needs_a2a_overlap", _r_delay_wgrad, _explicit("delay_wgrad_compute")),
+    Rule("tp_comm_overlap_needs_sp", _r_tp_overlap, _explicit("tp_comm_overlap")),
+    Rule("expert_bias_needs_sigmoid_router", _r_expert_bias, _explicit("moe_router_enable_expert_bias")),
     Rule("torch_fsdp2_layout", _r_torch_fsdp2),
     Rule("fp8_recipe_precision", _r_fp8_recipe),
 )
