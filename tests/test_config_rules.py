@@ -267,19 +267,12 @@ def test_effective_recipe_is_idempotent_and_never_breaks_a_recipe_rule(cfg, reci
 def test_recipe_rule_tables_equal_the_rules_for_required_settings(recipe, data):
     # the search's tables (planner.search.space.RULE_VARS) admit exactly the layouts the rules accept
     # when the user requires settings, so the search never combines what Megatron refuses
-    from planner.search.space import VARIABLES, build_space, config_of, rule_tables, structural_ok
+    from planner.search.space import build_space, rule_tables
+    from space_layouts import allowed, drawn_layouts
 
     m = _model("qwen3-30b-a3b")
     tr = Training(seq_len=4096, global_batch=64, precision="mxfp8", recipe=Recipe(**recipe))
     space = build_space(m, tr, 16, [8, 8], trainer="megatron", dispatchers=("alltoall", "flex-hybridep"))
-    tables = [(v, set(a)) for v, a in rule_tables(space, m, tr)]
-    for _ in range(60):
-        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
-        a = {v: space.values[v][i] for v, i in idx.items()}
-        if not structural_ok(space, a):
-            continue
-        cfg, world, g, _ = config_of(space, a)
-        t = tr.model_copy(update={"global_batch": g})
-        want = not violations(m, cfg, t, world)
-        got = all(tuple(idx[v] for v in vars_) in allowed for vars_, allowed in tables)
-        assert got == want, (cfg, violations(m, cfg, t, world))
+    tables = rule_tables(space, m, tr)
+    for idx, cfg, world, t in drawn_layouts(space, tr, data, 60):
+        assert allowed(tables, idx) == (not violations(m, cfg, t, world)), (cfg, violations(m, cfg, t, world))

@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from space_layouts import allowed, drawn_layouts
 
 from planner import rules
 from planner.trainers import TRAINERS, get_trainer
 from planner.config import Training
-from planner.search.space import (RULE_VARS, VARIABLES, build_space, config_of, gbs_candidates, gpd_candidates,
-                           rule_tables, split_layers, structural_ok)
+from planner.search.space import (RULE_VARS, VARIABLES, build_space, gbs_candidates, gpd_candidates,
+                           rule_tables, split_layers)
 
 
 def _model(layers, heads, kv, experts):
@@ -42,18 +43,10 @@ def test_rule_tables_equal_rules_on_full_layouts(layers, heads, experts, gpus, t
     space = build_space(model, training, gpus, [8] * (gpus // 8 or 1), trainer=trainer,
                         gbs_range=(gbs // 2, gbs * 2) if data.draw(st.booleans()) else None)
     tables = rule_tables(space, model, training)
-    index = {v: i for i, v in enumerate(VARIABLES)}
-    del index
-    for _ in range(25):
-        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
-        a = {v: space.values[v][i] for v, i in idx.items()}
-        if not structural_ok(space, a):
-            continue
-        cfg, world, g, _ = config_of(space, a)
-        tr = training.model_copy(update={"global_batch": g})
+    for idx, cfg, world, tr in drawn_layouts(space, training, data, 25):
         want = not rules.violations(model, cfg, tr, world, trainer)
-        got = all(tuple(idx[v] for v in vars_) in set(allowed) for vars_, allowed in tables)
-        assert got == want, (cfg, world, g, rules.violations(model, cfg, tr, world, trainer))
+        assert allowed(tables, idx) == want, (cfg, world, tr.global_batch,
+                                              rules.violations(model, cfg, tr, world, trainer))
 
 
 def test_split_layers_reproduces_nvidia_layouts():
@@ -133,16 +126,9 @@ def test_rule_tables_with_explicit_recipe_settings(setting, model_name, data):
     training = Training(seq_len=4096, global_batch=512, precision="fp8", recipe=recipe)
     space = build_space(model, training, 64, [8] * 8, trainer="megatron", total_params=1e12)
     tables = rule_tables(space, model, training)
-    for _ in range(40):
-        idx = {v: data.draw(st.integers(0, len(space.values[v]) - 1)) for v in VARIABLES}
-        a = {v: space.values[v][i] for v, i in idx.items()}
-        if not structural_ok(space, a):
-            continue
-        cfg, world, g, _ = config_of(space, a)
-        tr = training.model_copy(update={"global_batch": g})
+    for idx, cfg, world, tr in drawn_layouts(space, training, data, 40):
         viol = rules.violations(model, cfg, tr, world, "megatron")
-        got = all(tuple(idx[v] for v in vars_) in set(allowed) for vars_, allowed in tables)
-        assert got == (not viol), (cfg, world, viol)
+        assert allowed(tables, idx) == (not viol), (cfg, world, viol)
         for rule in get_trainer("megatron").rules:
             if rule.applies is not None and not rule.applies(model, tr):
                 assert rule.check(model, cfg, tr, world) is None
