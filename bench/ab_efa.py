@@ -32,10 +32,10 @@ def rows() -> list[dict]:
 
 
 def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | None = None,
-                   fabric: str | None = None) -> float:
-    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe). ``dispatcher`` and
-    ``fabric`` replace the row's dispatcher and the cluster's fabric kind (a what-if: bench/efa_alltoall.py
-    prices the patched DeepEP arms as DeepEP on a fabric that runs it)."""
+                   fabric: str | None = None, host_launch_us: float | None = None) -> float:
+    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe). ``dispatcher``, ``fabric``
+    and ``host_launch_us`` replace the row's dispatcher, the cluster's fabric kind and its hosts' per-call time
+    (what-ifs: bench/efa_alltoall.py prices the patched DeepEP arms as DeepEP on a fabric that runs it)."""
     g = int(r["gpus"])
     cfg = ParallelConfig(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]), etp=int(r["etp"]),
                          mbs=int(r["mbs"]), dp=g // (int(r["tp"]) * int(r["pp"])), recompute=r["recompute"],
@@ -46,6 +46,8 @@ def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | Non
     cluster = load_cluster(r["cluster"], gpus=g)
     if fabric:
         cluster.fabric = fabric
+    if host_launch_us:
+        cluster.host_launch_us = host_launch_us
     return predict(load_model(r["model"]), cluster, cfg, tr).step_time_s
 
 

@@ -134,8 +134,8 @@ def print_patched_arms() -> None:
     import ab_efa
 
     data = ab_efa.rows()
-    print("patched DeepEP arms priced as flex-deepep: measured s, predicted s, ratio; NCCL arm - this arm, "
-          "measured / predicted (shipped figures)")
+    print("patched DeepEP arms priced as flex-deepep: measured s, predicted s, ratio, ratio with the hosts at "
+          "the p5 hosts' 45 us a call (a what-if, docs/cloud.md); NCCL arm - this arm, measured / predicted")
     for r in data:
         if r["dispatcher"] in ab_efa.STOCK:
             continue
@@ -146,7 +146,9 @@ def print_patched_arms() -> None:
         delta = "" if not same else (f"; NCCL arm - this: {float(same[0]['iter_s']) - m:+.2f} / "
                                      f"{ab_efa.predicted_step(same[0]) - p:+.2f}")
         print(f"  {r['group']:<22} PP{r['pp']} EP{r['ep']} MBS{r['mbs']} overlap {r['a2a_overlap']:<3} "
-              f"{r['dispatcher']:<25} {m:6.2f} {p:6.2f} {p / m:5.2f}{delta}")
+              f"{r['dispatcher']:<25} {m:6.2f} {p:6.2f} {p / m:5.2f} "
+              f"{ab_efa.predicted_step(r, dispatcher='flex-deepep', fabric='roce', host_launch_us=45.0) / m:5.2f}"
+              f"{delta}")
 
 
 def main() -> None:
