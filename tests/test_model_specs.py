@@ -15,7 +15,7 @@ EXPECTED = {
     "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
     # planner/data/models_extra.json
-    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick",
+    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "llama2-70b",
 }
 
 
@@ -56,6 +56,7 @@ def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_pat
     ("gpt-oss-20b", 20.9e9, "active_without_embedding", 3.61e9),   # OpenAI card: 20.91B total, 3.61B active
     ("gpt-oss-120b", 116.8e9, "active_without_embedding", 5.13e9),  # OpenAI card: 116.83B total, 5.13B active
     ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
+    ("llama2-70b", 70e9, "active", 70e9),                    # Meta: Llama 2 70B (68.98B counted), dense
 ])
 def test_parameter_counts_match_the_published_figures(name, total, convention, active):
     from planner.model.flops import param_counts
