@@ -106,12 +106,18 @@ def test_scaling_series_retention():
     path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
-    assert sm["series"] == 28
-    assert sm["mean_abs_points"] <= 1.15           # 1.12 at the time of writing (1.10 before the pipeline's per-hop
+    assert sm["series"] == 30
+    assert sm["mean_abs_points"] <= 1.5            # 1.47 at the time of writing; 1.12 over the 28 series before
+    #                                               MaxText's Llama 2 70B pair (1.10 before the pipeline's per-hop
     #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms)
-    assert sm["over"] <= 1                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container)
+    assert sm["over"] <= 2                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container) and
+    #                                               MaxText Llama 2 70B FP8 (87.2%: not priced, docs/steptime.md)
     assert abs(sm["mean_predicted"] - sm["mean_measured"]) <= 1.0     # no systematic optimism
     by = {s.series: s for s in series}
+    # the rest hold as before the MaxText Llama 2 70B pair; its BF16 twin is predicted within 2 points
+    rest = summary([s for s in series if not s.series.startswith("maxtext-l2-")])
+    assert rest["mean_abs_points"] <= 1.15 and rest["over"] <= 1
+    assert abs(by["maxtext-l2-bf16"].error_points) <= 2.0          # measured 97.8%, predicted 99.0%
     l70 = by["dgxc-24.09-l70-bf16"]                # 64 ... 2,048 H100, measured 100 -> 98.3%
     assert all(a > b for a, b in zip(l70.predicted, l70.predicted[1:]))   # it bends, every step
     assert 0.96 <= l70.predicted[-1] <= 0.99
