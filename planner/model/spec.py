@@ -86,7 +86,9 @@ MAX_LAYERS = 10_000   # a sanity bound on num_hidden_layers (the deepest publish
 _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe", "qwen3_next")
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3")  # ministral3: Mistral 3's text model
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3", "nemotron")  # ministral3: Mistral 3's text model
+# Nemotron-3/4 (HF NemotronConfig): plain MLP with squared ReLU (hidden_act relu2), LayerNorm, partial RoPE
+_PLAIN_MLP_FAMILIES = ("nemotron",)
 _LLAMA4 = ("llama4", "llama4_text")
 KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
                   + families.MODEL_TYPES)
@@ -98,7 +100,7 @@ _ARCHITECTURES = {
     "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
-    "Ministral3ForCausalLM": "ministral3", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
+    "Ministral3ForCausalLM": "ministral3", "NemotronForCausalLM": "nemotron", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
 }
 
 
@@ -551,7 +553,8 @@ def _sliding_window(r: _Reader, cfg: dict, family: str, L: int) -> tuple[int | N
 def _activation(r: _Reader, cfg: dict, family: str) -> tuple[str, bool]:
     """(activation, gated MLP)."""
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu").lower()
-    gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh") or family in KNOWN_FAMILIES)
+    gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh")
+                   or (family in KNOWN_FAMILIES and family not in _PLAIN_MLP_FAMILIES))
     if family == "gpt_oss":
         act = "quick_gelu"  # Megatron: quick_gelu GLU with offset 1.0 and clamp 7.0 (models.json)
     if act == "swiglu":
