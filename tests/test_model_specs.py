@@ -15,7 +15,7 @@ EXPECTED = {
     "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
     # planner/data/models_extra.json
-    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick",
+    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "nemotron4-340b", "nemotron-h-56b",
 }
 
 
@@ -56,6 +56,8 @@ def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_pat
     ("gpt-oss-20b", 20.9e9, "active_without_embedding", 3.61e9),   # OpenAI card: 20.91B total, 3.61B active
     ("gpt-oss-120b", 116.8e9, "active_without_embedding", 5.13e9),  # OpenAI card: 116.83B total, 5.13B active
     ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
+    # Nemotron-4 340B technical report (arXiv:2406.11704): 9.4B embedding + 331.6B non-embedding parameters
+    ("nemotron4-340b", 341.0e9, "active_non_embedding", 331.6e9),
 ])
 def test_parameter_counts_match_the_published_figures(name, total, convention, active):
     from planner.model.flops import param_counts
@@ -65,6 +67,22 @@ def test_parameter_counts_match_the_published_figures(name, total, convention, a
     assert getattr(pc, convention) == pytest.approx(active, rel=0.02)
     assert pc.active - pc.active_without_embedding == pc.embedding
     assert pc.active_without_embedding - pc.active_non_embedding == pc.output
+
+
+def test_nemotron4_is_a_plain_squared_relu_mlp_with_partial_rope():
+    """Nemotron-4 (HF NemotronConfig, Megatron-Bridge NemotronModelProvider): two MLP matrices (no gate), squared
+    ReLU, half the head rotated; a config.json of the family without ``gated_mlp`` reads the same."""
+    from planner.model.flops import param_counts
+
+    m = load_model("nemotron4-340b")
+    assert m.family == "nemotron" and not m.gated_mlp and m.activation == "relu2"
+    assert (m.head_dim, m.num_kv_heads, m.partial_rotary_factor, m.tied_embeddings) == (192, 8, 0.5, False)
+    # one layer by hand: q and o 18432^2 each, k and v 18432 x 8 x 192 each, MLP 2 x 18432 x 73728
+    h = 18432
+    per_layer = 2 * h * h + 2 * h * 8 * 192 + 2 * h * 73728
+    assert param_counts(m).active_non_embedding == pytest.approx(96 * per_layer, rel=1e-3)
+    cfg = {k: v for k, v in catalog_entry("nemotron4-340b").items() if k != "gated_mlp"}
+    assert not spec_from_config(cfg, name="x").gated_mlp
 
 
 def test_glm45_and_llama4_specs():

@@ -106,9 +106,10 @@ def test_scaling_series_retention():
     path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
-    assert sm["series"] == 28
-    assert sm["mean_abs_points"] <= 1.15           # 1.12 at the time of writing (1.10 before the pipeline's per-hop
-    #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms)
+    assert sm["series"] == 35
+    assert sm["mean_abs_points"] <= 1.15           # 1.09 at the time of writing (28 series before the Nemotron ones:
+    #                                               1.12; 1.10 before the pipeline's per-hop transfers, 1.31 without
+    #                                               fp8_amax, 2.22 without the scale terms)
     assert sm["over"] <= 1                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container)
     assert abs(sm["mean_predicted"] - sm["mean_measured"]) <= 1.0     # no systematic optimism
     by = {s.series: s for s in series}
