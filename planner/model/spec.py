@@ -88,7 +88,8 @@ _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe", "qwen3_next")
 _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3", "nemotron")  # ministral3: Mistral 3's text model
 # Nemotron-3/4 (HF NemotronConfig): plain MLP with squared ReLU (hidden_act relu2), LayerNorm, partial RoPE
-_PLAIN_MLP_FAMILIES = ("nemotron",)
+_PLAIN_MLP_FAMILIES = ("nemotron", "gpt2")
+POSITION_EMBEDDINGS = ("rope", "none", "learned_absolute")
 _LLAMA4 = ("llama4", "llama4_text")
 KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
                   + families.MODEL_TYPES)
@@ -203,7 +204,8 @@ class ModelSpec(BaseModel):
     attention_output_gate: bool = Field(False, description="sigmoid gate on the attention output (Qwen3-Next)")
     shared_expert_gate: bool = Field(False, description="sigmoid gate (h -> 1) on the shared expert's output (Qwen3-Next)")
     norm_zero_centered: bool = Field(False, description="norms scale by 1 + weight (zero-centered gamma, Qwen3-Next)")
-    position_embedding: str = Field("rope", description="'rope' or 'none' (Nemotron-H's attention has none)")
+    position_embedding: str = Field("rope", description="'rope', 'none' (Nemotron-H's attention has none) or "
+                                    "'learned_absolute' (GPT-2/GPT-3: a learned table added to the token embedding)")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 
     @model_validator(mode="after")
@@ -267,8 +269,9 @@ class ModelSpec(BaseModel):
             raise ValueError("a MoE layer must have an MLP (mlp_layers)")
         if self.dsa is not None and not (self.attention == "mla" and self.q_lora_rank):
             raise ValueError("DeepSeek sparse attention's indexer needs MLA with a q_lora_rank")
-        if self.position_embedding not in ("rope", "none"):
-            raise ValueError(f"position_embedding must be 'rope' or 'none', got {self.position_embedding!r}")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                             f"got {self.position_embedding!r}")
 
     # ----- derived facts -------------------------------------------------------------------
     @property

@@ -329,7 +329,7 @@ def model_args(ctx: EmitContext) -> list[str]:
         "--kv-channels", str(m.head_dim),
         "--seq-length", str(ctx.training.seq_len),
         "--max-position-embeddings", str(ctx.training.seq_len),
-        *(rope_args(m) if m.position_embedding == "rope" else ["--position-embedding-type", "none"]),
+        *(rope_args(m) if m.position_embedding == "rope" else ["--position-embedding-type", m.position_embedding]),
         "--normalization", "RMSNorm",
         "--norm-epsilon", _num(m.norm_eps),
         "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
