@@ -134,6 +134,8 @@ def megatron_mismatches(cfg: dict, r: dict, env_text: str) -> list[str]:
     kind = (rs or {}).get("rope_type") or (rs or {}).get("type")
     if cfg["model_type"] == "nemotron_h":   # NemotronHAttention: no positional embedding
         want("position_embedding_type", args["position_embedding_type"], "none")
+    elif cfg["model_type"] == "gpt2":       # GPT2Model: a learned position table (wpe)
+        want("position_embedding_type", args["position_embedding_type"], "learned_absolute")
     elif kind is None:
         want("rope scaling", (args["position_embedding_type"], args["use_rope_scaling"]), ("rope", False))
         if mla:

@@ -16,7 +16,7 @@ EXPECTED = {
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
     # planner/data/models_extra.json
     "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "nemotron4-340b", "nemotron-h-56b",
-    "gpt3-175b",
+    "gpt3-175b", "grok1-314b",
 }
 
 
@@ -59,6 +59,7 @@ def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_pat
     ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
     # Nemotron-4 340B technical report (arXiv:2406.11704): 9.4B embedding + 331.6B non-embedding parameters
     ("nemotron4-340b", 341.0e9, "active_non_embedding", 331.6e9),
+    ("grok1-314b", 314.0e9, "active", 84.5e9),              # xai-org/grok-1 README: 314B, 2 of 8 experts a token
     ("gpt3-175b", 175.0e9, "active", 175.0e9),              # Brown et al. 2020: 175B (the 2048 x 12288
     #                                                         learned position table, 25M, is not counted)
 ])

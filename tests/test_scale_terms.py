@@ -106,11 +106,12 @@ def test_scaling_series_retention():
     path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
-    assert sm["series"] == 39
-    assert sm["mean_abs_points"] <= 1.20           # 1.18 at the time of writing: 1.09 on 35 series before GPT-3
-    #                                               175B's four (-0.8 to -3.2, pessimistic), 1.12 on the 28 before
-    #                                               the Nemotron ones; 1.10 before the pipeline's per-hop transfers,
-    #                                               1.31 without fp8_amax, 2.22 without the scale terms
+    assert sm["series"] == 43
+    assert sm["mean_abs_points"] <= 1.15           # 1.12 at the time of writing (43 series): 1.09 on 35 before GPT-3
+    #                                               175B's four (-0.8 to -3.2, pessimistic) and Grok-1's four (+0.4 to
+    #                                               +0.6), 1.12 on the 28 before the Nemotron ones; 1.10 before the
+    #                                               pipeline's per-hop transfers, 1.31 without fp8_amax, 2.22 without
+    #                                               the scale terms
     assert sm["over"] <= 1                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container)
     assert abs(sm["mean_predicted"] - sm["mean_measured"]) <= 1.0     # no systematic optimism
     by = {s.series: s for s in series}
@@ -219,7 +220,7 @@ def test_strong_scaling_series_bend_as_measured():
     split = by_scaling(series_retention(read_rows(path), source=str(path)))
     strong = {s.series: s for s in split["strong"]}
     assert set(strong) == {"dgxc-25.05-n340-gb200-bf16-strong", "dgxc-25.05-n340-gb200-fp8-strong"}
-    assert len(split["weak"]) == 37 and "mixed" not in split
+    assert len(split["weak"]) == 41 and "mixed" not in split
     for s in strong.values():
         assert set(s.gbs) == {512} and s.gpus == (128, 256, 512)
         assert all(a > b for a, b in zip(s.predicted, s.predicted[1:]))
