@@ -42,8 +42,12 @@ MODELS = {**{n: n for n in catalog()}, **{f"file:{k}": str(p) for k, p in FILES.
 def _megatron_builds(name: str) -> bool:
     """A family megatron-core cannot build as its config says is refused at emit (tests/test_families.py
     checks that refusal); the others are read back here."""
+    from planner.trainers.megatron.emit import activation_args
+
     try:
-        check_family(load_model(MODELS[name]), "megatron", 4096)
+        m = load_model(MODELS[name])
+        check_family(m, "megatron", 4096)
+        activation_args(m)          # pretrain_gpt.py's GLUs are --swiglu and --quick-geglu (Grok-1's GeGLU is refused)
     except InputError:
         return False
     return True

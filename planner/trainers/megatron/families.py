@@ -30,9 +30,6 @@ def why_not(model, seq_len: int) -> str | None:
 def _lacks(model, seq_len: int) -> str | None:
     if model.family in MEGATRON_CANNOT:
         return MEGATRON_CANNOT[model.family]
-    if model.gated_mlp and model.activation not in ("silu", "quick_gelu"):
-        # pretrain_gpt.py's command line builds a GLU as --swiglu or --quick-geglu only (emit.activation_args)
-        return f"gated {model.activation} MLP on its command line (--swiglu and --quick-geglu only)"
     orig = model.rope_scaling.original_max_position_embeddings if model.rope_scaling else None
     if model.family == "ministral3" and orig and seq_len > orig:
         # Ministral3Attention scales q by 1 + llama_4_scaling_beta * log(1 + floor(pos / orig)): 1 up to orig
