@@ -79,7 +79,7 @@ def test_nemotron4_is_a_plain_squared_relu_mlp_with_partial_rope():
     from planner.model.flops import param_counts
 
     m = load_model("nemotron4-340b")
-    assert m.family == "nemotron" and not m.gated_mlp and m.activation == "relu2"
+    assert m.family == "nemotron" and not m.gated_mlp and m.activation == "relu2" and m.layer_norm
     assert (m.head_dim, m.num_kv_heads, m.partial_rotary_factor, m.tied_embeddings) == (192, 8, 0.5, False)
     # one layer by hand: q and o 18432^2 each, k and v 18432 x 8 x 192 each, MLP 2 x 18432 x 73728
     h = 18432

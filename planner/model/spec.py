@@ -90,6 +90,7 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3", "nemotron
 # Nemotron-3/4 (HF NemotronConfig): plain MLP with squared ReLU (hidden_act relu2), LayerNorm, partial RoPE
 _PLAIN_MLP_FAMILIES = ("nemotron", "gpt2")
 POSITION_EMBEDDINGS = ("rope", "none", "learned_absolute")
+_LAYERNORM_FAMILIES = ("nemotron", "gpt2")
 _LLAMA4 = ("llama4", "llama4_text")
 KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
                   + families.MODEL_TYPES)
@@ -184,6 +185,8 @@ class ModelSpec(BaseModel):
     partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="share of each head that is rotated "
                                          "[partial_rotary_factor]")
     norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon [rms_norm_eps / layer_norm_epsilon]")
+    layer_norm: bool = Field(False, description="LayerNorm (mean and bias) rather than RMSNorm: GPT-2/GPT-3 "
+                             "(GPT2Block ln_1/ln_2), Nemotron-3/4 (NemotronLayerNorm1P)")
     router_score: str = Field("softmax", description="router score function: softmax, sigmoid or sqrtsoftplus "
                               "[scoring_func]")
     expert_bias: bool = Field(False, description="aux-loss-free routing with a per-expert score bias "
@@ -696,6 +699,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
             qk_l2_norm=family == "llama4" and r.bool("use_qk_norm", False),
             activation_clamp=_float(r, cfg, "swiglu_limit", None),
+            layer_norm=family in _LAYERNORM_FAMILIES,
             # Qwen2 / Qwen2-MoE: q, k, v biases by construction (HF Qwen2Attention), no config field
             attention_bias=r.bool("attention_bias", family in ("gpt_oss", "qwen2", "qwen2_moe")),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),
