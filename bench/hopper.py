@@ -3,6 +3,11 @@ the published Megatron H100 rows only (bench/data/*.csv and calibration.csv), an
 error of that fit (each container's table predicted by a fit to the other tables).
 
     python bench/hopper.py            # in-sample and leave-one-table-out errors, the fitted values
+    python bench/hopper.py --rows     # and each row's error, in sample and held out
+    python bench/hopper.py --candidates   # leave-one-table-out error of each candidate parameter set
+
+Rows are compared in tokens/s per GPU (``measured``): the tables up to the 26.04 containers count model
+FLOPs with the legacy formula, the default stack with the current one.
 
 The fit starts from the shipped profile, fits only the parameters the Hopper rows inform, each as its
 ``name@hopper`` variant (``calibrate_rows(identify=True, by_generation=True)``), so no Blackwell
@@ -23,11 +28,14 @@ from planner.cost.profiles import CALIBRATION_CSV, DEFAULT_STACK, load_profile
 from planner.calibration.validate import predict_case, read_rows, row_case
 
 ROOT = Path(__file__).resolve().parents[1]
-# the Hopper parameters: the GPU's sustained speed and one MoE term (chosen by leave-one-table-out error
-# among the candidates main() prints with --candidates)
-HOPPER_PARAMS = ("gpu.speed", "host.launch_us")
-CANDIDATES = (("gpu.speed",), ("host.launch_us",), ("ep.overlap", "host.launch_us"), ("gpu.speed", "gemm.grouped_m_half"), ("gpu.speed", "host.launch_us"),
-              ("gpu.speed", "ep.overlap"), ("gpu.speed", "mem.elementwise"))
+# the Hopper parameters: the GPU's sustained speed, the host's launch cost and the eager regime's elementwise
+# multiplier (chosen by leave-one-table-out error among the candidates main() prints with --candidates)
+HOPPER_PARAMS = ("gpu.speed", "host.launch_us", "mem.elementwise_eager")
+CANDIDATES = (("gpu.speed",), ("host.launch_us",), ("ep.overlap", "host.launch_us"), ("gpu.speed", "gemm.grouped_m_half"),
+              ("gpu.speed", "host.launch_us"), ("gpu.speed", "ep.overlap"), ("gpu.speed", "mem.elementwise"),
+              ("host.launch_us", "mem.elementwise_eager"), ("gpu.speed", "host.launch_us", "mem.elementwise_eager"),
+              ("gpu.speed", "host.launch_us", "mem.elementwise_eager", "ep.overlap"),
+              ("gpu.speed", "host.launch_us", "mem.elementwise_eager", "attn.eff"))
 PRIOR_WEIGHT = 0.1
 
 
@@ -114,17 +122,25 @@ def main(argv: list[str]) -> int:
             e = [abs(x) for _, x in leave_one_table_out(rows, names)]
             print(f"{'+'.join(names):40s} leave-one-table-out MAPE {statistics.mean(e):6.2f}%  worst {max(e):6.1f}%")
         return 0
-    start = load_profile(argv[0]) if argv else None
+    names = [a for a in argv if not a.startswith("--")]
+    start = load_profile(names[0]) if names else None
     base = unfitted(load_profile(DEFAULT_STACK) if start is None else start)
     prof, info = fit(rows, HOPPER_PARAMS, start)
     hopper = {k: v.value for k, v in prof.params.items() if k.endswith("@hopper")}
     print(f"{len(rows)} Hopper rows from {len({r['table'] for r in rows})} tables; fitted: {info.get('fitted')}")
     print("fitted @hopper values:", {k: round(v, 4) for k, v in hopper.items()})
+    table = {}
     for name, errs in (("no @hopper parameter", errors(rows, base)), ("Hopper fitted (in sample)", errors(rows, prof)),
                        ("leave one table out", leave_one_table_out(rows, HOPPER_PARAMS, start))):
         e = [abs(x) for _, x in errs]
         worst = max(errs, key=lambda x: abs(x[1]))
-        print(f"{name:28s} MAPE {statistics.mean(e):6.2f}%  worst {worst[0]} {worst[1]:+.1f}%")
+        print(f"{name:28s} MAPE {statistics.mean(e):6.2f}%  worst {worst[0]} {worst[1]:+.1f}%  "
+              f"rows off by > 20%: {sum(x > 20 for x in e)}")
+        table[name] = dict(errs)
+    if "--rows" in argv:
+        print(f"{'row':56s} {'shared':>8s} {'fitted':>8s} {'held out':>8s}")
+        for key in table["Hopper fitted (in sample)"]:
+            print(f"{key:56s} " + " ".join(f"{t[key]:+7.1f}%" for t in table.values()))
     return 0
 
 
