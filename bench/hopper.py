@@ -102,8 +102,19 @@ def fit(rows: list[dict], names=HOPPER_PARAMS, start=None):
         return np.concatenate([w_rows * np.log(rat), PRIOR_WEIGHT * np.log(x / prior)])
 
     # calibrate's robust loss (soft-L1, planner/calibration/calibrate.py LOSS, F_SCALE): one row whose recipe
-    # the model does not explain (25.11 Qwen3-30B-A3B, docs/steptime.md "Hopper") cannot drag the fit
-    sol = least_squares(resid, x0=np.clip(prior, lo, hi), bounds=(lo, hi), diff_step=1e-3, loss=LOSS, f_scale=F_SCALE)
+    # the model does not explain (25.11 Qwen3-30B-A3B, docs/steptime.md "Hopper") cannot drag the fit. The loss
+    # has more than one minimum (the host's launch cost and the eager multiplier trade against each other on the
+    # host-bound MoE rows): start at the prior and, one parameter at a time, halfway (geometrically) to each of
+    # its bounds; keep the lowest cost.
+    x_prior = np.clip(prior, lo, hi)
+    starts = [x_prior]
+    for i in range(len(keys)):
+        for bound in (lo[i], hi[i]):
+            x = x_prior.copy()
+            x[i] = np.sqrt(x_prior[i] * bound)
+            starts.append(x)
+    sol = min((least_squares(resid, x0=x0, bounds=(lo, hi), diff_step=1e-3, loss=LOSS, f_scale=F_SCALE)
+               for x0 in starts), key=lambda r: r.cost)
     return base.with_values(dict(zip(keys, sol.x))), {"fitted": keys}
 
 

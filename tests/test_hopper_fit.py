@@ -65,16 +65,18 @@ def test_gpt_oss_h100_rows_count_legacy_flops_so_the_fit_compares_tokens():
         assert p.tflops_per_gpu / float(r["model_tflops_per_gpu"]) == pytest.approx(1.20 * ratio(p, r), rel=0.01)
 
 
-def test_hopper_rows_within_20_percent_but_the_unexplained_qwen3_30b_of_25_11():
-    """With their recipes, every published H100 row but one is predicted within 20% in sample (6.1% mean) and the
-    held-out MAPE stays below 16% (15.2% at the refit). The exception, h100-q30 (25.11: 121 TFLOP/s dropless, the
-    same layout ran 241 with token dropping in the 25.09 table), is over-predicted twice: docs/steptime.md, Hopper."""
+def test_hopper_rows_in_sample_and_held_out():
+    """With their recipes, 15 of the 17 published H100 rows are predicted within 10% in sample and the held-out
+    (leave-one-table-out) MAPE stays below 14% (13.0% at the refit). The two beyond, documented in docs/steptime.md
+    ("Hopper"): h100-q30 of 25.11 (121 TFLOP/s dropless; the same layout ran 241 with token dropping in the 25.09
+    table), over-predicted by more than half, and mb201 (EP16 HybridEP, host-bound in the model), which the fitted
+    host launch cost under-predicts because the 26.02 DeepEP run of the same model wants a higher one."""
     from bench.hopper import leave_one_table_out
 
     rows = hopper_rows()
     errs = dict(errors(rows, load_profile(DEFAULT_STACK)))
-    odd = [k for k in errs if k.endswith("megatron-25.11/h100-q30")]
-    assert len(odd) == 1 and errs[odd[0]] > 60
-    rest = [abs(e) for k, e in errs.items() if k not in odd]
-    assert max(rest) < 20 and statistics.mean(rest) < 7
-    assert statistics.mean(abs(e) for _, e in leave_one_table_out(rows)) < 16
+    beyond = sorted(k.rsplit("/", 1)[1] for k, e in errs.items() if abs(e) > 10)
+    assert beyond == ["h100-q30", "mb201"], beyond
+    assert errs[next(k for k in errs if k.endswith("megatron-25.11/h100-q30"))] > 50
+    assert -25 < errs[next(k for k in errs if k.endswith("/mb201"))] < 0
+    assert statistics.mean(abs(e) for _, e in leave_one_table_out(rows)) < 14
