@@ -31,16 +31,24 @@ def rows() -> list[dict]:
     return list(csv.DictReader(CSV.open()))
 
 
-def predicted_step(r: dict, stack: str = "megatron-26.08") -> float:
-    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe)."""
+def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | None = None,
+                   fabric: str | None = None, host_launch_us: float | None = None) -> float:
+    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe). ``dispatcher``, ``fabric``
+    and ``host_launch_us`` replace the row's dispatcher, the cluster's fabric kind and its hosts' per-call time
+    (what-ifs: bench/efa_alltoall.py prices the patched DeepEP arms as DeepEP on a fabric that runs it)."""
     g = int(r["gpus"])
     cfg = ParallelConfig(tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]), etp=int(r["etp"]),
                          mbs=int(r["mbs"]), dp=g // (int(r["tp"]) * int(r["pp"])), recompute=r["recompute"],
-                         dispatcher=r["dispatcher"])
+                         dispatcher=dispatcher or r["dispatcher"])
     tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
                   cuda_graphs=r.get("cuda_graphs", "true") != "false",
                   recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on"})
-    return predict(load_model(r["model"]), load_cluster(r["cluster"], gpus=g), cfg, tr).step_time_s
+    cluster = load_cluster(r["cluster"], gpus=g)
+    if fabric:
+        cluster.fabric = fabric
+    if host_launch_us:
+        cluster.host_launch_us = host_launch_us
+    return predict(load_model(r["model"]), cluster, cfg, tr).step_time_s
 
 
 def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dict, bool]]:

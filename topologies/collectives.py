@@ -469,6 +469,23 @@ class Fabric:
         base = p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]
         return base + S * (n - 1) / n / self.b_deepep_nvl
 
+    def _a2a_net(self, shape: GroupShape) -> tuple[float, float]:
+        """(bandwidth B/s through the NIC, pipeline fill s) of NCCL's all-to-all across domains.
+
+        A fabric kind with its own all-to-all sweep (fabrics.yaml ``a2a_net_eff``, ``a2a_peer_pipe_us``;
+        EFA) prices it from that: NCCL runs an all-to-all as one send/recv pair per peer, each its own
+        chunked stream through the NIC, so every one of the ``n - g`` remote peers adds its pipeline
+        fill, ``alpha_p = (n - g) a2a_peer_pipe_us``, at ``a2a_net_eff`` of the line rate (a calibrated
+        tier scales by ``a2a_net_eff / NET_EFF_NCCL``). Other kinds: the all-reduce's figures."""
+        a2a = self.kind.a2a
+        bw = self.net_bw(shape.tier)
+        if "a2a_net_eff" in a2a:
+            bw *= a2a["a2a_net_eff"] / NET_EFF_NCCL
+        if "a2a_peer_pipe_us" not in a2a:
+            return bw, self._pipe_net(shape.tier)
+        remote = shape.size - min(shape.per_domain, shape.size)
+        return bw, remote * a2a["a2a_peer_pipe_us"] * 1e-6
+
     @_memo
     def all_to_all(self, shape: GroupShape, nbytes: float, impl: str = "nccl") -> float:
         """All-to-all; ``nbytes`` = bytes one rank sends. ``impl``: "nccl"; "deepep" (DeepEP normal
@@ -490,8 +507,8 @@ class Fabric:
             x = max(v_nvl / self.b_deepep_nvl, v_net / self.net_bw(shape.tier, NET_EFF_DEEPEP))
             t = (p["a2a_ll_us"] if impl == "deepep-ll" else p["a2a_base_us"]) + x
         else:
-            x = max(v_nvl / self.b_ring, v_net / self.net_bw(shape.tier))
-            t = p["a2a_net_us"] + _pipe(x, self._pipe_net(shape.tier))
+            bw, pipe = self._a2a_net(shape)
+            t = p["a2a_net_us"] + _pipe(max(v_nvl / self.b_ring, v_net / bw), pipe)
         t = max(t, self._a2a_local(n, S, impl)) + self._hop(shape.tier)
         return self._low_latency(t, shape, (n - 1) / n * S) if impl == "nccl" else t
 
