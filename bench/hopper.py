@@ -28,14 +28,17 @@ from planner.cost.profiles import CALIBRATION_CSV, DEFAULT_STACK, load_profile
 from planner.calibration.validate import predict_case, read_rows, row_case
 
 ROOT = Path(__file__).resolve().parents[1]
-# the Hopper parameters: the GPU's sustained speed, the host's launch cost and the eager regime's elementwise
-# multiplier (chosen by leave-one-table-out error among the candidates main() prints with --candidates)
-HOPPER_PARAMS = ("gpu.speed", "host.launch_us", "mem.elementwise_eager")
+# the fitted Hopper parameters: the GPU's sustained speed and the host's launch cost (chosen by leave-one-table-out
+# error among the candidates main() prints with --candidates)
+HOPPER_PARAMS = ("gpu.speed", "host.launch_us")
+# the HBM bandwidth of the GPUs whose runs fitted the shared eager multiplier (megatron-26.08's eager rows: B300
+# and GB200/GB300, all 8 TB/s, topologies/gpus.py), against which eager_hopper() scales its extra
+EAGER_FITTED_ON = "B300"
 CANDIDATES = (("gpu.speed",), ("host.launch_us",), ("ep.overlap", "host.launch_us"), ("gpu.speed", "gemm.grouped_m_half"),
               ("gpu.speed", "host.launch_us"), ("gpu.speed", "ep.overlap"), ("gpu.speed", "mem.elementwise"),
-              ("host.launch_us", "mem.elementwise_eager"), ("gpu.speed", "host.launch_us", "mem.elementwise_eager"),
-              ("gpu.speed", "host.launch_us", "mem.elementwise_eager", "ep.overlap"),
-              ("gpu.speed", "host.launch_us", "mem.elementwise_eager", "attn.eff"))
+              ("gpu.speed", "host.launch_us", "mem.elementwise_eager"),   # the eager multiplier fitted, not derived
+              ("gpu.speed", "host.launch_us", "ep.overlap"), ("gpu.speed", "host.launch_us", "attn.eff"),
+              ("gpu.speed", "host.launch_us", "net.bw"))
 PRIOR_WEIGHT = 0.1
 
 
@@ -78,11 +81,34 @@ def unfitted(prof):
     return prof.model_copy(update={"params": {k: v for k, v in prof.params.items() if not k.endswith("@hopper")}})
 
 
+def eager_hopper(prof, gpu: str = "H100") -> float:
+    """``mem.elementwise_eager@hopper``, derived, not fitted: the eager regime's extra over the graph-captured
+    one (``mem.elementwise_eager - mem.elementwise``, fitted on 8 TB/s Blackwell runs) is time per launched kernel
+    (launch gaps between small dependent kernels, no CUDA graph to replay them) that the profile expresses as HBM
+    bytes; the same time is fewer bytes on a GPU whose HBM is slower, by the bandwidth ratio (H100 3.35 against
+    8 TB/s: 0.42)."""
+    from topologies.gpus import get_gpu
+
+    graph, eager = prof.params["mem.elementwise"].value, prof.params["mem.elementwise_eager"].value
+    return graph + (eager - graph) * get_gpu(gpu).hbm_tbps / get_gpu(EAGER_FITTED_ON).hbm_tbps
+
+
+def with_derived(prof):
+    """``prof`` with ``mem.elementwise_eager@hopper`` set to ``eager_hopper`` (fixed: no fit moves it)."""
+    key, p = "mem.elementwise_eager@hopper", prof.params["mem.elementwise_eager"]
+    v = round(eager_hopper(prof), 4)
+    src = ("derived (bench/hopper.py eager_hopper): mem.elementwise + (mem.elementwise_eager - mem.elementwise) x "
+           "H100/B300 HBM bandwidth (3.35/8 TB/s): the eager regime's extra is time per launched kernel, which "
+           "this multiplier expresses in HBM bytes; the shared values were fitted on 8 TB/s Blackwell runs")
+    return prof.model_copy(update={"params": {**prof.params, key: p.model_copy(update={
+        "value": v, "prior": v, "fit": False, "source": src})}})
+
+
 def fit(rows: list[dict], names=HOPPER_PARAMS, start=None):
     """The default stack's profile with the ``names@hopper`` parameters fitted to ``rows`` (least squares
     on log error with the profile's bounds and a weak pull to the prior, as calibrate does), starting
     from the profile without any ``@hopper`` variant (so the shipped fit is reproduced from itself)."""
-    base = unfitted(start or load_profile(DEFAULT_STACK))
+    base = with_derived(unfitted(start or load_profile(DEFAULT_STACK)))
     keys = [f"{n}@hopper" for n in names]
     params = dict(base.params)
     for n, k in zip(names, keys):
