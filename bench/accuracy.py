@@ -113,19 +113,20 @@ def hopper_bands() -> None:
     print()
     print(f"published H100 runs predicted with the default stack {DEFAULT_STACK} (its @hopper parameters fitted to these rows, "
           "bench/hopper.py), "
-          "model TFLOP/s per GPU:")
+          "tokens/s per GPU (the tables up to 26.04 count model FLOPs with the legacy formula, the stack with the current one):")
     inside = n = 0
     for path in sorted((ROOT / "bench" / "data").glob("*.csv")) + [DEFAULT_CSV]:
         for r in read_rows(path):
             if r["gpu"].strip() != "H100" or not (r.get("stack") or "").startswith("megatron"):
                 continue
             p = predict_case(row_case(r, DEFAULT_STACK, str(path), profile=prof), prof)
-            meas = float(r["model_tflops_per_gpu"])
-            ok = p.tflops_per_gpu_low <= meas <= p.tflops_per_gpu_high
+            meas, pred = float(r["tokens_per_s_per_gpu"]), p.tokens_per_s_per_gpu
+            low, high = (pred / p.tflops_per_gpu * x for x in (p.tflops_per_gpu_low, p.tflops_per_gpu_high))
+            ok = low <= meas <= high
             inside, n = inside + ok, n + 1
-            print(f"  {path.stem[:26]:26s} {r['id']:14s} {r['model']:16s} {r['num_gpus']:>5s} pred {p.tflops_per_gpu:5.0f} "
-                  f"meas {meas:5.0f} ({100 * (p.tflops_per_gpu / meas - 1):+6.1f}%) band "
-                  f"{p.tflops_per_gpu_low:5.0f}-{p.tflops_per_gpu_high:5.0f} {'inside' if ok else 'OUTSIDE'}")
+            print(f"  {path.stem[:26]:26s} {r['id']:14s} {r['model']:16s} {r['num_gpus']:>5s} pred {pred:6.0f} "
+                  f"meas {meas:6.0f} ({100 * (pred / meas - 1):+6.1f}%) band {low:6.0f}-{high:6.0f} "
+                  f"{'inside' if ok else 'OUTSIDE'}")
     print(f"  {inside} of {n} inside their band")
 
 

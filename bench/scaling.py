@@ -1,7 +1,8 @@
 """Scaling retention, predicted against measured, per published series (bench/data/scaling/scaling.csv).
 
-Run: ``python bench/scaling.py [CSV]``; ``--regimes`` adds the mean error per regime (precision, GPU, stack,
-pipeline hops across racks, data-parallel size, growth); ``python bench/scaling.py --fit [CSV]`` also fits the one fitted figure
+Run: ``python bench/scaling.py [CSV]``; the summary is given for all series and for the weak (global batch
+grows with the GPUs) and strong (global batch fixed) ones apart; ``--regimes`` adds the mean error per regime
+(weak or strong scaling, precision, GPU, stack, pipeline hops across racks, data-parallel size, growth); ``python bench/scaling.py --fit [CSV]`` also fits the one fitted figure
 of the scale terms, the ranks' arrival spread at an FP8 delayed-scaling amax reduction
 (``planner/cost/terms/fp8_scaling.py`` ARRIVAL_SPREAD_S), on a grid, and prints the mean error in sample and
 leave-one-series-out (the spread refitted without each series, that series then judged).
@@ -63,7 +64,10 @@ def regime_of(rows: list[dict]) -> dict[str, str]:
     prec = last["precision"] + (" delayed" if (last.get("fp8_recipe") or "").strip() == "delayed" else "")
     cross = "pp=1" if pp <= 1 else ("pp crosses racks" if nvl72 and stage >= 64 else
                                     "pp within a rack" if nvl72 else "pp across nodes")
-    return {"precision": prec, "gpu": last["gpu"], "stack": last["stack"].split("-")[0], "pipeline": cross,
+    gbs = {int(r["gbs"]) for r in rows}
+    scaling = "strong (global batch fixed)" if len(gbs) == 1 else "weak (global batch grows)"
+    return {"scaling": scaling, "precision": prec, "gpu": last["gpu"], "stack": last["stack"].split("-")[0],
+            "pipeline": cross,
             "dp at the largest count": "dp <= 16" if dp <= 16 else "dp 17-128" if dp <= 128 else "dp > 128",
             "GPUs grown": f"x{n // int(first['num_gpus'])}" if n // int(first["num_gpus"]) <= 4 else "x8 or more"}
 
@@ -85,22 +89,24 @@ def regimes(rows: list[dict], series) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from planner.calibration.retention import series_retention, summary
+    from planner.calibration.retention import by_scaling, series_retention, summary
     from planner.calibration.validate import read_rows
 
     do_fit, by_regime = "--fit" in argv, "--regimes" in argv
     argv = [a for a in argv if a not in ("--fit", "--regimes")]
     path = Path(argv[0]) if argv else DEFAULT_CSV
     series = series_retention(read_rows(path), source=str(path))
-    print(f"{'series':34s} {'GPU':6s} {'GPUs':>12s} {'measured':>9s} {'predicted':>9s} {'diff':>6s}")
+    print(f"{'series':34s} {'GPU':6s} {'GPUs':>12s} {'scaling':>7s} {'measured':>9s} {'predicted':>9s} {'diff':>6s}")
     for s in series:
         span = f"{s.gpus[0]}-{s.gpus[-1]}"
-        print(f"{s.series:34s} {s.gpu:6s} {span:>12s} {100 * s.measured[-1]:8.1f}% {100 * s.predicted[-1]:8.1f}% "
-              f"{s.error_points:+6.1f}")
-    sm = summary(series)
-    print(f"\n{sm['series']} series: mean |predicted - measured| {sm['mean_abs_points']:.2f} points, "
-          f"{sm['over']} off by more than {sm['far_points']:.0f}; mean retention measured "
-          f"{sm['mean_measured']:.1f}%, predicted {sm['mean_predicted']:.1f}%")
+        print(f"{s.series:34s} {s.gpu:6s} {span:>12s} {s.scaling:>7s} {100 * s.measured[-1]:8.1f}% "
+              f"{100 * s.predicted[-1]:8.1f}% {s.error_points:+6.1f}")
+    print()
+    for label, group in [("all", series)] + sorted(by_scaling(series).items()):
+        sm = summary(group)
+        print(f"{label + ':':7s} {sm['series']} series: mean |predicted - measured| {sm['mean_abs_points']:.2f} points, "
+              f"{sm['over']} off by more than {sm['far_points']:.0f}; mean retention measured "
+              f"{sm['mean_measured']:.1f}%, predicted {sm['mean_predicted']:.1f}%")
     if by_regime:
         regimes(read_rows(path), series)
     if do_fit:

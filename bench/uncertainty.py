@@ -67,12 +67,14 @@ def residuals(progress=print) -> list[dict]:
             err = math.log(p.tokens_per_s_per_gpu / float(row["tokens_per_s_per_gpu"]))
         else:
             err = math.log(p.tflops_per_gpu / float(row["model_tflops_per_gpu"]))
-        gens = {}   # the residual of every shipped profile of the family: the generation check
+        gens = {}   # the residual of every shipped profile of the family: the generation check, in tokens/s
+        # where the row has them (another profile may count model FLOPs with another formula: megatron-26.08's
+        # current one against the legacy one of the tables up to 26.04, 15% apart for GPT-OSS)
+        tokens = (row.get("tokens_per_s_per_gpu") or "").strip()
         for other in same_family(prof.trainer):
             o = load_profile(other)
             q = predict_case(row_case(row, other, source, profile=o), o)
-            gens[other] = round(math.log((q.tokens_per_s_per_gpu / float(row["tokens_per_s_per_gpu"]))
-                                         if row.get("_compare") == "tokens" else
+            gens[other] = round(math.log((q.tokens_per_s_per_gpu / float(tokens)) if tokens else
                                          (q.tflops_per_gpu / float(row["model_tflops_per_gpu"]))), 4)
         out.append({"id": row["id"], "pool": stack, "arch": case.cluster.gpu_spec.arch, "by_profile": gens, "family": family_of(stack, prof.trainer), "core": reg.core,
                     "fsdp": reg.fsdp, "cp": reg.cp, "precision": reg.precision, "log_error": round(err, 4),

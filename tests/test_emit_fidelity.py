@@ -42,8 +42,12 @@ MODELS = {**{n: n for n in catalog()}, **{f"file:{k}": str(p) for k, p in FILES.
 def _megatron_builds(name: str) -> bool:
     """A family megatron-core cannot build as its config says is refused at emit (tests/test_families.py
     checks that refusal); the others are read back here."""
+    from planner.trainers.megatron.emit import activation_args
+
     try:
-        check_family(load_model(MODELS[name]), "megatron", 4096)
+        m = load_model(MODELS[name])
+        check_family(m, "megatron", 4096)
+        activation_args(m)          # pretrain_gpt.py's GLUs are --swiglu and --quick-geglu (Grok-1's GeGLU is refused)
     except InputError:
         return False
     return True
@@ -134,6 +138,8 @@ def megatron_mismatches(cfg: dict, r: dict, env_text: str) -> list[str]:
     kind = (rs or {}).get("rope_type") or (rs or {}).get("type")
     if cfg["model_type"] == "nemotron_h":   # NemotronHAttention: no positional embedding
         want("position_embedding_type", args["position_embedding_type"], "none")
+    elif cfg["model_type"] == "gpt2":       # GPT2Model: a learned position table (wpe)
+        want("position_embedding_type", args["position_embedding_type"], "learned_absolute")
     elif kind is None:
         want("rope scaling", (args["position_embedding_type"], args["use_rope_scaling"]), ("rope", False))
         if mla:

@@ -178,3 +178,20 @@ def test_older_plan_json_gets_its_config_hyperparameters(tmp_path):
     with pytest.raises(InputError, match="model.spec.rope_theta' is missing"):
         emit_plan(doc, ["megatron"], tmp_path / "gone")
     assert not (tmp_path / "gone").exists()
+
+
+def test_gpt2_family_emits_learned_positions_biases_and_plain_gelu(tmp_path):
+    """A GPT-2 config.json (transformers' GPT2Config names; GPT-3 175B in the catalog is the same family): Megatron
+    gets a learned absolute position table (megatron-core's own default, --position-embedding-type learned_absolute),
+    LayerNorm, no RoPE flags, biases kept (no --disable-bias-linear), plain GELU (no --swiglu) and tied embeddings."""
+    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+           "n_positions": 1024, "vocab_size": 50257, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
+    path = tmp_path / "gpt2" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    args = _flags(_emit(str(path), "megatron", tmp_path))
+    assert _value(args, "--position-embedding-type") == "learned_absolute"
+    assert _value(args, "--normalization") == "LayerNorm"
+    assert "--rotary-base" not in args and "--disable-bias-linear" not in args and "--swiglu" not in args
+    assert "--untie-embeddings-and-output-weights" not in args
+    assert _value(args, "--ffn-hidden-size") == str(4 * 768)

@@ -15,7 +15,8 @@ EXPECTED = {
     "llama3-8b", "llama3-70b", "llama3.1-405b", "deepseek-v3", "kimi-k2", "qwen3-30b-a3b",
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
     # planner/data/models_extra.json
-    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "llama2-70b",
+    "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "nemotron4-340b", "nemotron-h-56b",
+    "gpt3-175b", "grok1-314b", "llama2-70b",
 }
 
 
@@ -57,6 +58,11 @@ def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_pat
     ("gpt-oss-120b", 116.8e9, "active_without_embedding", 5.13e9),  # OpenAI card: 116.83B total, 5.13B active
     ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
     ("llama2-70b", 70e9, "active", 70e9),                    # Meta: Llama 2 70B (68.98B counted), dense
+    # Nemotron-4 340B technical report (arXiv:2406.11704): 9.4B embedding + 331.6B non-embedding parameters
+    ("nemotron4-340b", 341.0e9, "active_non_embedding", 331.6e9),
+    ("grok1-314b", 314.0e9, "active", 84.5e9),              # xai-org/grok-1 README: 314B, 2 of 8 experts a token
+    ("gpt3-175b", 175.0e9, "active", 175.0e9),              # Brown et al. 2020: 175B (the 2048 x 12288
+    #                                                         learned position table, 25M, is not counted)
 ])
 def test_parameter_counts_match_the_published_figures(name, total, convention, active):
     from planner.model.flops import param_counts
@@ -66,6 +72,40 @@ def test_parameter_counts_match_the_published_figures(name, total, convention, a
     assert getattr(pc, convention) == pytest.approx(active, rel=0.02)
     assert pc.active - pc.active_without_embedding == pc.embedding
     assert pc.active_without_embedding - pc.active_non_embedding == pc.output
+
+
+def test_nemotron4_is_a_plain_squared_relu_mlp_with_partial_rope():
+    """Nemotron-4 (HF NemotronConfig, Megatron-Bridge NemotronModelProvider): two MLP matrices (no gate), squared
+    ReLU, half the head rotated; a config.json of the family without ``gated_mlp`` reads the same."""
+    from planner.model.flops import param_counts
+
+    m = load_model("nemotron4-340b")
+    assert m.family == "nemotron" and not m.gated_mlp and m.activation == "relu2" and m.layer_norm
+    assert (m.head_dim, m.num_kv_heads, m.partial_rotary_factor, m.tied_embeddings) == (192, 8, 0.5, False)
+    # one layer by hand: q and o 18432^2 each, k and v 18432 x 8 x 192 each, MLP 2 x 18432 x 73728
+    h = 18432
+    per_layer = 2 * h * h + 2 * h * 8 * 192 + 2 * h * 73728
+    assert param_counts(m).active_non_embedding == pytest.approx(96 * per_layer, rel=1e-3)
+    cfg = {k: v for k, v in catalog_entry("nemotron4-340b").items() if k != "gated_mlp"}
+    assert not spec_from_config(cfg, name="x").gated_mlp
+
+
+def test_gpt2_family_reads_gpt2config_names_and_learned_positions():
+    """transformers' GPT2Config names (n_layer, n_embd, n_head, n_inner None = 4 n_embd, n_positions): GPT-3 175B is
+    this architecture (plain GELU MLP, biases, tied embeddings, learned absolute positions); Megatron gets
+    --position-embedding-type learned_absolute, not RoPE."""
+    from planner.trainers.megatron.emit import activation_args
+
+    m = load_model("gpt3-175b")
+    assert (m.family, m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_kv_heads, m.head_dim) == (
+        "gpt2", 96, 12288, 49152, 96, 128)
+    assert not m.gated_mlp and m.attention_bias and m.mlp_bias and m.tied_embeddings
+    assert m.position_embedding == "learned_absolute" and activation_args(m) == []
+    small = spec_from_config({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+                              "vocab_size": 50257, "activation_function": "gelu_new"}, name="gpt2")
+    assert small.ffn_hidden_size == 4 * 768 and small.tied_embeddings and small.max_position_embeddings == 1024
+    with pytest.raises(InputError, match="n_layer"):
+        spec_from_config({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "vocab_size": 50257}, name="x")
 
 
 def test_glm45_and_llama4_specs():

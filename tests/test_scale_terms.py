@@ -106,17 +106,20 @@ def test_scaling_series_retention():
     path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
-    assert sm["series"] == 30
-    assert sm["mean_abs_points"] <= 1.5            # 1.47 at the time of writing; 1.12 over the 28 series before
-    #                                               MaxText's Llama 2 70B pair (1.10 before the pipeline's per-hop
-    #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms)
+    assert sm["series"] == 45
+    assert sm["mean_abs_points"] <= 1.3            # 1.26 at the time of writing, MaxText's Llama 2 70B pair included
     assert sm["over"] <= 2                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container) and
     #                                               MaxText Llama 2 70B FP8 (87.2%: not priced, docs/steptime.md)
     assert abs(sm["mean_predicted"] - sm["mean_measured"]) <= 1.0     # no systematic optimism
     by = {s.series: s for s in series}
-    # the rest hold as before the MaxText Llama 2 70B pair; its BF16 twin is predicted within 2 points
+    # the 43 others hold as before the MaxText Llama 2 70B pair; its BF16 twin is predicted within 2 points
     rest = summary([s for s in series if not s.series.startswith("maxtext-l2-")])
-    assert rest["mean_abs_points"] <= 1.15 and rest["over"] <= 1
+    assert rest["series"] == 43
+    assert rest["mean_abs_points"] <= 1.05         # 1.02 at the time of writing (the parameter gather behind the
+    #                                               interleaved warm-up); 1.12 without it; 1.12 on the 28 series
+    #                                               before this round's; 1.10 before the pipeline's per-hop
+    #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms
+    assert rest["over"] <= 1
     assert abs(by["maxtext-l2-bf16"].error_points) <= 2.0          # measured 97.8%, predicted 99.0%
     l70 = by["dgxc-24.09-l70-bf16"]                # 64 ... 2,048 H100, measured 100 -> 98.3%
     assert all(a > b for a, b in zip(l70.predicted, l70.predicted[1:]))   # it bends, every step
@@ -208,3 +211,69 @@ def test_nccl_nodes_are_the_even_split_of_the_group():
     b = nccl_choice("reduce_scatter", GroupShape(size=256, per_domain=72, domains=4, tier=1))
     assert a == b
     assert a[1] == pytest.approx(nccl_latency_us("reduce_scatter", "ring", 256, 4) * 1e-6)
+
+
+def test_strong_scaling_series_bend_as_measured():
+    """The strong-scaling series of scaling.csv (global batch fixed: NVIDIA's Nemotron-4 340B on 128-512 GB200 at
+    GBS 512, dgxc-benchmarking nemotron/README.md@1f6d9f4) are told apart from the weak ones by their global batch,
+    bend at every step (fewer micro-batches per pipeline: a larger bubble and DP share), and end within 2 points of
+    the measured retention (96.4% BF16, 96.3% FP8; predicted 97.8% and 95.6% at the time of writing)."""
+    from pathlib import Path
+
+    from planner.calibration.retention import by_scaling, series_retention
+    from planner.calibration.validate import read_rows
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
+    split = by_scaling(series_retention(read_rows(path), source=str(path)))
+    strong = {s.series: s for s in split["strong"]}
+    assert set(strong) == {"dgxc-25.05-n340-gb200-bf16-strong", "dgxc-25.05-n340-gb200-fp8-strong"}
+    assert len(split["weak"]) == 43 and "mixed" not in split   # 41 + MaxText's Llama 2 70B pair
+    for s in strong.values():
+        assert set(s.gbs) == {512} and s.gpus == (128, 256, 512)
+        assert all(a > b for a, b in zip(s.predicted, s.predicted[1:]))
+        assert abs(s.error_points) <= 2.0
+
+
+def test_fewer_micro_batches_cost_what_the_fixed_gpu_pair_measured():
+    """One layout on the same 256 GB300 at two global batches (Megatron-Bridge performance-summary-archive.md
+    @09ce5f13c, 26.06 NeMo container, DeepSeek-V3 MXFP8 TP1 PP2 VP8 EP32 MBS1: GBS 4,096 -> 6,338 and GBS 15,360
+    -> 6,422 tokens/s/GPU, +1.3%): 32 against 120 micro-batches per pipeline, the strong-scaling lever with the GPUs
+    held. The step's fixed part (bubble, exposed DP, optimizer) spread over fewer micro-batches must cost about
+    what was measured (predicted +0.8% at the time of writing; nothing here is fitted to the pair)."""
+    from planner.calibration.validate import validate_rows
+
+    row = dict(id="g", stack="megatron-26.08", model="deepseek-v3", gpu="GB300", num_gpus="256", precision="mxfp8",
+               seq_len="4096", mbs="1", tp="1", pp="2", vpp="8", cp="1", ep="32", etp="", fsdp="", recompute="")
+    rows = [dict(row, id="gbs4096", gbs="4096", tokens_per_s_per_gpu="6338"),
+            dict(row, id="gbs15360", gbs="15360", tokens_per_s_per_gpu="6422")]
+    res = validate_rows(rows)["rows"]
+    pred = res[1]["predicted_tokens_per_s_per_gpu"] / res[0]["predicted_tokens_per_s_per_gpu"]
+    meas = 6422 / 6338
+    assert pred > 1.0
+    assert abs(100 * (pred - meas)) <= 0.75
+
+
+def test_gather_window_passes_hand_values():
+    """The interleaved warm-up's forward passes the parameter all-gather hides behind: (1 + (vpp - 1) pp) / vpp
+    (chunk k+1 gathered while chunk k runs its pp first micro-batches; megatron-core schedules.py 1341-1353)."""
+    assert DP.gather_window_passes(8, 1) == 1.0 and DP.gather_window_passes(1, 4) == 1.0
+    assert DP.gather_window_passes(8, 12) == pytest.approx(89 / 12)    # Nemotron-4 340B on H100: 7.42 passes
+    assert DP.gather_window_passes(4, 2) == pytest.approx(5 / 2)
+    assert DP.gather_window_passes(2, 8) == pytest.approx(15 / 8)
+
+
+def test_interleaved_gather_window_reaches_predict(monkeypatch):
+    """Nemotron-4 340B, TP8 PP8 VP12 on 2,048 H100 (dp 32): the per-chunk gather window hides part of the
+    all-gather a single forward pass leaves exposed; without a virtual pipeline nothing changes."""
+    from planner.calibration.validate import read_rows, validate_rows
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
+    row = [r for r in read_rows(path) if r["id"] == "dgxc-24.11-n340-bf16-2048"][0]
+    flat = dict(row, id="flat", vpp="1")
+
+    def dp_comm(rows):
+        return [r["breakdown"]["dp_comm"] for r in validate_rows(rows)["rows"]]
+    wide, flat_wide = dp_comm([row, flat])
+    monkeypatch.setattr(DP, "gather_window_passes", lambda pp, vpp: 1.0)
+    narrow, flat_narrow = dp_comm([row, flat])
+    assert wide < narrow - 0.05            # seconds a step: 0.41 -> 0.22 at the time of writing
+    assert flat_wide == pytest.approx(flat_narrow, rel=1e-12)

@@ -24,6 +24,18 @@ class SeriesRetention:
     gpus: tuple[int, ...]
     measured: tuple[float, ...]     # retention at each GPU count, 1.0 at the first
     predicted: tuple[float, ...]
+    gbs: tuple[int, ...] = ()       # global batch (sequences) at each GPU count
+
+    @property
+    def scaling(self) -> str:
+        """``strong`` (the global batch is the same at every count: fewer micro-batches per pipeline as
+        the GPUs grow), ``weak`` (it grows with the GPUs: the micro-batches per pipeline stay), else
+        ``mixed``."""
+        if len(set(self.gbs)) == 1:
+            return "strong"
+        if all(b * self.gpus[0] == self.gbs[0] * n for b, n in zip(self.gbs, self.gpus)):
+            return "weak"
+        return "mixed"
 
     @property
     def error_points(self) -> float:
@@ -61,7 +73,15 @@ def series_retention(rows: list[dict], profile=None, source: str = "CSV") -> lis
         meas, pred = _per_gpu(res, True), _per_gpu(res, False)
         out.append(SeriesRetention(
             s, res[0]["model"], res[0]["gpu"], res[0]["stack"], tuple(r["num_gpus"] for r in res),
-            tuple(m / meas[0] for m in meas), tuple(p / pred[0] for p in pred)))
+            tuple(m / meas[0] for m in meas), tuple(p / pred[0] for p in pred), tuple(int(r["gbs"]) for r in group)))
+    return out
+
+
+def by_scaling(series: list[SeriesRetention]) -> dict[str, list[SeriesRetention]]:
+    """The series split by ``SeriesRetention.scaling`` (weak, strong, mixed), in their order."""
+    out: dict[str, list[SeriesRetention]] = {}
+    for s in series:
+        out.setdefault(s.scaling, []).append(s)
     return out
 
 

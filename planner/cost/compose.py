@@ -119,8 +119,9 @@ def critical(ops, times, present=None):
 
 
 def dp_exposed(ops, rs, ag, rs_kept, ag_kept, t_bwd, t_fwd):
-    """Distributed optimizer: the reduce-scatter hides behind the last micro-batch's backward, the
-    all-gather behind the first one's forward (``terms/data_parallel.py``)."""
+    """Distributed optimizer: the reduce-scatter hides behind the last micro-batch's backward ``t_bwd``, the
+    all-gather behind ``t_fwd``: the first micro-batch's forward, times ``gather_window_passes`` with an
+    interleaved pipeline (``terms/data_parallel.py``)."""
     return ops.add(exposed(ops, rs, rs_kept, t_bwd), exposed(ops, ag, ag_kept, t_fwd))
 
 

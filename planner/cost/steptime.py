@@ -436,7 +436,8 @@ def _data_parallel(config, training, recipe, fabric, shapes, par, crit, m) -> tu
     if config.fsdp:
         dp_x = K.fsdp_exposed(F, rs, ag, keep * rs, keep * ag, crit["compute"], int(round(m)), DP.FSDP_GATHERS)
     else:
-        dp_x = K.dp_exposed(F, rs, ag, keep * rs, keep * ag, crit["bwd"], crit["fwd"])
+        dp_x = K.dp_exposed(F, rs, ag, keep * rs, keep * ag, crit["bwd"],
+                            DP.gather_window_passes(config.pp, config.vpp) * crit["fwd"])
     return dp_x, rs_d, rs_e, ag_d, ag_e
 
 

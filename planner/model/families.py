@@ -19,6 +19,10 @@ user's file has. Sources: transformers' ``configuration_*.py`` / ``modeling_*.py
                     ``(i+1) % moe_layer_interval == 0``; ``use_bias``; ``moe_use_aux_free`` expert bias
 ``minimax_m2``      ``num_local_experts`` x ``intermediate_size``; ``use_qk_norm`` (over all heads);
                     ``rotary_dim`` / ``head_dim`` = partial RoPE; ``use_routing_bias`` = expert bias
+``gpt2``            ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (None: 4 ``n_embd``), ``n_positions``,
+                    ``activation_function``; a plain two-matrix MLP, biases on every linear layer, tied
+                    embeddings, learned absolute positions (GPT-3 is this architecture: Megatron's GPTModel
+                    defaults, ``position_embedding_type='learned_absolute'``)
 ``hunyuan_v1_moe``  ``num_experts``, ``moe_topk`` (an int or one per layer) x ``moe_intermediate_size``
                     (else ``intermediate_size``); ``use_mixed_mlp_moe`` adds ``num_shared_expert`` shared
                     experts of ``intermediate_size``; per-head q/k norm; NTK-alpha RoPE
@@ -34,12 +38,14 @@ from planner.errors import InputError
 from planner.model import hybrids
 
 # model_type (or the architectures class) of a family read here, as transformers names it.
-MODEL_TYPES = ("dbrx", "olmoe", "phimoe", "granitemoe", "ernie4_5_moe", "minimax_m2", "hunyuan_v1_moe") + hybrids.MODEL_TYPES
+MODEL_TYPES = ("dbrx", "olmoe", "phimoe", "granitemoe", "ernie4_5_moe", "minimax_m2", "hunyuan_v1_moe",
+               "gpt2") + hybrids.MODEL_TYPES
 # Tencent's own config.json names the family "hunyuan" (architectures HunYuanMoEV1ForCausalLM)
 ARCHITECTURES = {
     "DbrxForCausalLM": "dbrx", "OlmoeForCausalLM": "olmoe", "PhiMoEForCausalLM": "phimoe",
     "GraniteMoeForCausalLM": "granitemoe", "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
-    "MiniMaxM2ForCausalLM": "minimax_m2", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", **hybrids.ARCHITECTURES,
+    "MiniMaxM2ForCausalLM": "minimax_m2", "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "GPT2LMHeadModel": "gpt2",
+    **hybrids.ARCHITECTURES,
 }
 # families whose every layer is MoE with experts of intermediate_size (Mixtral's convention)
 EXPERTS_OF_INTERMEDIATE = ("olmoe", "phimoe", "granitemoe", "minimax_m2")
@@ -84,6 +90,27 @@ def _dbrx(cfg: dict, source: str) -> tuple[dict, dict]:
     out["hidden_act"] = act.get("name", "silu") if isinstance(act, dict) else "silu"
     out["layer_norm_eps"] = 1e-5                           # DbrxBlock: nn.LayerNorm(d_model, bias=False)
     out["norm_topk_prob"] = ffn.get("moe_normalize_expert_weights") is not None
+    return out, names
+
+
+def _gpt2(cfg: dict, source: str) -> tuple[dict, dict]:
+    """transformers' GPT2Config names (configuration_gpt2.py: n_layer, n_embd, n_head, n_inner, n_positions,
+    activation_function, tie_word_embeddings True by default; GPT2MLP c_fc, c_proj and GPT2Attention c_attn,
+    c_proj carry biases)."""
+    out, names = dict(cfg), {}
+    for std, own in (("num_hidden_layers", "n_layer"), ("hidden_size", "n_embd"), ("num_attention_heads", "n_head"),
+                     ("max_position_embeddings", "n_positions")):
+        _set(out, names, std, cfg.get(own), own)
+    h = cfg.get("n_embd")
+    inner = cfg.get("n_inner")
+    _set(out, names, "intermediate_size", inner if inner is not None else (4 * h if isinstance(h, int) else None),
+         "n_inner")
+    out["hidden_act"] = cfg.get("activation_function") or "gelu_new"
+    out.setdefault("gated_mlp", False)
+    out.setdefault("tie_word_embeddings", True)
+    out.setdefault("attention_bias", True)
+    out.setdefault("mlp_bias", True)
+    out["_position_embedding"] = "learned_absolute"
     return out, names
 
 
@@ -183,7 +210,7 @@ def _experts_of_intermediate(cfg: dict, source: str) -> tuple[dict, dict]:
     return out, names
 
 
-_READERS = {"dbrx": _dbrx, "ernie4_5_moe": _ernie, "hunyuan_v1_moe": _hunyuan,
+_READERS = {"dbrx": _dbrx, "ernie4_5_moe": _ernie, "hunyuan_v1_moe": _hunyuan, "gpt2": _gpt2,
             **{f: _experts_of_intermediate for f in EXPERTS_OF_INTERMEDIATE}, **hybrids.READERS}
 
 

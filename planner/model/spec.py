@@ -86,7 +86,11 @@ MAX_LAYERS = 10_000   # a sanity bound on num_hidden_layers (the deepest publish
 _VOCAB_DIVISOR_1280 = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
 _MLA_FAMILIES = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32")
 _QWEN_MOE = ("qwen3_moe", "qwen2_moe", "qwen3_next")
-_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3")  # ministral3: Mistral 3's text model
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "ministral3", "nemotron")  # ministral3: Mistral 3's text model
+# Nemotron-3/4 (HF NemotronConfig): plain MLP with squared ReLU (hidden_act relu2), LayerNorm, partial RoPE
+_PLAIN_MLP_FAMILIES = ("nemotron", "gpt2")
+POSITION_EMBEDDINGS = ("rope", "none", "learned_absolute")
+_LAYERNORM_FAMILIES = ("nemotron", "gpt2")
 _LLAMA4 = ("llama4", "llama4_text")
 KNOWN_FAMILIES = (_DENSE_FAMILIES + _MLA_FAMILIES + _QWEN_MOE + ("mixtral", "gpt_oss", "glm4_moe") + _LLAMA4
                   + families.MODEL_TYPES)
@@ -98,7 +102,7 @@ _ARCHITECTURES = {
     "KimiK2ForCausalLM": "kimi_k2", "Qwen3MoeForCausalLM": "qwen3_moe", "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral", "GptOssForCausalLM": "gpt_oss", "Glm4MoeForCausalLM": "glm4_moe",
     "Llama4ForConditionalGeneration": "llama4", "Llama4ForCausalLM": "llama4",
-    "Ministral3ForCausalLM": "ministral3", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
+    "Ministral3ForCausalLM": "ministral3", "NemotronForCausalLM": "nemotron", "KimiK25ForConditionalGeneration": "kimi_k2", **families.ARCHITECTURES,
 }
 
 
@@ -181,6 +185,8 @@ class ModelSpec(BaseModel):
     partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="share of each head that is rotated "
                                          "[partial_rotary_factor]")
     norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon [rms_norm_eps / layer_norm_epsilon]")
+    layer_norm: bool = Field(False, description="LayerNorm (mean and bias) rather than RMSNorm: GPT-2/GPT-3 "
+                             "(GPT2Block ln_1/ln_2), Nemotron-3/4 (NemotronLayerNorm1P)")
     router_score: str = Field("softmax", description="router score function: softmax, sigmoid or sqrtsoftplus "
                               "[scoring_func]")
     expert_bias: bool = Field(False, description="aux-loss-free routing with a per-expert score bias "
@@ -201,7 +207,8 @@ class ModelSpec(BaseModel):
     attention_output_gate: bool = Field(False, description="sigmoid gate on the attention output (Qwen3-Next)")
     shared_expert_gate: bool = Field(False, description="sigmoid gate (h -> 1) on the shared expert's output (Qwen3-Next)")
     norm_zero_centered: bool = Field(False, description="norms scale by 1 + weight (zero-centered gamma, Qwen3-Next)")
-    position_embedding: str = Field("rope", description="'rope' or 'none' (Nemotron-H's attention has none)")
+    position_embedding: str = Field("rope", description="'rope', 'none' (Nemotron-H's attention has none) or "
+                                    "'learned_absolute' (GPT-2/GPT-3: a learned table added to the token embedding)")
     source: str = Field("", description="where the numbers came from (catalog source or the file path)")
 
     @model_validator(mode="after")
@@ -265,8 +272,9 @@ class ModelSpec(BaseModel):
             raise ValueError("a MoE layer must have an MLP (mlp_layers)")
         if self.dsa is not None and not (self.attention == "mla" and self.q_lora_rank):
             raise ValueError("DeepSeek sparse attention's indexer needs MLA with a q_lora_rank")
-        if self.position_embedding not in ("rope", "none"):
-            raise ValueError(f"position_embedding must be 'rope' or 'none', got {self.position_embedding!r}")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                             f"got {self.position_embedding!r}")
 
     # ----- derived facts -------------------------------------------------------------------
     @property
@@ -551,7 +559,8 @@ def _sliding_window(r: _Reader, cfg: dict, family: str, L: int) -> tuple[int | N
 def _activation(r: _Reader, cfg: dict, family: str) -> tuple[str, bool]:
     """(activation, gated MLP)."""
     act = str(cfg.get("hidden_act") or cfg.get("activation_function") or "silu").lower()
-    gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh") or family in KNOWN_FAMILIES)
+    gated = r.bool("gated_mlp", act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh")
+                   or (family in KNOWN_FAMILIES and family not in _PLAIN_MLP_FAMILIES))
     if family == "gpt_oss":
         act = "quick_gelu"  # Megatron: quick_gelu GLU with offset 1.0 and clamp 7.0 (models.json)
     if act == "swiglu":
@@ -690,6 +699,7 @@ def spec_from_config(cfg: dict, name: str | None = None, source: str = "config.j
             qk_norm=family in ("qwen3", "qwen3_moe") or bool(cfg.get("qk_layernorm")) or (bool(cfg.get("use_qk_norm")) and family != "llama4"),  # Llama 4: weightless L2 norm
             qk_l2_norm=family == "llama4" and r.bool("use_qk_norm", False),
             activation_clamp=_float(r, cfg, "swiglu_limit", None),
+            layer_norm=family in _LAYERNORM_FAMILIES,
             # Qwen2 / Qwen2-MoE: q, k, v biases by construction (HF Qwen2Attention), no config field
             attention_bias=r.bool("attention_bias", family in ("gpt_oss", "qwen2", "qwen2_moe")),
             mlp_bias=family == "gpt_oss" or r.bool("mlp_bias", False),

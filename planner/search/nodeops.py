@@ -54,7 +54,8 @@ class NodeOps:
 
     def max(self, *xs: Val) -> Val:
         den = math.lcm(*(x.den for x in xs if x is not self.zero))
-        nodes = [x.node if x is self.zero or x.den == den else self._sum([(1, x)]).node for x in xs]
+        # a value in another unit is rescaled to the common one (den // x.den times its node)
+        nodes = [x.node if x is self.zero or x.den == den else self.prog.sum([x.node], [den // x.den]) for x in xs]
         return Val(self.prog.max(nodes), den)
 
     def argmax(self, xs, present) -> int:

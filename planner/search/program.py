@@ -637,6 +637,10 @@ class ProgramBuilder:
 
         dpx_nodes, opt_nodes = [], []
         g = DPc.FSDP_GATHERS
+        # the all-gather's window in forward passes (terms.data_parallel.gather_window_passes), in 1/840: an
+        # integer for every vpp candidate (1, 2, 4, 8 divide 840)
+        GW = Val(P.table_t(self.idx("pp", "vpp"), {ix: int(round(BUBBLE * DPc.gather_window_passes(a["pp"], a["vpp"])))
+                                                  for ix, a in self.combos("pp", "vpp")}), BUBBLE)
         for node in slot_nodes:
             exposed_by_pb = {}
             for pb in sorted(set(pb_of.values())):
@@ -646,8 +650,9 @@ class ProgramBuilder:
                     for lst, extra in zip(parts, self._slot_expert_dp(node, dpt_pb, ids_by_pp, edp_by_pp, EE)):
                         lst.append(extra)
                 RS, AG, RS1, AG1, OPTS = (Val(P.sum(p)) for p in parts)
-                exposed_by_pb[pb] = (K.dp_exposed(ops, RS, AG, RS1, AG1, Val(node["bwd"]), Val(node["fwd"])),
-                                     K.fsdp_exposed(ops, RS, AG, RS1, AG1, Val(node["comp"]), Val(M), g))
+                dpx = K.dp_exposed(ops, RS, AG, RS1, AG1, Val(node["bwd"]), ops.mul(GW, Val(node["fwd"])))
+                fsx = K.fsdp_exposed(ops, RS, AG, RS1, AG1, Val(node["comp"]), Val(M), g)
+                exposed_by_pb[pb] = (dpx, Val(ops.mul(dpx.den // fsx.den, fsx).node, dpx.den))   # one unit
             dpx_nodes.append(ops.pick(Var(self.vi["fsdp"]), [exposed_by_pb[pb_of[f]][1 if f else 0] for f in vals["fsdp"]]))
             opt_nodes.append(OPTS)
         return ops.pick(self.crit, dpx_nodes), ops.pick(self.crit, opt_nodes)

@@ -9,6 +9,19 @@ all-gather only the first micro-batch's forward) can hide it::
 
     exposed = max((1-o) RS, RS - t_b) + max((1-o) AG, AG - t_f)
 
+With an interleaved pipeline (``vpp > 1``) the all-gather is gathered chunk by chunk ahead of use: megatron-core's
+interleaved schedule gathers the first two model chunks' parameters when the step starts and chunk ``k+1``'s when
+chunk ``k`` runs its first micro-batch (``megatron/core/pipeline_parallel/schedules.py``@d98e8a64, lines 1219-1221
+and 1341-1353), and the schedule's warm-up is forward passes only, ``pp`` micro-batches of a chunk before the next
+chunk's first (``microbatch_group_size_per_vp_stage``, default ``pp``). Chunk ``k+1``'s gather therefore has
+``k pp`` chunk-forwards of ``t_f / vpp`` to hide behind, and the whole gather::
+
+    window_AG = t_f (1 + (vpp - 1) pp) / vpp          (gather_window_passes; t_f at vpp = 1 or pp = 1)
+
+The reduce-scatter keeps one backward: the same reasoning on the cool-down (chunk ``c``'s gradients are reduced
+after its last backward, lines 1445-1454) priced the same way made the published scaling series worse
+(docs/steptime.md, "Strong scaling").
+
 FSDP (Megatron-FSDP / ZeRO-3): parameters are all-gathered before every micro-batch's forward and
 backward and gradients reduce-scattered after every backward; each micro-batch's transfers hide behind
 that micro-batch's compute::
@@ -45,6 +58,14 @@ FSDP_GATHERS = 2   # FSDP gathers each micro-batch's parameters twice (forward, 
 # megatron-core distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp_group.size())
 BUCKET_MIN_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_RANK = 1_000_000
+
+
+def gather_window_passes(pp: int, vpp: int) -> float:
+    """Forward passes of one micro-batch (all the rank's layers) the distributed optimizer's parameter all-gather
+    hides behind: 1 without an interleaved pipeline, ``(1 + (vpp - 1) pp) / vpp`` with one (module docstring)."""
+    if vpp <= 1 or pp <= 1:
+        return 1.0
+    return (1 + (vpp - 1) * pp) / vpp
 
 
 def ddp_buckets(param_count: float, dp_size: int) -> int:

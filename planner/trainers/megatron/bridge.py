@@ -163,8 +163,8 @@ def mixer_overrides(m) -> dict[str, object]:
         o.update({"model.mamba_state_dim": mb.state_size,
                   "model.mamba_head_dim": mb.head_dim, "model.mamba_num_groups": mb.n_groups,
                   "model.mamba_num_heads": mb.num_heads})
-    if m.position_embedding == "none":
-        o["model.position_embedding_type"] = "none"
+    if m.position_embedding != "rope":   # "none" (Nemotron-H) or "learned_absolute" (GPT-2/3)
+        o["model.position_embedding_type"] = m.position_embedding
     if m.gdn is not None:
         g = m.gdn
         o.update({"model.experimental_attention_variant": "gated_delta_net",

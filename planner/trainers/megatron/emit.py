@@ -329,8 +329,8 @@ def model_args(ctx: EmitContext) -> list[str]:
         "--kv-channels", str(m.head_dim),
         "--seq-length", str(ctx.training.seq_len),
         "--max-position-embeddings", str(ctx.training.seq_len),
-        *(rope_args(m) if m.position_embedding == "rope" else ["--position-embedding-type", "none"]),
-        "--normalization", "RMSNorm",
+        *(rope_args(m) if m.position_embedding == "rope" else ["--position-embedding-type", m.position_embedding]),
+        "--normalization", "LayerNorm" if m.layer_norm else "RMSNorm",
         "--norm-epsilon", _num(m.norm_eps),
         "--make-vocab-size-divisible-by", str(m.make_vocab_divisible_by),
         # pretraining without dropout (the HF configs' 0.0); Megatron's 0.1 default also forbids graphed
