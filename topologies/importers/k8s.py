@@ -11,7 +11,10 @@ GPUs per host: ``status.capacity["nvidia.com/gpu"]`` (or ``allocatable``), else 
 AWS ``topology.k8s.aws/network-node-layer-1..N`` labels (layer N nearest the host) become scale-out
 tiers with explicit units. Hosts that advertise ``vpc.amazonaws.com/efa`` (the EFA device plugin's extended
 resource, EKS user guide device-management-efa) make the cluster's fabric ``efa`` and its ``network`` the
-EFA devices of a host (the fewest any GPU host advertises), which ``--emit k8s`` pods then claim. A cloud
+EFA devices of a host (the fewest any GPU host advertises), which ``--emit k8s`` pods then claim; hosts that
+advertise ``rdma/ib`` (the NVIDIA Network Operator's SR-IOV device plugin as Azure/aks-rdma-infiniband configures
+it, configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml: one per InfiniBand NIC) make it ``infiniband`` with
+``network`` ``aks-ib`` the same way. (``rdma/shared_ib`` counts pod slots, not NICs: not read.) A cloud
 instance type in ``node.kubernetes.io/instance-type`` (one for all GPU hosts: p5.48xlarge, a3-megagpu-8g,
 a4x-highgpu-4g, ... ``topologies.presets.INSTANCE_TYPES``) gives the fabric and network of its preset.
 """
@@ -35,6 +38,9 @@ __all__ = ["CLIQUE_LABEL", "import_k8s", "nodes_from_document"]
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 AWS_LAYER = re.compile(r"^topology\.k8s\.aws/network-node-layer-(\d+)$")
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+IB_RESOURCE = "rdma/ib"
+# extended resource -> (fabric, network kind) of hosts that advertise it (module docstring)
+NIC_RESOURCES = {EFA_RESOURCE: ("efa", "eks-efa"), IB_RESOURCE: ("infiniband", "aks-ib")}
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 
 
@@ -88,16 +94,20 @@ def _instance_network(types: set[str], source: str, assumed: list[str]) -> dict:
     return out
 
 
-def _efa_network(efa: list[int], hosts: int, source: str, assumed: list[str]) -> dict:
-    """The cluster fields for EFA hosts: fabric efa and the devices a pod claims (the fewest any host has)."""
-    if not efa:
-        return {}
-    if len(efa) < hosts:
-        assumed.append(f"{hosts - len(efa)} of {hosts} GPU hosts advertise no {EFA_RESOURCE}: the fabric is taken as "
-                       "EFA for all")
-    n = min(efa)
-    return {"fabric": "efa", "network": {"nics_per_node": n, "kubernetes": "eks-efa",
-                                         "source": f"{source}: {EFA_RESOURCE} {n} per host (node status)"}}
+def _nic_network(counts: dict[str, list[int]], hosts: int, source: str, assumed: list[str]) -> dict:
+    """The cluster fields for hosts advertising a NIC resource (:data:`NIC_RESOURCES`): its fabric and the devices
+    a pod claims (the fewest any host has)."""
+    for res, nics in counts.items():
+        if not nics:
+            continue
+        fab, kind = NIC_RESOURCES[res]
+        if len(nics) < hosts:
+            assumed.append(f"{hosts - len(nics)} of {hosts} GPU hosts advertise no {res}: the fabric is taken as "
+                           f"{fab} for all")
+        n = min(nics)
+        return {"fabric": fab, "network": {"nics_per_node": n, "kubernetes": kind,
+                                           "source": f"{source}: {res} {n} per host (node status)"}}
+    return {}
 
 
 def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_label: str = CLIQUE_LABEL,
@@ -126,7 +136,7 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     dom_of: dict[str, list[str]] = {}
     dom_order: list[str] = []
     layers: dict[int, dict[str, list[str]]] = {}
-    efa: list[int] = []
+    nics: dict[str, list[int]] = {res: [] for res in NIC_RESOURCES}
     types: set[str] = set()
     for k, n in enumerate(items):
         meta = n["metadata"]
@@ -151,9 +161,10 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
         nodes.append((host, count))
         if labels.get(INSTANCE_LABEL):
             types.add(str(labels[INSTANCE_LABEL]))
-        nic = _resource(status, EFA_RESOURCE)
-        if nic is not None and str(nic).isdigit() and int(nic) > 0:
-            efa.append(int(nic))
+        for res, got in nics.items():
+            nic = _resource(status, res)
+            if nic is not None and str(nic).isdigit() and int(nic) > 0:
+                got.append(int(nic))
         key = labels.get(domain_label)
         key = str(key) if key not in (None, "") else f"host:{host}"
         if key not in dom_of:
@@ -195,7 +206,7 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     levels = [list(layers[L].values()) for L in sorted(layers, reverse=True)]
     c = build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
                       levels=levels, failed=failed, assumed=assumed, source=source)
-    net = _instance_network(types, source, assumed) | _efa_network(efa, len(nodes), source, assumed)
+    net = _instance_network(types, source, assumed) | _nic_network(nics, len(nodes), source, assumed)
     if net:
         c = Cluster.model_validate(c.to_dict() | net)
     return Imported(c, assumed)

@@ -114,12 +114,14 @@ def trainer_of(ctx: EmitContext) -> str:
 
 
 def settings(ctx: EmitContext, trainer: str) -> list[tuple[str, str]]:
-    """(variable, comment) of every value the user fills in the pod env (FILL_ME_<what> until then)."""
+    """(variable, comment) of every value the user fills in the pod env (FILL_ME_<what> until then); not those
+    the cluster's network sets (``k8s_network``)."""
     out = [("TOPOPLAN_DATA_ARGS", "mock (synthetic data, as emitted), or your trainer's data arguments as "
                                   "shell words, e.g. --data-path /data/tok/text_document ...")]
     if trainer in TRAINER_HOME:
         out.append((TRAINER_HOME[trainer][0], TRAINER_HOME[trainer][1] + " inside the image"))
-    out += [(v, c) for v, c in site_settings(ctx, []) if v.startswith("NCCL_")]
+    fixed = {e["name"] for e in network_of(ctx, k8s_shape(ctx)).env}   # the cloud's own (oke-rdma: NCCL_IB_HCA)
+    out += [(v, c) for v, c in site_settings(ctx, []) if v.startswith("NCCL_") and v not in fixed]
     return out
 
 
@@ -202,6 +204,9 @@ def pod_template(ctx: EmitContext, shape: K8sShape, name: str, trainer: str, ite
     spec = {"restartPolicy": "Never", "containers": [c],
             "volumes": [{"name": "topoplan", "configMap": {"name": f"{name}-files", "items": items}},
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}}] + net.volumes}
+    if net.security:
+        c["securityContext"] = net.security
+    spec |= net.pod
     if net.init_containers:   # native sidecars: they stop when the trainer container ends
         spec["initContainers"] = net.init_containers
     if shape.mnnvl:
