@@ -195,3 +195,29 @@ def test_a_preset_plan_through_the_cli_writes_the_pods_network(preset, expect, t
         got = c["resources"]["limits"].get(key) if "/" in key else pod["spec"].get(key)
         assert got == value
         assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+
+
+@pytest.mark.parametrize("preset,hosts,want", [
+    ("azure-nd-h100-v5", 2, {"nvidia.com/gpu": 16, "rdma/ib": 16}),
+    ("aws-p5", 2, {"nvidia.com/gpu": 16, "vpc.amazonaws.com/efa": 64, "hugepages-2Mi": "10240Mi",
+                   "memory": "64000Mi"}),
+    ("oci-b200", 2, {"nvidia.com/gpu": 16}),
+    ("azure-nd-gb200-v6", 8, {"nvidia.com/gpu": 32, "rdma/ib": 32, "nvidia.com/imex-channel": 8})])
+def test_the_cluster_queue_covers_what_the_pods_ask(preset, hosts, want, tmp_path):
+    """Kueue admits no workload asking a resource its ClusterQueue does not cover (flavorassigner.go
+    findFlavorForPodSetResource: "resource ... unavailable in ClusterQueue"): the emitted queue covers the pods'
+    NICs, hugepages and memory, one pod per host (hand products: 2 p5 hosts x 32 EFA, x 5120Mi, x 32000Mi)."""
+    nvl = preset == "azure-nd-gb200-v6"
+    cluster = build_preset(preset, 32 if nvl else 16, usable_per_domain=32 if nvl else None)
+    world = cluster.num_gpus
+    doc = plan_doc("llama3-8b", cluster, ParallelConfig(tp=2, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=2 * world, precision="bf16"), world=world)
+    emit_plan(doc, ["megatron", "k8s", "k8s-cluster"], tmp_path)
+    kinds = {d["kind"]: d for d in documents(tmp_path / "k8s-cluster" / "kueue.yaml")}
+    assert all(problems(d) == [] for d in kinds.values())
+    (group,) = kinds["ClusterQueue"]["spec"]["resourceGroups"]
+    assert {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]} == want
+    assert set(group["coveredResources"]) == set(want)
+    (js,) = documents(tmp_path / "k8s" / "jobset.yaml")
+    res = _pod(js)["spec"]["containers"][0]["resources"]
+    assert set(res["limits"]) | set(res.get("requests", {})) <= set(want)   # every resource a pod asks is covered
