@@ -69,7 +69,7 @@ def _times(value, n: int):
 def network_quota(ctx: EmitContext, hosts: int) -> dict:
     """The quota of what every pod asks beside its GPUs (``k8s_network``: EFA devices, hugepages and memory on
     EKS, ``rdma/ib`` on AKS), for one pod per healthy host: Kueue admits no workload that requests a resource its
-    ClusterQueue does not cover ("resource ... unavailable in ClusterQueue", kueue v0.19.2
+    ClusterQueue does not cover ("resource ... unavailable in ClusterQueue", kubernetes-sigs/kueue
     pkg/scheduler/flavorassigner/flavorassigner.go ``findFlavorForPodSetResource``)."""
     gpus = max(1, ctx.cluster.num_gpus // max(1, hosts))
     net = pod_network(ctx.cluster, gpus)
