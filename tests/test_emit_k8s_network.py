@@ -19,6 +19,7 @@ privileged with IPC_LOCK, and the NCCL_IB_* values below.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 
@@ -37,6 +38,7 @@ GKE = {"gcp-a3-mega": ("gke-tcpxo", [f"vpc{i}" for i in range(1, 9)], 1),
        "gcp-a4x": ("gke-rdma", [f"rdma-{i}" for i in range(4)], 2)}
 PLAIN = ("dgx-h100",)
 AKS = {"azure-nd-h100-v5": 8, "azure-nd-gb200-v6": 4}
+NDV5_TOPO_SHA256 = "c26ff47f1decf03d44ee6e90c4a8afd3bddeec334c5545008f33af2a297e2834"
 AKS_ENV = {"NCCL_NET_GDR_LEVEL": "SYS", "NCCL_IB_DISABLE": "0"}
 OKE_ENV = {"NCCL_IB_SPLIT_DATA_ON_QPS": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41", "NCCL_IB_SL": "0",
            "NCCL_IB_TIMEOUT": "22", "NCCL_SOCKET_IFNAME": "eth0"}
@@ -125,6 +127,17 @@ def test_azure_pods_claim_every_infiniband_nic(preset, tmp_path):
     assert trainjob["spec"]["trainer"]["resourcesPerNode"]["limits"] == c["resources"]["limits"]
     assert "hostNetwork" not in pod["spec"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    # ND H100 v5: the VM's NCCL topology file, byte for byte the source's (sha256 of Azure/aks-rdma-infiniband
+    # @700dabb tests/scenarios/nvidia-topology/ndv5-topo.xml), in the ConfigMap at the path NCCL_TOPO_FILE names
+    items = {i["path"]: i["key"] for v in pod["spec"]["volumes"] if "configMap" in v for i in v["configMap"]["items"]}
+    if preset == "azure-nd-h100-v5":
+        assert env["NCCL_TOPO_FILE"] == "/topoplan/nccl/ndv5-topo.xml"
+        (cm,) = documents(tmp_path / preset / "k8s" / "configmap.yaml")
+        text = cm["data"][items["nccl/ndv5-topo.xml"]]
+        assert hashlib.sha256(text.encode()).hexdigest() == NDV5_TOPO_SHA256
+        assert text.count('class="0x030200"') == 8 and text.count('class="0x020700"') == 8   # 8 GPUs, 8 IB NICs
+    else:   # none published for ND GB200 v6
+        assert "NCCL_TOPO_FILE" not in env and not any(p.startswith("nccl/") for p in items)
     subprocess.run(["bash", "-n"], input=launch, text=True, check=True)
 
 

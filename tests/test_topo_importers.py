@@ -221,10 +221,16 @@ def test_k8s_rdma_ib_hosts_make_an_infiniband_cluster_whose_pods_claim_the_nics(
         items.append(n)
     c, assumed = import_k8s(_w(tmp_path, "ib.json", json.dumps({"items": items})), None)
     assert (c.fabric, c.network.nics_per_node, c.network.kubernetes) == ("infiniband", 7, "aks-ib")
+    assert c.network.topo_file == ""   # an unnamed VM size: no NCCL topology file
+    for n in items:   # ND H100 v5 by name: its topology file stays, the count is what the hosts advertise
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "Standard_ND96isr_H100_v5"
+    c, _ = import_k8s(_w(tmp_path, "ib2.json", json.dumps({"items": items})), None)
+    assert (c.network.nics_per_node, c.network.topo_file) == (7, "ndv5-topo.xml")
     for n in items:
         n["status"]["allocatable"] = {"rdma/shared_ib": "63"}
-    c, _ = import_k8s(_w(tmp_path, "shared.json", json.dumps({"items": items})), None)
-    assert c.network is None
+    c, assumed = import_k8s(_w(tmp_path, "shared.json", json.dumps({"items": items})), None)
+    assert c.network is None and c.fabric == "infiniband"   # ND H100 v5 by name, but no host has rdma/ib
+    assert any("rdma/shared_ib" in a for a in assumed)
 
 
 @pytest.mark.parametrize("itype,fabric,nics,kind", [

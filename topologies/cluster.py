@@ -207,6 +207,8 @@ class NodeNetwork(BaseModel):
         "shape's NCCL_IB_* settings); None = the emitted pods ask for nothing beyond the GPUs")
     hcas: tuple[str, ...] = Field((), description="the RDMA devices NCCL uses (NCCL_IB_HCA, exact names) where the "
                                   "cloud's manifests fix them (oke-rdma); empty = NCCL_IB_HCA is the user's")
+    topo_file: str = Field("", description="an NCCL topology file of the VM size in topologies/data/nccl_topo "
+                           "(aks-ib on ND H100 v5: ndv5-topo.xml) that the pods get as NCCL_TOPO_FILE; empty = none")
     source: str = Field("", description="where the device count comes from")
 
     @model_validator(mode="after")

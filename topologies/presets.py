@@ -124,12 +124,13 @@ _AKS_IB = "github.com/Azure/aks-rdma-infiniband@700dabb"
 _OKE = "github.com/oracle-quickstart/oci-hpc-oke@61d210a"
 
 
-def _aks(n: int, what: str) -> NodeNetwork:
+def _aks(n: int, what: str, topo_file: str = "") -> NodeNetwork:
     """AKS: one pod per VM claims every InfiniBand NIC as ``rdma/ib`` (the SR-IOV device plugin; the repo's
     "maximum performance" recommendation, website/docs/configurations/01-network-operator.md), as many as the
     VM has GPUs (tests/scenarios/test.sh sriov_nic_policy_gpu: rdma/ib=${GPU_PER_NODE_NUMBER})."""
-    return NodeNetwork(nics_per_node=n, kubernetes="aks-ib", source=f"{_AZ}{what}; {_AKS_IB} tests/scenarios/"
-                       f"test.sh sriov_nic_policy_gpu (rdma/ib = GPUs per node)")
+    return NodeNetwork(nics_per_node=n, kubernetes="aks-ib", topo_file=topo_file,
+                       source=f"{_AZ}{what}; {_AKS_IB} tests/scenarios/test.sh sriov_nic_policy_gpu (rdma/ib = GPUs "
+                       f"per node){'; topology file: topologies/data/nccl_topo/README.md' if topo_file else ''}")
 
 
 def _oke(hcas: str, shape: str) -> NodeNetwork:
@@ -175,7 +176,7 @@ CLOUD_PRESETS = (
            network=_gke(4, "gke-rdma", "gpudirect-rdma/nccl-test-imex-a4x.yaml: eth2-eth5 on rdma-0..3")),
     Preset("azure-nd-h100-v5", "h100", False, 256, 2048, "Azure ND H100 v5: 8 H100, 8 x 400 Gb/s NDR InfiniBand",
            f"{_AZ}nd-h100-v5-series: 8 H100, one 400 Gb/s ConnectX-7 NDR InfiniBand per GPU{_TIERS}",
-           fabric="infiniband", network=_aks(8, "nd-h100-v5-series: 8 InfiniBand NICs, one per GPU")),
+           fabric="infiniband", network=_aks(8, "nd-h100-v5-series: 8 InfiniBand NICs, one per GPU", "ndv5-topo.xml")),
     Preset("azure-nd-gb200-v6", "gb200", True, 576, 4608, "Azure ND GB200 v6: GB200 NVL72 racks, 4 x 400 Gb/s NDR per VM",
            f"{_AZ}nd-gb200-v6-series: 4 B200 per VM, 4 x 400 Gb/s Quantum-2 CX7 InfiniBand, 18 VMs per NVL72 "
            f"rack{_TIERS}", fabric="infiniband",

@@ -39,7 +39,7 @@ import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
-from planner.output.emit.k8s_network import PodNetwork, pod_network
+from planner.output.emit.k8s_network import MOUNT, PodNetwork, pod_network
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, unlaunchable,
                                        multi_node_nvlink, nccl_env, placeholder, site_settings, trainer_shell)
 from planner.trainers import LAUNCH
@@ -60,7 +60,6 @@ QUEUE = placeholder("queue")
 REPLICATED_JOB = "workers"
 TRAINER_NODE = "node"             # Kubeflow Trainer's replicated Job and container name (constants.Node)
 TRAINER_PORT = 29400              # Kubeflow Trainer's PET_MASTER_PORT (constants.ContainerTrainerPort)
-MOUNT = "/topoplan"
 K8S_TRAINERS = tuple(t for t, launch in LAUNCH.items() if not launch.per_host)   # torchrun trainers, default first
 
 
@@ -181,6 +180,7 @@ def config_map(ctx: EmitContext, shape: K8sShape, name: str, trainer: str) -> tu
     """The ConfigMap of the trainer's files and launch.sh, and the volume items that mount them."""
     files = dict(render_files(ctx, [trainer]))
     files["launch.sh"] = launch_script(ctx, shape, trainer)
+    files |= network_of(ctx, shape).files   # e.g. the VM's NCCL topology file (k8s_network)
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": {"name": f"{name}-files", "namespace": NAMESPACE},
           "data": {_key(p): text for p, text in sorted(files.items())}}

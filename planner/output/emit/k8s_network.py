@@ -29,7 +29,10 @@ how many devices a host has and how a pod reaches them:
   registration fails), and NCCL gets ``NCCL_IB_DISABLE=0``, ``NCCL_NET_GDR_LEVEL=SYS`` (Azure/aks-rdma-infiniband
   @700dabb: configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml, website/docs/configurations/
   01-network-operator.md, tests/scenarios/test.sh ``sriov_nic_policy_gpu``, tests/scenarios/k8s/values.yaml
-  ``ncclEnvVars``). The Network Operator and its SR-IOV policy are the cluster's; the pod only claims.
+  ``ncclEnvVars``). The Network Operator and its SR-IOV policy are the cluster's; the pod only claims. On ND H100
+  v5 the VM's NCCL topology file (the virtual PCI tree hides which NIC is beside which GPU) goes in the job's
+  ConfigMap and ``NCCL_TOPO_FILE`` points at it, as the repo's mpi-job.yaml mounts it
+  (topologies/data/nccl_topo/README.md).
 * ``oke-rdma`` (OCI BM.GPU.H100.8, BM.GPU.B200.8): the pod runs in the host's network (``hostNetwork``,
   ``dnsPolicy: ClusterFirstWithHostNet``), mounts ``/dev/infiniband``, runs privileged with ``IPC_LOCK``, and
   sets the shape's NCCL settings: ``NCCL_IB_HCA`` (the cluster's ``network.hcas``, exact match), GID index 3
@@ -45,7 +48,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import topologies
+
+MOUNT = "/topoplan"   # where the pods mount the job's ConfigMap (the trainer's files, launch.sh, network files)
+TOPO_DIR = Path(topologies.__file__).resolve().parent / "data" / "nccl_topo"   # NodeNetwork.topo_file's folder
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 EFA_HUGEPAGES = "5120Mi"     # EKS node-efa example (of 5,128 pre-allocated 2 MiB pages)
 EFA_MEMORY = "32000Mi"       # the same example's memory request (hugepages need a memory or cpu request)
@@ -74,6 +82,7 @@ class PodNetwork:
     prelude: list = field(default_factory=list)
     security: dict = field(default_factory=dict)   # the trainer container's securityContext
     pod: dict = field(default_factory=dict)        # pod spec fields (hostNetwork, dnsPolicy)
+    files: dict = field(default_factory=dict)      # ConfigMap files under MOUNT: relative path -> text
 
 
 def _interfaces(first: int, networks: list[str]) -> str:
@@ -131,9 +140,13 @@ def _env(values: dict) -> list[dict]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def _aks(n: int) -> PodNetwork:
-    return PodNetwork(limits={AKS_IB_RESOURCE: n}, env=_env(AKS_NCCL),
-                      security={"capabilities": {"add": ["IPC_LOCK"]}})
+def _aks(n: int, topo_file: str) -> PodNetwork:
+    net = PodNetwork(limits={AKS_IB_RESOURCE: n}, env=_env(AKS_NCCL),
+                     security={"capabilities": {"add": ["IPC_LOCK"]}})
+    if topo_file:   # the VM size's NCCL topology, in the ConfigMap (topologies/data/nccl_topo/README.md)
+        net.files = {f"nccl/{topo_file}": (TOPO_DIR / topo_file).read_text()}
+        net.env.append({"name": "NCCL_TOPO_FILE", "value": f"{MOUNT}/nccl/{topo_file}"})
+    return net
 
 
 def _oke(hcas: tuple[str, ...]) -> PodNetwork:
@@ -154,7 +167,7 @@ def pod_network(cluster, gpus_per_node: int) -> PodNetwork | None:
     if net.kubernetes == "gke-tcpxo":
         return _tcpxo(net.nics_per_node, gpus_per_node)
     if net.kubernetes == "aks-ib":
-        return _aks(net.nics_per_node)
+        return _aks(net.nics_per_node, net.topo_file)
     if net.kubernetes == "oke-rdma":
         return _oke(net.hcas)
     return _rdma(net.nics_per_node)
