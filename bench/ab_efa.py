@@ -7,6 +7,15 @@ The ``cuda_graphs`` column: these runs are Megatron-Bridge's qwen3 recipes, whic
 (Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/qwen/qwen3_moe.py: ``cuda_graph_impl = "none"``; the
 awsome-distributed-ai bench script leaves it), so every layer's kernels are launched by the host.
 
+The ``tp_comm_overlap`` column: no run overlaps its TP collectives with the GEMMs (Transformer Engine's userbuffers).
+The Qwen3 recipes leave ``comm_overlap`` None (Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/common.py
+``_pretrain_common``: ``comm_overlap=None``; recipes/qwen/qwen3_moe.py keeps its ``CommOverlapConfig`` line commented
+out), so megatron-core's ``tp_comm_overlap`` keeps its default False; the DeepSeek-V3 recipe the DeepSeek-V3 and
+Kimi-K2 scripts build on says so explicitly (recipes/deepseek/deepseek_v3.py ``deepseek_v3_pretrain_config_32nodes``:
+``CommOverlapConfig(tp_comm_overlap=False)``), and no bench script changes it (awsome-distributed-ai
+``bench_qwen3_pretrain.py``, ``bench_dsv3_pretrain.py``, ``bench_kimi_k2_pretrain.py``). The planner's default
+recipe turns it on wherever TP > 1 with sequence parallelism, as NVIDIA's perf recipes do.
+
 Rows whose dispatcher is a patched transport (UCCL-EP, NVSHMEM over libfabric) are listed but not
 predicted: stock Megatron cannot run DeepEP between EFA nodes (planner/cost/dispatch_fabric.py).
 """
@@ -42,7 +51,8 @@ def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | Non
                          dispatcher=dispatcher or r["dispatcher"])
     tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
                   cuda_graphs=r.get("cuda_graphs", "true") != "false",
-                  recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on"})
+                  recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on",
+                          "tp_comm_overlap": False if r.get("tp_comm_overlap") == "false" else None})
     cluster = load_cluster(r["cluster"], gpus=g)
     if fabric:
         cluster.fabric = fabric
