@@ -1,11 +1,21 @@
 """Published A/B sweeps on AWS EFA (bench/data/clouds/ab_efa.csv): measured vs predicted iteration time and
 how many pairs of each group the model orders as measured.
 
-    python bench/ab_efa.py
+    python bench/ab_efa.py              # measured and predicted, pairs ordered
+    python bench/ab_efa.py --what-if    # the EP overlap only in the paired 1F1B passes (not in predict)
 
 The ``cuda_graphs`` column: these runs are Megatron-Bridge's qwen3 recipes, which capture no CUDA graphs
 (Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/qwen/qwen3_moe.py: ``cuda_graph_impl = "none"``; the
 awsome-distributed-ai bench script leaves it), so every layer's kernels are launched by the host.
+
+The ``tp_comm_overlap`` column: no run overlaps its TP collectives with the GEMMs (Transformer Engine's userbuffers).
+The Qwen3 recipes leave ``comm_overlap`` None (Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/common.py
+``_pretrain_common``: ``comm_overlap=None``; recipes/qwen/qwen3_moe.py keeps its ``CommOverlapConfig`` line commented
+out), so megatron-core's ``tp_comm_overlap`` keeps its default False; the DeepSeek-V3 recipe the DeepSeek-V3 and
+Kimi-K2 scripts build on says so explicitly (recipes/deepseek/deepseek_v3.py ``deepseek_v3_pretrain_config_32nodes``:
+``CommOverlapConfig(tp_comm_overlap=False)``), and no bench script changes it (awsome-distributed-ai
+``bench_qwen3_pretrain.py``, ``bench_dsv3_pretrain.py``, ``bench_kimi_k2_pretrain.py``). The planner's default
+recipe turns it on wherever TP > 1 with sequence parallelism, as NVIDIA's perf recipes do.
 
 Rows whose dispatcher is a patched transport (UCCL-EP, NVSHMEM over libfabric) are listed but not
 predicted: stock Megatron cannot run DeepEP between EFA nodes (planner/cost/dispatch_fabric.py).
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import sys
 from pathlib import Path
 
 from topologies.loader import load_cluster
@@ -42,13 +53,44 @@ def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | Non
                          dispatcher=dispatcher or r["dispatcher"])
     tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
                   cuda_graphs=r.get("cuda_graphs", "true") != "false",
-                  recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on"})
+                  recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on",
+                          "tp_comm_overlap": False if r.get("tp_comm_overlap") == "false" else None})
     cluster = load_cluster(r["cluster"], gpus=g)
     if fabric:
         cluster.fabric = fabric
     if host_launch_us:
         cluster.host_launch_us = host_launch_us
     return predict(load_model(r["model"]), cluster, cfg, tr).step_time_s
+
+
+def paired_share(pp: int, vpp: int, m: int, rank: int = 0) -> float:
+    """Share of a pipeline rank's forward (and backward) chunk passes that megatron-core's combined 1F1B
+    schedule pairs with a backward (forward) of another micro-batch, the only passes whose EP all-to-all
+    ``overlap_moe_expert_parallel_comm`` hides (megatron-core core_v0.17.1 pipeline_parallel/combined_1f1b.py:
+    "EP A2A in forward step is hidden by the attention/mlp computation in the backward step, and vice
+    versa"). Warm-up forwards and cool-down backwards run alone; with the overlap the interleaved schedule
+    warms up ``2 (pp - rank - 1) + (vpp - 1) g + 1`` of its ``m vpp`` chunk passes (schedules.py
+    ``get_pp_rank_microbatches``: the ``+ 1`` is the overlap's extra forward; ``g`` =
+    ``microbatch_group_size_per_vp_stage``, default pp, model_parallel_config.py:444). Without pipelining
+    (combined_1f1b_schedule_for_no_pipelining) the first forward and the last backward run alone."""
+    total = m * vpp
+    if pp == 1:
+        return (m - 1) / m
+    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
+    return (total - warm) / total
+
+
+def steady_overlap_step(r: dict, rank: int = 0, **kw) -> float:
+    """What-if, not in ``predict``: the row's step time when the EP overlap hides the all-to-all only in
+    the paired passes (``paired_share``), the rest exposed as without the overlap: the overlap-on prediction
+    plus the unpaired share of what the overlap saved on the same layout and recipe."""
+    on = predicted_step(r, **kw)
+    if r["a2a_overlap"] != "on":
+        return on
+    off = predicted_step(dict(r, a2a_overlap="off"), **kw)
+    dp = int(r["gpus"]) // (int(r["tp"]) * int(r["pp"]))
+    m = int(r["gbs"]) // (dp * int(r["mbs"]))
+    return on + (1.0 - paired_share(int(r["pp"]), int(r["vpp"]), m, rank)) * (off - on)
 
 
 def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dict, bool]]:
@@ -64,8 +106,34 @@ def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dic
     return out
 
 
+def what_if(data: list[dict]) -> None:
+    """``--what-if``: predicted / measured per stock cell as shipped, with the EP overlap confined to the
+    paired passes of the combined 1F1B schedule (rank 0, the rank that warms up longest), and with that and
+    the p5 hosts' fitted 45.36 us per launch on the p6-b300 hosts (docs/cloud.md)."""
+    print(f"{'group':<22} {'layout':<26} {'shipped':>8} {'steady':>7} {'+45us':>6}")
+    for r in data:
+        if r["dispatcher"] not in STOCK:
+            continue
+        meas = float(r["iter_s"])
+        host = 45.36 if r["cluster"] == "aws-p6-b300" else None
+        lay = f"PP{r['pp']} VPP{r['vpp']} EP{r['ep']} MBS{r['mbs']} {r['a2a_overlap']}"
+        print(f"{r['group']:<22} {lay:<26} {predicted_step(r) / meas:>8.2f} {steady_overlap_step(r) / meas:>7.2f} "
+              f"{steady_overlap_step(r, host_launch_us=host) / meas:>6.2f}")
+    shares = []
+    for _, grp in itertools.groupby(data, key=lambda r: r["group"]):
+        pairs = [(a, b) for a, b in itertools.combinations([r for r in grp if r["dispatcher"] in STOCK], 2)
+                 if a["iter_s"] != b["iter_s"]]
+        ok = [(steady_overlap_step(a) < steady_overlap_step(b)) == (float(a["iter_s"]) < float(b["iter_s"]))
+              for a, b in pairs]
+        shares.append(sum(ok) / len(ok))
+    print(f"steady: per-group mean {100 * sum(shares) / len(shares):.0f}% of pairs ordered as measured")
+
+
 def main() -> None:
     data = rows()
+    if "--what-if" in sys.argv:
+        what_if(data)
+        return
     print(f"{'group':<20} {'layout':<32} {'measured s':>10} {'predicted s':>11}")
     for r in data:
         lay = f"TP{r['tp']} PP{r['pp']} EP{r['ep']} MBS{r['mbs']} ovl {r['a2a_overlap']} {r['dispatcher']}"

@@ -195,3 +195,25 @@ def test_cli_refuses_deepep_across_efa_and_plans_on_a_cloud_preset(capsys):
     assert json.loads(capsys.readouterr().out)["dispatcher"] == "alltoall"
     assert main(["topology", "show", "gcp-a3-mega", "--gpus", "16"]) == 0
     assert "fabric: tcpxo (extrapolated" in " ".join(capsys.readouterr().out.split())
+
+
+def test_ep_overlap_pairs_only_the_steady_1f1b_passes():
+    """megatron-core core_v0.17.1 get_pp_rank_microbatches with the EP overlap: rank r warms up
+    2 (pp - r - 1) + (vpp - 1) pp + 1 of its m vpp chunk passes, which have no partner to hide behind
+    (hand counts: PP8 VPP2 m 16 -> 23 on rank 0, 9 on rank 7; no pipelining: the first forward alone).
+    Priced so, every overlap-on B300 cell of the EFA sweeps moves toward its measured time (docs/cloud.md)."""
+    import math
+
+    from bench.ab_efa import paired_share, predicted_step, steady_overlap_step
+
+    assert paired_share(8, 2, 16) == pytest.approx(9 / 32)
+    assert paired_share(8, 2, 16, rank=7) == pytest.approx(23 / 32)
+    assert paired_share(4, 2, 16) == pytest.approx(21 / 32)
+    assert paired_share(8, 2, 4) == 0.0          # all 8 chunk passes in warm-up
+    assert paired_share(1, 1, 8) == pytest.approx(7 / 8)
+    cells = [r for r in ab_rows() if r["a2a_overlap"] == "on" and r["dispatcher"] == "alltoall"
+             and r["cluster"] == "aws-p6-b300"]
+    assert len(cells) == 3
+    for r in cells:
+        meas = float(r["iter_s"])
+        assert abs(math.log(steady_overlap_step(r) / meas)) < abs(math.log(predicted_step(r) / meas)), r["group"]
