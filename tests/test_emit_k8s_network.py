@@ -234,3 +234,40 @@ def test_the_cluster_queue_covers_what_the_pods_ask(preset, hosts, want, tmp_pat
     (js,) = documents(tmp_path / "k8s" / "jobset.yaml")
     res = _pod(js)["spec"]["containers"][0]["resources"]
     assert set(res["limits"]) | set(res.get("requests", {})) <= set(want)   # every resource a pod asks is covered
+
+
+@pytest.mark.parametrize("network,field,words", [
+    ({"nics_per_node": 8, "kubernetes": "aks-ib", "topo_file": "ndv4-topo.xml"}, "network", "ndv5-topo.xml"),
+    ({"nics_per_node": 8, "kubernetes": "aks-ib", "topo_file": "../cluster.py"}, "network", "nccl_topo"),
+    ({"nics_per_node": 8, "kubernetes": "eks-efa", "topo_file": "ndv5-topo.xml"}, "network", "aks-ib"),
+    ({"nics_per_node": 2, "kubernetes": "eks-efa", "hcas": ["mlx5_0", "mlx5_1"]}, "network", "oke-rdma"),
+    ({"nics_per_node": 2, "kubernetes": "oke-rdma", "hcas": ["mlx5_0,mlx5_1", "mlx5_2"]}, "network", "mlx5_0,mlx5_1")])
+def test_a_cluster_file_with_a_bad_network_field_gets_one_line(network, field, words, tmp_path):
+    """A topo_file that is not one of topologies/data/nccl_topo (else emit read a missing or outside file and
+    ended in a traceback), a topo_file or hcas on a kind that never uses them (silently dropped before), an hcas
+    entry that is not one device name: exit 2, one line naming the file and the field, nothing written."""
+    import yaml
+
+    from cli_run import run_cli
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump(build_preset("dgx-h100", 16).to_dict() | {"network": network}))
+    p = run_cli("plan", "--model", "llama3-8b", "--cluster", f, "--gbs", "64", "--emit", "megatron,k8s",
+                "--out", tmp_path / "o")
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert "mine.yaml" in line and f"'{field}'" in line and words in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_oke_cluster_file_without_hcas_leaves_nccl_ib_hca_to_the_user(tmp_path):
+    """oke-rdma with no ``hcas`` (the field's 'empty = NCCL_IB_HCA is the user's'): the pods get the shape's other
+    settings and NCCL_IB_HCA as a FILL_ME placeholder, not the empty list '=' (NCCL: no device matches, no IB)."""
+    from topologies.cluster import Cluster
+    mine = Cluster.model_validate(build_preset("dgx-h100", 16).to_dict()
+                                  | {"fabric": "roce", "network": {"nics_per_node": 8, "kubernetes": "oke-rdma"}})
+    doc = plan_doc("llama3-8b", mine, ParallelConfig(tp=2, mbs=1, recompute="none"),
+                   Training(seq_len=4096, global_batch=32, precision="bf16"), world=16)
+    emit_plan(doc, ["megatron", "k8s"], tmp_path / "o")
+    (js,) = documents(tmp_path / "o" / "k8s" / "jobset.yaml")
+    env = _env(_pod(js)["spec"]["containers"][0])
+    assert env["NCCL_IB_HCA"].startswith("FILL_ME") and env["NCCL_IB_GID_INDEX"] == "3"

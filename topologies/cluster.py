@@ -34,8 +34,9 @@ Canonical GPU order (``Cluster.gpus()``): domain by domain as listed, node by no
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
-
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import yaml
@@ -193,6 +194,11 @@ class Calibration(BaseModel):
                                       "nccl-tests rows")
 
 
+# the NCCL topology files NodeNetwork.topo_file may name (README.md there: each file's source)
+NCCL_TOPO_DIR = Path(__file__).resolve().parent / "data" / "nccl_topo"
+_HCA_NAME = re.compile(r"[A-Za-z0-9_.:-]+")   # one device name of NCCL_IB_HCA's list (no commas, no spaces)
+
+
 class NodeNetwork(BaseModel):
     """The scale-out network devices of one host as a Kubernetes pod must claim them (``--emit k8s``,
     planner/output/emit/k8s_network.py; docs/k8s.md): the cloud presets fill it from the clouds' pages."""
@@ -213,8 +219,27 @@ class NodeNetwork(BaseModel):
 
     @model_validator(mode="after")
     def _hcas_are_the_nics(self):
+        if self.hcas and self.kubernetes != "oke-rdma":
+            raise ValueError(f"network.hcas: only kubernetes oke-rdma sets NCCL_IB_HCA (got {self.kubernetes}); "
+                             "remove hcas")
         if self.hcas and len(self.hcas) != self.nics_per_node:
             raise ValueError(f"network.hcas: {len(self.hcas)} devices for nics_per_node {self.nics_per_node}")
+        bad = [h for h in self.hcas if not _HCA_NAME.fullmatch(h)]
+        if bad:
+            raise ValueError(f"network.hcas: {bad[0]!r} is not one RDMA device name (e.g. mlx5_0)")
+        return self
+
+    @model_validator(mode="after")
+    def _topo_file_is_shipped(self):
+        if not self.topo_file:
+            return self
+        if self.kubernetes != "aks-ib":
+            raise ValueError(f"network.topo_file: only kubernetes aks-ib mounts an NCCL topology file (got "
+                             f"{self.kubernetes}); remove topo_file")
+        have = sorted(p.name for p in NCCL_TOPO_DIR.glob("*.xml"))
+        if self.topo_file not in have:
+            raise ValueError(f"network.topo_file: {self.topo_file!r} is not a file of topologies/data/nccl_topo; "
+                             f"use one of {', '.join(have)} or leave it empty")
         return self
 
 

@@ -48,12 +48,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import topologies
+from topologies.cluster import NCCL_TOPO_DIR
 
 MOUNT = "/topoplan"   # where the pods mount the job's ConfigMap (the trainer's files, launch.sh, network files)
-TOPO_DIR = Path(topologies.__file__).resolve().parent / "data" / "nccl_topo"   # NodeNetwork.topo_file's folder
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 EFA_HUGEPAGES = "5120Mi"     # EKS node-efa example (of 5,128 pre-allocated 2 MiB pages)
 EFA_MEMORY = "32000Mi"       # the same example's memory request (hugepages need a memory or cpu request)
@@ -144,13 +142,15 @@ def _aks(n: int, topo_file: str) -> PodNetwork:
     net = PodNetwork(limits={AKS_IB_RESOURCE: n}, env=_env(AKS_NCCL),
                      security={"capabilities": {"add": ["IPC_LOCK"]}})
     if topo_file:   # the VM size's NCCL topology, in the ConfigMap (topologies/data/nccl_topo/README.md)
-        net.files = {f"nccl/{topo_file}": (TOPO_DIR / topo_file).read_text()}
+        net.files = {f"nccl/{topo_file}": (NCCL_TOPO_DIR / topo_file).read_text()}
         net.env.append({"name": "NCCL_TOPO_FILE", "value": f"{MOUNT}/nccl/{topo_file}"})
     return net
 
 
 def _oke(hcas: tuple[str, ...]) -> PodNetwork:
-    return PodNetwork(env=_env({"NCCL_IB_HCA": "=" + ",".join(hcas)} | OKE_NCCL),
+    """Without ``hcas`` (a cluster file that names none) NCCL_IB_HCA stays the user's (``k8s.settings``)."""
+    hca = {"NCCL_IB_HCA": "=" + ",".join(hcas)} if hcas else {}
+    return PodNetwork(env=_env(hca | OKE_NCCL),
                       mounts=[{"name": "devinf", "mountPath": "/dev/infiniband"}],
                       volumes=[_host("devinf", "/dev/infiniband")],
                       security={"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
