@@ -206,3 +206,23 @@ def test_mtp_layers_column_overrides_the_config(tmp_path, capsys):
     f.write_text(buf.getvalue())
     assert main(["validate", str(f)]) == 2
     assert "'mtp_layers'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "inf", "x"])
+def test_an_integer_column_that_is_not_a_whole_number_is_refused_by_name(value, tmp_path, capsys):
+    """mtp_layers (and every integer column) refuses a value that is not a whole number in one line naming the
+    column: 1.5 was read as 1 and 'inf' ended in an OverflowError traceback."""
+    import csv
+    import io
+
+    head, line = _bench_row("megatron-bridge-25.11.csv", "gb300-dsv3-bf16")
+    row = next(csv.DictReader(io.StringIO(head + "\n" + line + "\n")))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(row), lineterminator="\n")
+    w.writeheader()
+    w.writerow(dict(row, mtp_layers=value))
+    f = tmp_path / "bad.csv"
+    f.write_text(buf.getvalue())
+    assert main(["validate", str(f)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "bad.csv" in err and "'mtp_layers'" in err and value in err

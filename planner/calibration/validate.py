@@ -117,8 +117,11 @@ def _int(row, key, default=None, path="CSV"):
             raise InputError(f"{path}: row {row.get('id', '?')}: column {key!r} is empty; give an integer")
         return default
     try:
-        return int(float(v))
-    except ValueError:
+        f = float(v)   # "64.0" as a spreadsheet writes it
+        if f != int(f):
+            raise ValueError(v)
+        return int(f)
+    except (ValueError, OverflowError):   # "x", "1.5", "nan", "inf"
         raise InputError(f"{path}: row {row.get('id', '?')}: column {key!r} = {v!r} is not an integer") from None
 
 
