@@ -52,10 +52,13 @@ def fit(rows) -> None:
           f"{sum(h > 4 for h in held)} off by > 4 (shipped: {kept * 1e6:.0f} us)")
 
 
-def regime_of(rows: list[dict]) -> dict[str, str]:
-    """The regimes one series belongs to (its rows in the CSV, smallest count first): precision (FP8 delayed
-    scaling apart), GPU, stack, whether a pipeline hop crosses NVLink domains at the largest count, and the
-    data-parallel size reached there."""
+SCALING_LABEL = {"strong": "strong (global batch fixed)", "weak": "weak (global batch grows)"}
+
+
+def regime_of(rows: list[dict], scaling: str) -> dict[str, str]:
+    """The regimes one series belongs to (its rows in the CSV, smallest count first): weak or strong scaling
+    (``scaling``: ``SeriesRetention.scaling``), precision (FP8 delayed scaling apart), GPU, stack, whether a
+    pipeline hop crosses NVLink domains at the largest count, and the data-parallel size reached there."""
     first, last = rows[0], rows[-1]
     n, tp, pp, cp = (int(last[k] or 1) for k in ("num_gpus", "tp", "pp", "cp"))
     nvl72 = last["gpu"].upper().startswith("GB")
@@ -64,9 +67,7 @@ def regime_of(rows: list[dict]) -> dict[str, str]:
     prec = last["precision"] + (" delayed" if (last.get("fp8_recipe") or "").strip() == "delayed" else "")
     cross = "pp=1" if pp <= 1 else ("pp crosses racks" if nvl72 and stage >= 64 else
                                     "pp within a rack" if nvl72 else "pp across nodes")
-    gbs = {int(r["gbs"]) for r in rows}
-    scaling = "strong (global batch fixed)" if len(gbs) == 1 else "weak (global batch grows)"
-    return {"scaling": scaling, "precision": prec, "gpu": last["gpu"], "stack": last["stack"].split("-")[0],
+    return {"scaling": SCALING_LABEL.get(scaling, scaling), "precision": prec, "gpu": last["gpu"], "stack": last["stack"].split("-")[0],
             "pipeline": cross,
             "dp at the largest count": "dp <= 16" if dp <= 16 else "dp 17-128" if dp <= 128 else "dp > 128",
             "GPUs grown": f"x{n // int(first['num_gpus'])}" if n // int(first["num_gpus"]) <= 4 else "x8 or more"}
@@ -80,7 +81,7 @@ def regimes(rows: list[dict], series) -> None:
     table: dict[tuple[str, str], list[float]] = {}
     for s in series:
         g = sorted(groups[s.series], key=lambda r: int(r["num_gpus"]))
-        for axis, value in regime_of(g).items():
+        for axis, value in regime_of(g, s.scaling).items():
             table.setdefault((axis, value), []).append(s.error_points)
     print(f"\n{'regime':44s} {'series':>6s} {'mean':>6s} {'mean |e|':>8s}")
     for (axis, value), errs in sorted(table.items()):
