@@ -195,3 +195,11 @@ def test_gpt2_family_emits_learned_positions_biases_and_plain_gelu(tmp_path):
     assert "--rotary-base" not in args and "--disable-bias-linear" not in args and "--swiglu" not in args
     assert "--untie-embeddings-and-output-weights" not in args
     assert _value(args, "--ffn-hidden-size") == str(4 * 768)
+    # Bridge starts from a provider (AutoBridge) and must get the same: LayerNorm (GPTModelProvider's own default
+    # is not what a Llama-like provider sets) and the learned position table
+    from planner.trainers.megatron.bridge import parse_overrides
+    o = parse_overrides((_emit(str(path), "bridge", tmp_path / "b") / "bridge" / "overrides.txt").read_text())
+    assert o["model.normalization"].strip("'") == "LayerNorm"
+    assert o["model.position_embedding_type"].strip("'") == "learned_absolute"
+    llama = parse_overrides((_emit("llama3-8b", "bridge", tmp_path / "l") / "bridge" / "overrides.txt").read_text())
+    assert llama["model.normalization"].strip("'") == "RMSNorm"

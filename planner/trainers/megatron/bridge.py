@@ -136,7 +136,8 @@ def _n(x: float):
 def model_overrides(m) -> dict[str, object]:
     """The config.json's hyperparameters on the provider (GPTModelProvider / MLATransformerConfig fields), the
     values megatron/args.txt passes, plus the MLA YaRN settings pretrain_gpt.py has no flag for."""
-    o: dict[str, object] = {"model.rotary_base": _n(m.rope_theta), "model.layernorm_epsilon": m.norm_eps}
+    o: dict[str, object] = {"model.rotary_base": _n(m.rope_theta), "model.layernorm_epsilon": m.norm_eps,
+                            "model.normalization": "LayerNorm" if m.layer_norm else "RMSNorm"}   # args.txt's
     if m.partial_rotary_factor < 1.0:
         o["model.rotary_percent"] = m.partial_rotary_factor
     rs = m.rope_scaling
