@@ -124,6 +124,22 @@ def overlap_with_sms(overlap: float, sm_fraction: float) -> float:
     return overlap * (1.0 - sm_fraction)
 
 
+def unpaired_passes(pp: int, vpp: int, m: float) -> float:
+    """Micro-batches' worth of a pipeline rank's passes whose all-to-all the EP overlap cannot hide.
+    Megatron's overlap (``overlap_moe_expert_parallel_comm``, the combined 1F1B schedule) hides a forward's
+    all-to-all behind another micro-batch's backward and the other way round (megatron-core core_v0.17.1
+    ``pipeline_parallel/combined_1f1b.py``). Warm-up forwards and cool-down backwards have no partner. With the
+    overlap, rank 0 of an interleaved schedule warms up ``W = 2 (pp - 1) + (vpp - 1) g + 1`` of its ``m vpp``
+    chunk passes (``schedules.py`` ``get_pp_rank_microbatches``: the ``+ 1`` is the overlap's extra forward;
+    ``g = microbatch_group_size_per_vp_stage``, default pp, ``model_parallel_config.py``:444). It cools down as
+    many. Without pipelining the first forward and the last backward run alone (``W = 1``, the same formula at
+    pp = vpp = 1). Returns ``min(m vpp, W) / vpp``: unpaired chunk passes in whole micro-batches of the rank.
+    Rank 0 warms up longest; ``steptime`` prices the step's exposure there."""
+    pp, vpp = max(int(pp), 1), max(int(vpp), 1)
+    warm = 2 * (pp - 1) + (vpp - 1) * pp + 1
+    return min(m * vpp, warm) / vpp
+
+
 def window_with_sms(window: float, sm_fraction: float) -> float:
     """The compute an all-to-all can hide behind, at the speed the GEMMs keep while the
     communication kernels hold ``sm_fraction`` of the SMs."""
