@@ -126,6 +126,21 @@ def test_crosscheck_of_a_profile_against_itself_moves_nothing():
         assert m.change == 0.0 and not m.warn
 
 
+def test_maxtext_calibration_skips_references_its_trainer_refuses(tmp_path, capsys):
+    """`topoplan calibrate maxtext-h100-2025.csv --stack maxtext` (the refit docs/steptime.md gives) used to stop
+    at reference mb177, whose recipe offloads activations to the CPU (Megatron only). The references MaxText can
+    run are still predicted before and after; the refused one is left out, not reported as moved."""
+    csv = Path(__file__).resolve().parents[1] / "planner" / "data" / "profiles" / "maxtext-h100-2025.csv"
+    out = tmp_path / "maxtext.yaml"
+    assert main(["calibrate", str(csv), "--stack", "maxtext", "-o", str(out)]) in (0, None)
+    assert out.exists()
+    prof = load_profile("maxtext")
+    moved = crosscheck(prof, prof, {"hopper"})
+    ids = {m.id for m in moved}
+    assert "mb177" not in ids and "mb229" in ids and len(ids) == len(REFERENCES) - 1
+    assert all(m.change == 0.0 for m in moved)
+
+
 def test_library_calibration_can_still_fit_shared_parameters(h100_logs):
     """bench/ and the shipped profiles fit every generation at once: by_generation stays opt-in there,
     and then the H100 rows move the shared parameter itself."""

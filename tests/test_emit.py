@@ -281,7 +281,12 @@ def test_maxtext_overrides_obey_maxtext_mesh_rules(layout, racks, model, per):
 
 
 def test_maxtext_dsv3_mesh(dsv3_doc):
-    o = maxtext.overrides(load_context(dsv3_doc))
+    from dataclasses import replace
+
+    ctx = load_context(dsv3_doc)
+    with pytest.raises(InputError, match="no MaxText remat_policy"):   # mla_up_proj+moe_act: MaxText has none
+        maxtext.overrides(ctx)
+    o = maxtext.overrides(replace(ctx, config=ctx.config.model_copy(update={"recompute": "full"})))
     # four racks of 64: EP32 inside a rack (ICI), PP2 across racks (DCN)
     assert o["num_slices"] == 4 and o["ici_expert_parallelism"] == 32 and o["dcn_expert_parallelism"] == 1
     assert o["dcn_pipeline_parallelism"] == 2 and o["model_name"] == "deepseek3-671b"

@@ -606,12 +606,55 @@ MAXTEXT_EXAMPLES = ["deepseek-v3@256xGB300", "llama3.1-405b@1024xH100", "qwen3-2
 def test_maxtext_example_obeys_mesh_rules(name, request):
     from planner.trainers.maxtext import emit as maxtext
 
+    from dataclasses import replace
+
     ctx = load_context(EXAMPLES[name].doc())
+    if ctx.config.recompute not in maxtext.REMAT_POLICY:   # DeepSeek-V3's mla_up_proj+moe_act: no MaxText policy
+        with pytest.raises(InputError, match="remat_policy"):
+            maxtext.overrides(ctx)
+        ctx = replace(ctx, config=ctx.config.model_copy(update={"recompute": "full"}))
     o = maxtext.overrides(ctx)
     assert maxtext_mesh_errors(o, ctx.world) == []
     _say(request, f"maxtext mesh-rule check {name}: OK (num_slices={o['num_slices']}, ICI "
                   + " ".join(f"{k[4:-12]}={v}" for k, v in o.items() if k.startswith("ici_") and v > 1) + ", DCN "
                   + " ".join(f"{k[4:-12]}={v}" for k, v in o.items() if k.startswith("dcn_") and v > 1) + ")")
+
+
+# The dot outputs each MaxText remat policy saves (AI-Hypercomputer/maxtext e591f30 src/maxtext/layers/decoders.py,
+# get_remat_policy / minimal_policy; "full" saves none), and the module of the price each name belongs to
+# (planner/cost/terms/compute.py: core_attn = the attention core, mlp = the three MLP GEMMs).
+MAXTEXT_SAVES = {
+    "minimal_with_context": {"query_proj", "key_proj", "value_proj", "out_proj", "context", "mlpwi_0", "mlpwi_1", "mlpwo"},
+    "minimal": {"query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"},
+    "save_dot_except_mlp": {"query_proj", "key_proj", "value_proj", "out_proj"},
+    "save_dot_except_mlpwi": {"query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"},
+    "save_qkv_proj": {"query_proj", "key_proj", "value_proj"},
+    "full": set(),
+}
+PRICED_MODULE = {"context": "core_attn", "mlpwi_0": "mlp", "mlpwi_1": "mlp", "mlpwo": "mlp", "out_proj": "out_proj",
+                 "query_proj": "qkv_proj", "key_proj": "qkv_proj", "value_proj": "qkv_proj"}
+
+
+@pytest.mark.parametrize("recompute", ["none", "core_attn", "core_attn+mlp", "full"])
+def test_maxtext_remat_policy_recomputes_what_the_price_recomputes(recompute):
+    from planner.trainers.maxtext import emit as maxtext
+
+    recomputed = {PRICED_MODULE[n] for n in PRICED_MODULE if n not in MAXTEXT_SAVES[maxtext.remat_policy(recompute)]}
+    priced = set(PRICED_MODULE.values()) if recompute == "full" else set(ParallelConfig(recompute=recompute).recompute_modules)
+    assert recomputed == priced
+
+
+def test_maxtext_remat_policy_refuses_what_it_cannot_recompute_and_reaches_the_file():
+    from dataclasses import replace
+
+    from planner.trainers.maxtext import emit as maxtext
+
+    with pytest.raises(InputError, match="remat_policy"):
+        maxtext.remat_policy("mlp")
+    ctx = load_context(EXAMPLES["llama3.1-405b@1024xH100"].doc())
+    for rc, policy in (("core_attn", "minimal"), ("none", "minimal_with_context")):
+        ctx2 = replace(ctx, config=ctx.config.model_copy(update={"recompute": rc}))
+        assert maxtext.overrides(ctx2)["remat_policy"] == policy
 
 
 def _mesh(slices: int, ici: dict, dcn: dict) -> dict:

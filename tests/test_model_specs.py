@@ -16,7 +16,7 @@ EXPECTED = {
     "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "mixtral-8x7b", "mixtral-8x22b",
     # planner/data/models_extra.json
     "glm-4.5", "glm-4.5-air", "llama4-scout", "llama4-maverick", "nemotron4-340b", "nemotron-h-56b",
-    "gpt3-175b", "grok1-314b",
+    "gpt3-175b", "grok1-314b", "llama2-70b",
 }
 
 
@@ -57,6 +57,7 @@ def test_a_typo_gets_did_you_mean_and_a_directory_without_config_says_so(tmp_pat
     ("gpt-oss-20b", 20.9e9, "active_without_embedding", 3.61e9),   # OpenAI card: 20.91B total, 3.61B active
     ("gpt-oss-120b", 116.8e9, "active_without_embedding", 5.13e9),  # OpenAI card: 116.83B total, 5.13B active
     ("deepseek-v3", 671e9, "active", 37e9),                  # DeepSeek: 671B total, 37B activated
+    ("llama2-70b", 70e9, "active", 70e9),                    # Meta: Llama 2 70B (68.98B counted), dense
     # Nemotron-4 340B technical report (arXiv:2406.11704): 9.4B embedding + 331.6B non-embedding parameters
     ("nemotron4-340b", 341.0e9, "active_non_embedding", 331.6e9),
     ("grok1-314b", 314.0e9, "active", 84.5e9),              # xai-org/grok-1 README: 314B, 2 of 8 experts a token

@@ -106,14 +106,21 @@ def test_scaling_series_retention():
     path = Path(__file__).resolve().parents[1] / "bench" / "data" / "scaling" / "scaling.csv"
     series = series_retention(read_rows(path), source=str(path))
     sm = summary(series)
-    assert sm["series"] == 43
-    assert sm["mean_abs_points"] <= 1.05           # 1.02 at the time of writing (43 series, the parameter gather
-    #                                               behind the interleaved warm-up); 1.12 without it; 1.12 on the 28
-    #                                               series before this round's; 1.10 before the pipeline's per-hop
-    #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms
-    assert sm["over"] <= 1                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container)
+    assert sm["series"] == 45
+    assert sm["mean_abs_points"] <= 1.3            # 1.26 at the time of writing, MaxText's Llama 2 70B pair included
+    assert sm["over"] <= 2                         # 405B FP8 NeMo 24.09 (91.0%, 98.2% in the next container) and
+    #                                               MaxText Llama 2 70B FP8 (87.2%: not priced, docs/steptime.md)
     assert abs(sm["mean_predicted"] - sm["mean_measured"]) <= 1.0     # no systematic optimism
     by = {s.series: s for s in series}
+    # the 43 others hold as before the MaxText Llama 2 70B pair; its BF16 twin is predicted within 2 points
+    rest = summary([s for s in series if not s.series.startswith("maxtext-l2-")])
+    assert rest["series"] == 43
+    assert rest["mean_abs_points"] <= 1.05         # 1.02 at the time of writing (the parameter gather behind the
+    #                                               interleaved warm-up); 1.12 without it; 1.12 on the 28 series
+    #                                               before this round's; 1.10 before the pipeline's per-hop
+    #                                               transfers, 1.31 without fp8_amax, 2.22 without the scale terms
+    assert rest["over"] <= 1
+    assert abs(by["maxtext-l2-bf16"].error_points) <= 2.0          # measured 97.8%, predicted 99.0%
     l70 = by["dgxc-24.09-l70-bf16"]                # 64 ... 2,048 H100, measured 100 -> 98.3%
     assert all(a > b for a, b in zip(l70.predicted, l70.predicted[1:]))   # it bends, every step
     assert 0.96 <= l70.predicted[-1] <= 0.99
@@ -219,7 +226,7 @@ def test_strong_scaling_series_bend_as_measured():
     split = by_scaling(series_retention(read_rows(path), source=str(path)))
     strong = {s.series: s for s in split["strong"]}
     assert set(strong) == {"dgxc-25.05-n340-gb200-bf16-strong", "dgxc-25.05-n340-gb200-fp8-strong"}
-    assert len(split["weak"]) == 41 and "mixed" not in split
+    assert len(split["weak"]) == 43 and "mixed" not in split   # 41 + MaxText's Llama 2 70B pair
     for s in strong.values():
         assert set(s.gbs) == {512} and s.gpus == (128, 256, 512)
         assert all(a > b for a, b in zip(s.predicted, s.predicted[1:]))

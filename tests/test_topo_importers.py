@@ -209,9 +209,34 @@ def test_k8s_efa_hosts_make_an_efa_cluster_whose_pods_claim_the_devices(tmp_path
     assert plain.fabric is None and plain.network is None
 
 
+def test_k8s_rdma_ib_hosts_make_an_infiniband_cluster_whose_pods_claim_the_nics(tmp_path):
+    """AKS nodes with the Network Operator's SR-IOV device plugin advertise rdma/ib, one per InfiniBand NIC
+    (Azure/aks-rdma-infiniband@700dabb configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml: resourcePrefix
+    rdma, resourceName ib): fabric infiniband, network aks-ib with the fewest a GPU host has; rdma/shared_ib (pod
+    slots, rdmaHcaMax 63) is no NIC count."""
+    items = []
+    for i, ib in enumerate(("8", "7")):
+        n = _node(f"nd-{i}", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+        n["status"]["allocatable"] = {"rdma/ib": ib}
+        items.append(n)
+    c, assumed = import_k8s(_w(tmp_path, "ib.json", json.dumps({"items": items})), None)
+    assert (c.fabric, c.network.nics_per_node, c.network.kubernetes) == ("infiniband", 7, "aks-ib")
+    assert c.network.topo_file == ""   # an unnamed VM size: no NCCL topology file
+    for n in items:   # ND H100 v5 by name: its topology file stays, the count is what the hosts advertise
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "Standard_ND96isr_H100_v5"
+    c, _ = import_k8s(_w(tmp_path, "ib2.json", json.dumps({"items": items})), None)
+    assert (c.network.nics_per_node, c.network.topo_file) == (7, "ndv5-topo.xml")
+    for n in items:
+        n["status"]["allocatable"] = {"rdma/shared_ib": "63"}
+    c, assumed = import_k8s(_w(tmp_path, "shared.json", json.dumps({"items": items})), None)
+    assert c.network is None and c.fabric == "infiniband"   # ND H100 v5 by name, but no host has rdma/ib
+    assert any("rdma/shared_ib" in a for a in assumed)
+
+
 @pytest.mark.parametrize("itype,fabric,nics,kind", [
     ("a3-megagpu-8g", "tcpxo", 8, "gke-tcpxo"), ("a4-highgpu-8g", "roce", 8, "gke-rdma"),
-    ("p5.48xlarge", "efa", 32, "eks-efa"), ("Standard_ND96isr_H100_v5", "infiniband", None, None),
+    ("p5.48xlarge", "efa", 32, "eks-efa"), ("Standard_ND96isr_H100_v5", "infiniband", 8, "aks-ib"),
+    ("BM.GPU.H100.8", "roce", 16, "oke-rdma"),
     ("n2-standard-8", None, None, None)])
 def test_k8s_instance_type_gives_the_cloud_fabric(tmp_path, itype, fabric, nics, kind):
     """GKE / EKS / AKS nodes carry node.kubernetes.io/instance-type: the preset of that instance gives the
@@ -225,6 +250,8 @@ def test_k8s_instance_type_gives_the_cloud_fabric(tmp_path, itype, fabric, nics,
     c = import_k8s(_w(tmp_path, "n.json", json.dumps({"items": items})), None).cluster
     assert c.fabric == fabric
     assert (c.network.nics_per_node, c.network.kubernetes) == (nics, kind) if nics else c.network is None
+    if kind == "oke-rdma":   # the shape's NCCL_IB_HCA list travels with the network (oci-hpc-oke BM.GPU.H100.8.yaml)
+        assert c.network.hcas[:3] == ("mlx5_0", "mlx5_1", "mlx5_3") and len(c.network.hcas) == 16
 
 
 @pytest.mark.parametrize("text,match", [

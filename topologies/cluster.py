@@ -199,11 +199,23 @@ class NodeNetwork(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     nics_per_node: int = Field(ge=1, le=64, description="scale-out RDMA devices per host (AWS EFA devices, "
                                "GCP GPU NICs): a pod that owns the host claims them all")
-    kubernetes: Literal["eks-efa", "gke-tcpxo", "gke-rdma"] | None = Field(
+    kubernetes: Literal["eks-efa", "gke-tcpxo", "gke-rdma", "aks-ib", "oke-rdma"] | None = Field(
         None, description="how a pod reaches them: eks-efa (the EFA device plugin's vpc.amazonaws.com/efa and "
         "hugepages), gke-tcpxo (GKE multi-networking with the TCPXO receive-datapath sidecar), gke-rdma (GKE "
-        "multi-networking with the gIB NCCL plug-in); None = the emitted pods ask for nothing beyond the GPUs")
+        "multi-networking with the gIB NCCL plug-in), aks-ib (AKS: the NVIDIA Network Operator's SR-IOV device "
+        "plugin's rdma/ib, IPC_LOCK), oke-rdma (OKE: host network, /dev/infiniband, privileged with IPC_LOCK, the "
+        "shape's NCCL_IB_* settings); None = the emitted pods ask for nothing beyond the GPUs")
+    hcas: tuple[str, ...] = Field((), description="the RDMA devices NCCL uses (NCCL_IB_HCA, exact names) where the "
+                                  "cloud's manifests fix them (oke-rdma); empty = NCCL_IB_HCA is the user's")
+    topo_file: str = Field("", description="an NCCL topology file of the VM size in topologies/data/nccl_topo "
+                           "(aks-ib on ND H100 v5: ndv5-topo.xml) that the pods get as NCCL_TOPO_FILE; empty = none")
     source: str = Field("", description="where the device count comes from")
+
+    @model_validator(mode="after")
+    def _hcas_are_the_nics(self):
+        if self.hcas and len(self.hcas) != self.nics_per_node:
+            raise ValueError(f"network.hcas: {len(self.hcas)} devices for nics_per_node {self.nics_per_node}")
+        return self
 
 
 def default_tiers(spec: GPUSpec) -> list[Tier]:

@@ -120,6 +120,26 @@ def _gke(n: int, kind: str, what: str) -> NodeNetwork:
     return NodeNetwork(nics_per_node=n, kubernetes=kind, source=f"{_GKE} {what}")
 
 
+_AKS_IB = "github.com/Azure/aks-rdma-infiniband@700dabb"
+_OKE = "github.com/oracle-quickstart/oci-hpc-oke@61d210a"
+
+
+def _aks(n: int, what: str, topo_file: str = "") -> NodeNetwork:
+    """AKS: one pod per VM claims every InfiniBand NIC as ``rdma/ib`` (the SR-IOV device plugin; the repo's
+    "maximum performance" recommendation, website/docs/configurations/01-network-operator.md), as many as the
+    VM has GPUs (tests/scenarios/test.sh sriov_nic_policy_gpu: rdma/ib=${GPU_PER_NODE_NUMBER})."""
+    return NodeNetwork(nics_per_node=n, kubernetes="aks-ib", topo_file=topo_file,
+                       source=f"{_AZ}{what}; {_AKS_IB} tests/scenarios/test.sh sriov_nic_policy_gpu (rdma/ib = GPUs "
+                       f"per node){'; topology file: topologies/data/nccl_topo/README.md' if topo_file else ''}")
+
+
+def _oke(hcas: str, shape: str) -> NodeNetwork:
+    """OKE: the host's RDMA devices through the host network; NCCL_IB_HCA is the shape's nccl-tests manifest's."""
+    names = tuple(hcas.split(","))
+    return NodeNetwork(nics_per_node=len(names), kubernetes="oke-rdma", hcas=names,
+                       source=f"{_OKE} manifests/nccl-tests/kueue/{shape}.yaml (NCCL_IB_HCA, {len(names)} devices)")
+
+
 CLOUD_PRESETS = (
     Preset("aws-p5", "h100", False, 256, 2048, "AWS p5.48xlarge: 8 H100, 3,200 Gb/s EFA v2 (SRD) per node",
            f"{_AWS_P5}: p5.48xlarge 8 H100, 3,200 Gbps EFAv2 (400 Gb/s per GPU){_TIERS}", fabric="efa",
@@ -156,14 +176,18 @@ CLOUD_PRESETS = (
            network=_gke(4, "gke-rdma", "gpudirect-rdma/nccl-test-imex-a4x.yaml: eth2-eth5 on rdma-0..3")),
     Preset("azure-nd-h100-v5", "h100", False, 256, 2048, "Azure ND H100 v5: 8 H100, 8 x 400 Gb/s NDR InfiniBand",
            f"{_AZ}nd-h100-v5-series: 8 H100, one 400 Gb/s ConnectX-7 NDR InfiniBand per GPU{_TIERS}",
-           fabric="infiniband"),
+           fabric="infiniband", network=_aks(8, "nd-h100-v5-series: 8 InfiniBand NICs, one per GPU", "ndv5-topo.xml")),
     Preset("azure-nd-gb200-v6", "gb200", True, 576, 4608, "Azure ND GB200 v6: GB200 NVL72 racks, 4 x 400 Gb/s NDR per VM",
            f"{_AZ}nd-gb200-v6-series: 4 B200 per VM, 4 x 400 Gb/s Quantum-2 CX7 InfiniBand, 18 VMs per NVL72 "
-           f"rack{_TIERS}", fabric="infiniband"),
+           f"rack{_TIERS}", fabric="infiniband",
+           network=_aks(4, "nd-gb200-v6-series: 4 InfiniBand NICs per 4-GPU VM")),
     Preset("oci-h100", "h100", False, 256, 2048, "OCI BM.GPU.H100.8: 8 H100, 16 x 200 Gb/s RoCE (3,200 Gb/s)",
-           f"{_OCI}: BM.GPU.H100.8, 8 H100, 16 x 200 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce"),
+           f"{_OCI}: BM.GPU.H100.8, 8 H100, 16 x 200 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce",
+           network=_oke("mlx5_0,mlx5_1,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_12,mlx5_13,"
+                        "mlx5_14,mlx5_15,mlx5_16,mlx5_17", "BM.GPU.H100.8")),
     Preset("oci-b200", "b200", False, 256, 2048, "OCI BM.GPU.B200.8: 8 B200, 8 x 400 Gb/s RoCE (3,200 Gb/s)",
-           f"{_OCI}: BM.GPU.B200.8, 8 B200, 8 x 400 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce"),
+           f"{_OCI}: BM.GPU.B200.8, 8 B200, 8 x 400 Gb/s RDMA (RoCE v2), 3,200 Gb/s{_TIERS}", fabric="roce",
+           network=_oke("mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11", "BM.GPU.B200.8")),
 )
 PRESETS.update({p.name: p for p in CLOUD_PRESETS})
 

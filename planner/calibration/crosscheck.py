@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from planner.calibration.validate import predict_case, read_rows, row_case
 from planner.cost.profiles import CALIBRATION_CSV
+from planner.errors import InputError
 
 CALIBRATION = CALIBRATION_CSV
 # id -> column overrides: the recipe as it ran (planner/data/published_recipes.yaml: mb234 runs eagerly)
@@ -64,10 +65,15 @@ def reference_rows() -> list[dict]:
 
 def crosscheck(before, after, fitted_arches) -> list[Moved]:
     """Each reference predicted with ``before`` and ``after`` (profiles of the same trainer);
-    ``fitted_arches``: the GPU generations of the calibration's rows."""
+    ``fitted_arches``: the GPU generations of the calibration's rows. A reference whose recipe the profile's
+    trainer refuses (a Megatron-only knob under MaxText: ``row_case`` raises) has no prediction to move and
+    is left out."""
     out = []
     for row in reference_rows():
-        case = row_case(row, before.name, str(CALIBRATION), profile=before)
+        try:
+            case = row_case(row, before.name, str(CALIBRATION), profile=before)
+        except InputError:
+            continue
         a = predict_case(case, before)
         b = predict_case(row_case(row, after.name, str(CALIBRATION), profile=after), after)
         arch = case.cluster.gpu_spec.arch

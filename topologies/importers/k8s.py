@@ -11,7 +11,12 @@ GPUs per host: ``status.capacity["nvidia.com/gpu"]`` (or ``allocatable``), else 
 AWS ``topology.k8s.aws/network-node-layer-1..N`` labels (layer N nearest the host) become scale-out
 tiers with explicit units. Hosts that advertise ``vpc.amazonaws.com/efa`` (the EFA device plugin's extended
 resource, EKS user guide device-management-efa) make the cluster's fabric ``efa`` and its ``network`` the
-EFA devices of a host (the fewest any GPU host advertises), which ``--emit k8s`` pods then claim. A cloud
+EFA devices of a host (the fewest any GPU host advertises), which ``--emit k8s`` pods then claim; hosts that
+advertise ``rdma/ib`` (the NVIDIA Network Operator's SR-IOV device plugin as Azure/aks-rdma-infiniband configures
+it, configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml: one per InfiniBand NIC) make it ``infiniband`` with
+``network`` ``aks-ib`` the same way. ``rdma/shared_ib`` (the RDMA shared device plugin) counts pod slots, not
+NICs: hosts that advertise it and no ``rdma/ib`` get no ``aks-ib`` network (its pods would ask for ``rdma/ib``,
+which no host has), said in the assumptions. A cloud
 instance type in ``node.kubernetes.io/instance-type`` (one for all GPU hosts: p5.48xlarge, a3-megagpu-8g,
 a4x-highgpu-4g, ... ``topologies.presets.INSTANCE_TYPES``) gives the fabric and network of its preset.
 """
@@ -35,6 +40,10 @@ __all__ = ["CLIQUE_LABEL", "import_k8s", "nodes_from_document"]
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 AWS_LAYER = re.compile(r"^topology\.k8s\.aws/network-node-layer-(\d+)$")
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+IB_RESOURCE = "rdma/ib"
+SHARED_IB_RESOURCE = "rdma/shared_ib"   # Azure/aks-rdma-infiniband rdma-shared-device-plugin/rdma.yaml (rdmaHcaMax 63)
+# extended resource -> (fabric, network kind) of hosts that advertise it (module docstring)
+NIC_RESOURCES = {EFA_RESOURCE: ("efa", "eks-efa"), IB_RESOURCE: ("infiniband", "aks-ib")}
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 
 
@@ -88,16 +97,41 @@ def _instance_network(types: set[str], source: str, assumed: list[str]) -> dict:
     return out
 
 
-def _efa_network(efa: list[int], hosts: int, source: str, assumed: list[str]) -> dict:
-    """The cluster fields for EFA hosts: fabric efa and the devices a pod claims (the fewest any host has)."""
-    if not efa:
-        return {}
-    if len(efa) < hosts:
-        assumed.append(f"{hosts - len(efa)} of {hosts} GPU hosts advertise no {EFA_RESOURCE}: the fabric is taken as "
-                       "EFA for all")
-    n = min(efa)
-    return {"fabric": "efa", "network": {"nics_per_node": n, "kubernetes": "eks-efa",
-                                         "source": f"{source}: {EFA_RESOURCE} {n} per host (node status)"}}
+def _cluster_network(types: set[str], nics: dict[str, list[int]], hosts: int, source: str, assumed: list[str]) -> dict:
+    """The fabric and network fields from the hosts' instance type and advertised NIC resources (module docstring)."""
+    shared = nics.pop(SHARED_IB_RESOURCE)
+    net = _merge_networks(_instance_network(types, source, assumed), _nic_network(nics, hosts, source, assumed))
+    if shared and not nics[IB_RESOURCE] and (net.get("network") or {}).get("kubernetes") == "aks-ib":
+        net.pop("network")
+        assumed.append(f"the hosts advertise {SHARED_IB_RESOURCE} (RDMA shared device plugin), not {IB_RESOURCE}: the "
+                       f"k8s pods claim no RDMA device; add {SHARED_IB_RESOURCE}: 1 and IPC_LOCK to the pod template")
+    return net
+
+
+def _merge_networks(instance: dict, advertised: dict) -> dict:
+    """The instance type's preset fields, then what the hosts advertise over them (the device count); the preset's
+    NCCL topology file stays when both name the same kind of network."""
+    out = instance | advertised
+    a, b = instance.get("network"), advertised.get("network")
+    if a and b and a["kubernetes"] == b["kubernetes"] and not a.get("hcas"):
+        out["network"] = a | {"nics_per_node": b["nics_per_node"], "source": f"{b['source']}; {a['source']}"}
+    return out
+
+
+def _nic_network(counts: dict[str, list[int]], hosts: int, source: str, assumed: list[str]) -> dict:
+    """The cluster fields for hosts advertising a NIC resource (:data:`NIC_RESOURCES`): its fabric and the devices
+    a pod claims (the fewest any host has)."""
+    for res, nics in counts.items():
+        if not nics:
+            continue
+        fab, kind = NIC_RESOURCES[res]
+        if len(nics) < hosts:
+            assumed.append(f"{hosts - len(nics)} of {hosts} GPU hosts advertise no {res}: the fabric is taken as "
+                           f"{fab} for all")
+        n = min(nics)
+        return {"fabric": fab, "network": {"nics_per_node": n, "kubernetes": kind,
+                                           "source": f"{source}: {res} {n} per host (node status)"}}
+    return {}
 
 
 def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_label: str = CLIQUE_LABEL,
@@ -126,7 +160,7 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     dom_of: dict[str, list[str]] = {}
     dom_order: list[str] = []
     layers: dict[int, dict[str, list[str]]] = {}
-    efa: list[int] = []
+    nics: dict[str, list[int]] = {res: [] for res in NIC_RESOURCES | {SHARED_IB_RESOURCE: None}}
     types: set[str] = set()
     for k, n in enumerate(items):
         meta = n["metadata"]
@@ -151,9 +185,10 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
         nodes.append((host, count))
         if labels.get(INSTANCE_LABEL):
             types.add(str(labels[INSTANCE_LABEL]))
-        nic = _resource(status, EFA_RESOURCE)
-        if nic is not None and str(nic).isdigit() and int(nic) > 0:
-            efa.append(int(nic))
+        for res, got in nics.items():
+            nic = _resource(status, res)
+            if nic is not None and str(nic).isdigit() and int(nic) > 0:
+                got.append(int(nic))
         key = labels.get(domain_label)
         key = str(key) if key not in (None, "") else f"host:{host}"
         if key not in dom_of:
@@ -195,7 +230,7 @@ def import_k8s(path, gpu: str | None, gpus_per_node: int | None = None, domain_l
     levels = [list(layers[L].values()) for L in sorted(layers, reverse=True)]
     c = build_cluster(name=name or Path(path).stem, spec=spec, nodes=nodes, domains=domains,
                       levels=levels, failed=failed, assumed=assumed, source=source)
-    net = _instance_network(types, source, assumed) | _efa_network(efa, len(nodes), source, assumed)
+    net = _cluster_network(types, nics, len(nodes), source, assumed)
     if net:
         c = Cluster.model_validate(c.to_dict() | net)
     return Imported(c, assumed)

@@ -39,7 +39,7 @@ import yaml
 
 from planner.errors import InputError
 from planner.output.emit import EmitContext, launch_shape_of, render_files
-from planner.output.emit.k8s_network import PodNetwork, pod_network
+from planner.output.emit.k8s_network import MOUNT, PodNetwork, pod_network
 from planner.output.emit.slurm import (FILL, IMEX_CHANNELS, MASTER_PORT, TRAINER_HOME, unlaunchable,
                                        multi_node_nvlink, nccl_env, placeholder, site_settings, trainer_shell)
 from planner.trainers import LAUNCH
@@ -60,7 +60,6 @@ QUEUE = placeholder("queue")
 REPLICATED_JOB = "workers"
 TRAINER_NODE = "node"             # Kubeflow Trainer's replicated Job and container name (constants.Node)
 TRAINER_PORT = 29400              # Kubeflow Trainer's PET_MASTER_PORT (constants.ContainerTrainerPort)
-MOUNT = "/topoplan"
 K8S_TRAINERS = tuple(t for t, launch in LAUNCH.items() if not launch.per_host)   # torchrun trainers, default first
 
 
@@ -114,12 +113,14 @@ def trainer_of(ctx: EmitContext) -> str:
 
 
 def settings(ctx: EmitContext, trainer: str) -> list[tuple[str, str]]:
-    """(variable, comment) of every value the user fills in the pod env (FILL_ME_<what> until then)."""
+    """(variable, comment) of every value the user fills in the pod env (FILL_ME_<what> until then); not those
+    the cluster's network sets (``k8s_network``)."""
     out = [("TOPOPLAN_DATA_ARGS", "mock (synthetic data, as emitted), or your trainer's data arguments as "
                                   "shell words, e.g. --data-path /data/tok/text_document ...")]
     if trainer in TRAINER_HOME:
         out.append((TRAINER_HOME[trainer][0], TRAINER_HOME[trainer][1] + " inside the image"))
-    out += [(v, c) for v, c in site_settings(ctx, []) if v.startswith("NCCL_")]
+    fixed = {e["name"] for e in network_of(ctx, k8s_shape(ctx)).env}   # the cloud's own (oke-rdma: NCCL_IB_HCA)
+    out += [(v, c) for v, c in site_settings(ctx, []) if v.startswith("NCCL_") and v not in fixed]
     return out
 
 
@@ -179,6 +180,7 @@ def config_map(ctx: EmitContext, shape: K8sShape, name: str, trainer: str) -> tu
     """The ConfigMap of the trainer's files and launch.sh, and the volume items that mount them."""
     files = dict(render_files(ctx, [trainer]))
     files["launch.sh"] = launch_script(ctx, shape, trainer)
+    files |= network_of(ctx, shape).files   # e.g. the VM's NCCL topology file (k8s_network)
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": {"name": f"{name}-files", "namespace": NAMESPACE},
           "data": {_key(p): text for p, text in sorted(files.items())}}
@@ -202,6 +204,9 @@ def pod_template(ctx: EmitContext, shape: K8sShape, name: str, trainer: str, ite
     spec = {"restartPolicy": "Never", "containers": [c],
             "volumes": [{"name": "topoplan", "configMap": {"name": f"{name}-files", "items": items}},
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}}] + net.volumes}
+    if net.security:
+        c["securityContext"] = net.security
+    spec |= net.pod
     if net.init_containers:   # native sidecars: they stop when the trainer container ends
         spec["initContainers"] = net.init_containers
     if shape.mnnvl:

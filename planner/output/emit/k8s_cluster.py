@@ -10,8 +10,9 @@ k8s nodes.json``):
   (``kubernetes.io/hostname``: the lowest level, so Kueue assigns pods to nodes);
 * a ResourceFlavor naming that Topology (``spec.topologyName``) for the GPU nodes
   (``nvidia.com/gpu.present: "true"``, set by GPU Feature Discovery);
-* a ClusterQueue with a ``nvidia.com/gpu`` quota of the cluster's healthy GPUs, and a LocalQueue in the
-  user's namespace (``FILL_ME_namespace``: kubectl apply refuses it until it is replaced).
+* a ClusterQueue with a ``nvidia.com/gpu`` quota of the cluster's healthy GPUs (and of the scale-out devices,
+  hugepages and memory each pod asks on a cloud network, one pod per host: :func:`network_quota`), and a
+  LocalQueue in the user's namespace (``FILL_ME_namespace``: kubectl apply refuses it until it is replaced).
 
 On NVL72 the pods also claim an IMEX channel through DRA. Kueue (0.18+, ``KueueDRAIntegration`` on by
 default) charges a claimed DeviceClass against the quota of the logical resource its Configuration maps
@@ -33,6 +34,7 @@ import re
 from planner.cost.shape import multi_host_cluster
 from planner.output.emit import EmitContext
 from planner.output.emit.k8s import (BLOCK_LABEL, CLIQUE_LABEL, HOST_LABEL, NAMESPACE, render)
+from planner.output.emit.k8s_network import pod_network
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
@@ -54,15 +56,38 @@ def levels(ctx: EmitContext) -> list[str]:
     return [BLOCK_LABEL, HOST_LABEL]
 
 
+def _times(value, n: int):
+    """A Kubernetes quantity (an integer, or digits with a binary suffix: ``5120Mi``) times n."""
+    if isinstance(value, int):
+        return value * n
+    m = re.fullmatch(r"(\d+)([KMGT]i)?", str(value))
+    if m is None:
+        raise ValueError(f"quantity {value!r}: not an integer with an optional binary suffix")
+    return f"{int(m.group(1)) * n}{m.group(2) or ''}"
+
+
+def network_quota(ctx: EmitContext, hosts: int) -> dict:
+    """The quota of what every pod asks beside its GPUs (``k8s_network``: EFA devices, hugepages and memory on
+    EKS, ``rdma/ib`` on AKS), for one pod per healthy host: Kueue admits no workload that requests a resource its
+    ClusterQueue does not cover ("resource ... unavailable in ClusterQueue", kubernetes-sigs/kueue
+    pkg/scheduler/flavorassigner/flavorassigner.go ``findFlavorForPodSetResource``)."""
+    gpus = max(1, ctx.cluster.num_gpus // max(1, hosts))
+    net = pod_network(ctx.cluster, gpus)
+    if net is None:
+        return {}
+    return {k: _times(v, hosts) for k, v in (net.limits | net.requests).items()}
+
+
 def objects(ctx: EmitContext) -> list[dict]:
     name = cluster_name(ctx)
     topo = {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": name},
             "spec": {"levels": [{"nodeLabel": lab} for lab in levels(ctx)]}}
     flavor = {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"{name}-gpu"},
               "spec": {"nodeLabels": dict(GPU_NODE_LABEL), "topologyName": name}}
-    quota = {"nvidia.com/gpu": ctx.cluster.num_gpus}
+    hosts = len({g.node for g in ctx.cluster.gpus()})
+    quota = {"nvidia.com/gpu": ctx.cluster.num_gpus} | network_quota(ctx, hosts)
     if multi_host_cluster(ctx.cluster):
-        quota[IMEX_RESOURCE] = len({g.node for g in ctx.cluster.gpus()})
+        quota[IMEX_RESOURCE] = hosts
     cq = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": name},
           "spec": {"namespaceSelector": {},
                    "resourceGroups": [{"coveredResources": list(quota),

@@ -23,15 +23,37 @@ how many devices a host has and how a pod reaches them:
   plug-in from the host (``/home/kubernetes/bin/gib``) and its ``set_nccl_env.sh`` sourced before starting
   (gpudirect-rdma/nccl-test.yaml, nccl-test-a4.yaml, nccl-test-imex-a4x.yaml).
 
-Azure (InfiniBand) and OCI (RoCE) pods need their clusters' RDMA device plug-ins, whose resource names the
-clouds leave to the installation: not emitted (``network`` None asks for GPUs only).
+* ``aks-ib`` (Azure ND H100 v5, ND GB200 v6): the NVIDIA Network Operator's SR-IOV device plug-in advertises each
+  InfiniBand NIC as ``rdma/ib`` (``resourcePrefix: rdma``, ``resourceName: ib``); one pod per VM claims them all
+  (the "maximum performance" recommendation) with ``IPC_LOCK`` (else ``ulimit -l`` is 64 KiB and memory
+  registration fails), and NCCL gets ``NCCL_IB_DISABLE=0``, ``NCCL_NET_GDR_LEVEL=SYS`` (Azure/aks-rdma-infiniband
+  @700dabb: configs/nicclusterpolicy/sriov-device-plugin/sriov.yaml, website/docs/configurations/
+  01-network-operator.md, tests/scenarios/test.sh ``sriov_nic_policy_gpu``, tests/scenarios/k8s/values.yaml
+  ``ncclEnvVars``). The Network Operator and its SR-IOV policy are the cluster's; the pod only claims. On ND H100
+  v5 the VM's NCCL topology file (the virtual PCI tree hides which NIC is beside which GPU) goes in the job's
+  ConfigMap and ``NCCL_TOPO_FILE`` points at it, as the repo's mpi-job.yaml mounts it
+  (topologies/data/nccl_topo/README.md).
+* ``oke-rdma`` (OCI BM.GPU.H100.8, BM.GPU.B200.8): the pod runs in the host's network (``hostNetwork``,
+  ``dnsPolicy: ClusterFirstWithHostNet``), mounts ``/dev/infiniband``, runs privileged with ``IPC_LOCK``, and
+  sets the shape's NCCL settings: ``NCCL_IB_HCA`` (the cluster's ``network.hcas``, exact match), GID index 3
+  (RoCE v2), traffic class 41, SL 0, timeout 22, no split on QPs, bootstrap on ``eth0``
+  (oracle-quickstart/oci-hpc-oke@61d210a: docs/using-rdma-network-interfaces-in-manifests.md,
+  manifests/nccl-tests/kueue/BM.GPU.H100.8.yaml and BM.GPU.B200.8.yaml). Left out of those manifests' list:
+  ``NCCL_CUMEM_ENABLE=0`` (NCCL's NVLink SHARP needs cuMem, and the plan prices NVLS with
+  ``NCCL_NVLS_ENABLE=2``), ``NCCL_IGNORE_CPU_AFFINITY`` (for mpirun's ``--bind-to numa``), ``UCX_*``/``HCOLL_*``
+  (Open MPI's own transport) and ``NCCL_DEBUG``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import topologies
+
+MOUNT = "/topoplan"   # where the pods mount the job's ConfigMap (the trainer's files, launch.sh, network files)
+TOPO_DIR = Path(topologies.__file__).resolve().parent / "data" / "nccl_topo"   # NodeNetwork.topo_file's folder
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 EFA_HUGEPAGES = "5120Mi"     # EKS node-efa example (of 5,128 pre-allocated 2 MiB pages)
 EFA_MEMORY = "32000Mi"       # the same example's memory request (hugepages need a memory or cpu request)
@@ -39,6 +61,10 @@ TCPXO_DAEMON = "tcpxo-daemon"
 TCPXO_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21"
 NVIDIA_LIB = "/usr/local/nvidia/lib64"
 GIB = "/usr/local/gib"
+AKS_IB_RESOURCE = "rdma/ib"     # the SR-IOV device plug-in's resourcePrefix/resourceName (sriov.yaml)
+AKS_NCCL = {"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "SYS"}   # tests/scenarios/k8s/values.yaml ncclEnvVars
+OKE_NCCL = {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41", "NCCL_IB_SL": "0", "NCCL_IB_TIMEOUT": "22",
+            "NCCL_IB_SPLIT_DATA_ON_QPS": "0", "NCCL_SOCKET_IFNAME": "eth0"}   # BM.GPU.*.8 nccl-tests manifests
 
 
 @dataclass
@@ -54,6 +80,9 @@ class PodNetwork:
     volumes: list = field(default_factory=list)
     init_containers: list = field(default_factory=list)
     prelude: list = field(default_factory=list)
+    security: dict = field(default_factory=dict)   # the trainer container's securityContext
+    pod: dict = field(default_factory=dict)        # pod spec fields (hostNetwork, dnsPolicy)
+    files: dict = field(default_factory=dict)      # ConfigMap files under MOUNT: relative path -> text
 
 
 def _interfaces(first: int, networks: list[str]) -> str:
@@ -107,6 +136,27 @@ def _rdma(n: int) -> PodNetwork:
         prelude=[f"source {GIB}/scripts/set_nccl_env.sh   # GKE RDMA: the gIB NCCL plug-in's settings"])
 
 
+def _env(values: dict) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _aks(n: int, topo_file: str) -> PodNetwork:
+    net = PodNetwork(limits={AKS_IB_RESOURCE: n}, env=_env(AKS_NCCL),
+                     security={"capabilities": {"add": ["IPC_LOCK"]}})
+    if topo_file:   # the VM size's NCCL topology, in the ConfigMap (topologies/data/nccl_topo/README.md)
+        net.files = {f"nccl/{topo_file}": (TOPO_DIR / topo_file).read_text()}
+        net.env.append({"name": "NCCL_TOPO_FILE", "value": f"{MOUNT}/nccl/{topo_file}"})
+    return net
+
+
+def _oke(hcas: tuple[str, ...]) -> PodNetwork:
+    return PodNetwork(env=_env({"NCCL_IB_HCA": "=" + ",".join(hcas)} | OKE_NCCL),
+                      mounts=[{"name": "devinf", "mountPath": "/dev/infiniband"}],
+                      volumes=[_host("devinf", "/dev/infiniband")],
+                      security={"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
+                      pod={"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"})
+
+
 def pod_network(cluster, gpus_per_node: int) -> PodNetwork | None:
     """What the pods add for the cluster's scale-out devices (module docstring), or None."""
     net = getattr(cluster, "network", None)
@@ -116,4 +166,8 @@ def pod_network(cluster, gpus_per_node: int) -> PodNetwork | None:
         return _efa(net.nics_per_node)
     if net.kubernetes == "gke-tcpxo":
         return _tcpxo(net.nics_per_node, gpus_per_node)
+    if net.kubernetes == "aks-ib":
+        return _aks(net.nics_per_node, net.topo_file)
+    if net.kubernetes == "oke-rdma":
+        return _oke(net.hcas)
     return _rdma(net.nics_per_node)

@@ -27,6 +27,14 @@ from planner.trainers.maxtext.model_keys import model_keys, refusal
 # fp8-block uses current (per-tensor) scaling.
 QUANTIZATION = {"bf16": None, "fp8": "te_fp8_currentscaling", "fp8-block": "te_fp8_currentscaling",
                 "mxfp8": "te_mxfp8", "nvfp4": "te_nvfp4"}
+# MaxText's remat policy that recomputes what the plan's recompute prices (planner/cost/terms/compute.py): the
+# names each policy saves, AI-Hypercomputer/maxtext e591f30 src/maxtext/layers/decoders.py get_remat_policy and
+# minimal_policy. minimal_with_context saves every projection and the attention context (nothing but elementwise
+# work is recomputed); minimal saves every projection but not the context (the attention core is recomputed);
+# save_dot_except_mlp saves the q/k/v and out projections (the attention core and the MLP are recomputed).
+# save_qkv_proj, which this table once wrote for core_attn, also recomputes the out projection and the MLP.
+REMAT_POLICY = {"none": "minimal_with_context", "core_attn": "minimal", "core_attn+mlp": "save_dot_except_mlp",
+                "full": "full"}
 # MaxText axis per planner axis, innermost (smallest stride) first
 AXES = ("tensor", "context", "expert", "fsdp", "pipeline")
 
@@ -93,16 +101,20 @@ def overrides(ctx: EmitContext) -> dict[str, object]:
         out[f"dcn_{axis}_parallelism"] = dcn[axis]
     out["ici_data_parallelism"] = 1
     out["dcn_data_parallelism"] = 1
-    if c.recompute == "full":
-        out["remat_policy"] = "full"
-    elif c.recompute == "none":
-        out["remat_policy"] = "minimal"
-    else:
-        out["remat_policy"] = "save_qkv_proj"
+    out["remat_policy"] = remat_policy(c.recompute)
     q = QUANTIZATION[ctx.training.precision]
     if q:
         out["quantization"] = q
     return out
+
+
+def remat_policy(recompute: str) -> str:
+    """MaxText's ``remat_policy`` for a plan's ``recompute`` (``REMAT_POLICY``); InputError for a module set no
+    MaxText policy recomputes exactly."""
+    if recompute not in REMAT_POLICY:
+        raise InputError(f"--trainer maxtext: recompute {recompute!r} has no MaxText remat_policy that recomputes "
+                         f"exactly that; use one of {', '.join(REMAT_POLICY)}")
+    return REMAT_POLICY[recompute]
 
 
 def render(data: dict[str, object], ctx: EmitContext) -> str:
