@@ -95,14 +95,17 @@ def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dic
 def what_if(data: list[dict]) -> None:
     """``--what-if``: predicted / measured per stock cell as shipped (the EP overlap hides the all-to-all only in
     the paired passes of the combined 1F1B schedule, ``compose.unpaired_a2a``), without that term (every pass
-    hidden, ``without_unpaired``), and as shipped with the p5 hosts' fitted 45.36 us per launch on the p6-b300
-    hosts (docs/cloud.md)."""
-    print(f"{'group':<22} {'layout':<26} {'shipped':>8} {'all-paired':>10} {'+45us':>6}")
+    hidden, ``without_unpaired``), and as shipped with the p5 hosts' fitted launch cost (``host.launch_us@hopper``)
+    on the p6-b300 hosts (docs/cloud.md)."""
+    from planner.cost.profiles import load_profile
+
+    p5_launch = load_profile("megatron-26.08").params["host.launch_us@hopper"].value
+    print(f"{'group':<22} {'layout':<26} {'shipped':>8} {'all-paired':>10} {f'+{p5_launch:.0f}us':>6}")
     for r in data:
         if r["dispatcher"] not in STOCK:
             continue
         meas = float(r["iter_s"])
-        host = 45.36 if r["cluster"] == "aws-p6-b300" else None
+        host = p5_launch if r["cluster"] == "aws-p6-b300" else None
         lay = f"PP{r['pp']} VPP{r['vpp']} EP{r['ep']} MBS{r['mbs']} {r['a2a_overlap']}"
         print(f"{r['group']:<22} {lay:<26} {predicted_step(r) / meas:>8.2f} {without_unpaired(r) / meas:>10.2f} "
               f"{predicted_step(r, host_launch_us=host) / meas:>6.2f}")
