@@ -170,3 +170,39 @@ def test_published_recipe_recompute_fills_an_empty_column_only():
     assert row_case(dict(mb196, recompute="none")).config.recompute == "none"
     other = row_case(dict(mb196, gpu="H200"))
     assert other.config.recompute_modules != ("layernorm", "moe_act") and other.training.cuda_graphs
+
+
+def _bench_row(table: str, rid: str) -> tuple[str, str]:
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / table
+    lines = path.read_text().splitlines()
+    return lines[0], next(l for l in lines if l.startswith(rid + ","))
+
+
+def test_mtp_layers_column_overrides_the_config(tmp_path, capsys):
+    """A published DeepSeek-V3 run 'w/o MTP' (the 25.11 table's GB300 rows) is priced without the MTP layer the
+    config has (num_nextn_predict_layers = 1): one MoE layer and its output head (at most 1.5 layers' work) fewer.
+    The step is shorter by at least half a layer of 62 and by at most 1.5 layers on the last of the pp x vpp
+    virtual stages of 61 / (pp vpp) layers, which paces the pipeline; a negative depth is refused with the column
+    named."""
+    import csv
+    import io
+
+    from planner.calibration.validate import predict_case, row_case
+
+    head, line = _bench_row("megatron-bridge-25.11.csv", "gb300-dsv3-bf16")
+    row = next(csv.DictReader(io.StringIO(head + "\n" + line + "\n")))
+    assert row["mtp_layers"] == "0"
+    without = row_case(row)
+    with_mtp = row_case(dict(row, mtp_layers=""))
+    assert without.model.mtp_layers == 0 and with_mtp.model.mtp_layers == 1
+    t0, t1 = predict_case(without).step_time_s, predict_case(with_mtp).step_time_s
+    stages = without.config.pp * without.config.vpp
+    assert 1 + 0.5 / 62 < t1 / t0 < 1 + 1.5 * stages / 61
+    f = tmp_path / "neg.csv"
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(row), lineterminator="\n")
+    w.writeheader()
+    w.writerow(dict(row, mtp_layers="-1"))
+    f.write_text(buf.getvalue())
+    assert main(["validate", str(f)]) == 2
+    assert "'mtp_layers'" in capsys.readouterr().err

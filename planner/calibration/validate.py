@@ -297,6 +297,12 @@ def row_case(row: dict, stack: str | None = None, source: str = "CSV", profile=N
     except ValueError as exc:
         raise InputError(f"{source}: row {rid}: {str(exc).splitlines()[0]}") from None
     model = load_model(row["model"].strip())
+    mtp = (row.get("mtp_layers") or "").strip()   # optional column: a run with another MTP depth than the config's
+    if mtp:
+        depth = _int(row, "mtp_layers", 0, source)
+        if depth < 0:
+            raise InputError(f"{source}: row {rid}: column 'mtp_layers' = {depth} is negative; give 0 or more")
+        model = model.model_copy(update={"mtp_layers": depth})
     n = _int(row, "num_gpus", None, source)
     if not etp and model.is_moe and config.tp > 1:
         # Megatron's default ETP = TP; a published run whose expert grid cannot hold that default
