@@ -2,7 +2,7 @@
 how many pairs of each group the model orders as measured.
 
     python bench/ab_efa.py              # measured and predicted, pairs ordered
-    python bench/ab_efa.py --what-if    # the EP overlap only in the paired 1F1B passes (not in predict)
+    python bench/ab_efa.py --what-if    # per cell: as shipped, without the unpaired-pass term, with 45 us per call
 
 The ``cuda_graphs`` column: these runs are Megatron-Bridge's qwen3 recipes, which capture no CUDA graphs
 (Megatron-Bridge v0.4.2 src/megatron/bridge/recipes/qwen/qwen3_moe.py: ``cuda_graph_impl = "none"``; the
@@ -42,9 +42,14 @@ def rows() -> list[dict]:
     return list(csv.DictReader(CSV.open()))
 
 
-def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | None = None,
-                   fabric: str | None = None, host_launch_us: float | None = None) -> float:
-    """Predicted seconds per iteration of one CSV row (its layout, batch and recipe). ``dispatcher``, ``fabric``
+def predicted_step(r: dict, **kw) -> float:
+    """Predicted seconds per iteration of one CSV row (``predicted``)."""
+    return predicted(r, **kw).step_time_s
+
+
+def predicted(r: dict, stack: str = "megatron-26.08", dispatcher: str | None = None,
+              fabric: str | None = None, host_launch_us: float | None = None):
+    """The prediction of one CSV row (its layout, batch and recipe). ``dispatcher``, ``fabric``
     and ``host_launch_us`` replace the row's dispatcher, the cluster's fabric kind and its hosts' per-call time
     (what-ifs: bench/efa_alltoall.py prices the patched DeepEP arms as DeepEP on a fabric that runs it)."""
     g = int(r["gpus"])
@@ -60,37 +65,18 @@ def predicted_step(r: dict, stack: str = "megatron-26.08", dispatcher: str | Non
         cluster.fabric = fabric
     if host_launch_us:
         cluster.host_launch_us = host_launch_us
-    return predict(load_model(r["model"]), cluster, cfg, tr).step_time_s
+    return predict(load_model(r["model"]), cluster, cfg, tr)
 
 
-def paired_share(pp: int, vpp: int, m: int, rank: int = 0) -> float:
-    """Share of a pipeline rank's forward (and backward) chunk passes that megatron-core's combined 1F1B
-    schedule pairs with a backward (forward) of another micro-batch, the only passes whose EP all-to-all
-    ``overlap_moe_expert_parallel_comm`` hides (megatron-core core_v0.17.1 pipeline_parallel/combined_1f1b.py:
-    "EP A2A in forward step is hidden by the attention/mlp computation in the backward step, and vice
-    versa"). Warm-up forwards and cool-down backwards run alone; with the overlap the interleaved schedule
-    warms up ``2 (pp - rank - 1) + (vpp - 1) g + 1`` of its ``m vpp`` chunk passes (schedules.py
-    ``get_pp_rank_microbatches``: the ``+ 1`` is the overlap's extra forward; ``g`` =
-    ``microbatch_group_size_per_vp_stage``, default pp, model_parallel_config.py:444). Without pipelining
-    (combined_1f1b_schedule_for_no_pipelining) the first forward and the last backward run alone."""
-    total = m * vpp
-    if pp == 1:
-        return (m - 1) / m
-    warm = min(total, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
-    return (total - warm) / total
+def without_unpaired(r: dict, **kw) -> float:
+    """``predicted_step`` as if the EP overlap hid the all-to-all in every pass, warm-up and cool-down included:
+    the step without ``compose.unpaired_a2a`` (``expert_a2a.unpaired_passes`` set to 0), the model before it."""
+    from unittest import mock
 
+    from planner.cost.terms import expert_a2a
 
-def steady_overlap_step(r: dict, rank: int = 0, **kw) -> float:
-    """What-if, not in ``predict``: the row's step time when the EP overlap hides the all-to-all only in
-    the paired passes (``paired_share``), the rest exposed as without the overlap: the overlap-on prediction
-    plus the unpaired share of what the overlap saved on the same layout and recipe."""
-    on = predicted_step(r, **kw)
-    if r["a2a_overlap"] != "on":
-        return on
-    off = predicted_step(dict(r, a2a_overlap="off"), **kw)
-    dp = int(r["gpus"]) // (int(r["tp"]) * int(r["pp"]))
-    m = int(r["gbs"]) // (dp * int(r["mbs"]))
-    return on + (1.0 - paired_share(int(r["pp"]), int(r["vpp"]), m, rank)) * (off - on)
+    with mock.patch.object(expert_a2a, "unpaired_passes", lambda pp, vpp, m: 0.0):
+        return predicted_step(r, **kw)
 
 
 def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dict, bool]]:
@@ -107,26 +93,22 @@ def pair_orders(group: list[dict], min_gap: float = 0.0) -> list[tuple[dict, dic
 
 
 def what_if(data: list[dict]) -> None:
-    """``--what-if``: predicted / measured per stock cell as shipped, with the EP overlap confined to the
-    paired passes of the combined 1F1B schedule (rank 0, the rank that warms up longest), and with that and
-    the p5 hosts' fitted 45.36 us per launch on the p6-b300 hosts (docs/cloud.md)."""
-    print(f"{'group':<22} {'layout':<26} {'shipped':>8} {'steady':>7} {'+45us':>6}")
+    """``--what-if``: predicted / measured per stock cell as shipped (the EP overlap hides the all-to-all only in
+    the paired passes of the combined 1F1B schedule, ``compose.unpaired_a2a``), without that term (every pass
+    hidden, ``without_unpaired``), and as shipped with the p5 hosts' fitted launch cost (``host.launch_us@hopper``)
+    on the p6-b300 hosts (docs/cloud.md)."""
+    from planner.cost.profiles import load_profile
+
+    p5_launch = load_profile("megatron-26.08").params["host.launch_us@hopper"].value
+    print(f"{'group':<22} {'layout':<26} {'shipped':>8} {'all-paired':>10} {f'+{p5_launch:.0f}us':>6}")
     for r in data:
         if r["dispatcher"] not in STOCK:
             continue
         meas = float(r["iter_s"])
-        host = 45.36 if r["cluster"] == "aws-p6-b300" else None
+        host = p5_launch if r["cluster"] == "aws-p6-b300" else None
         lay = f"PP{r['pp']} VPP{r['vpp']} EP{r['ep']} MBS{r['mbs']} {r['a2a_overlap']}"
-        print(f"{r['group']:<22} {lay:<26} {predicted_step(r) / meas:>8.2f} {steady_overlap_step(r) / meas:>7.2f} "
-              f"{steady_overlap_step(r, host_launch_us=host) / meas:>6.2f}")
-    shares = []
-    for _, grp in itertools.groupby(data, key=lambda r: r["group"]):
-        pairs = [(a, b) for a, b in itertools.combinations([r for r in grp if r["dispatcher"] in STOCK], 2)
-                 if a["iter_s"] != b["iter_s"]]
-        ok = [(steady_overlap_step(a) < steady_overlap_step(b)) == (float(a["iter_s"]) < float(b["iter_s"]))
-              for a, b in pairs]
-        shares.append(sum(ok) / len(ok))
-    print(f"steady: per-group mean {100 * sum(shares) / len(shares):.0f}% of pairs ordered as measured")
+        print(f"{r['group']:<22} {lay:<26} {predicted_step(r) / meas:>8.2f} {without_unpaired(r) / meas:>10.2f} "
+              f"{predicted_step(r, host_launch_us=host) / meas:>6.2f}")
 
 
 def main() -> None:

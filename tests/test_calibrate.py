@@ -272,3 +272,20 @@ def test_cli_says_where_the_fit_started_and_what_the_rows_inform(tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert doc["start"] == "priors" and "gemm.nvfp4" in doc["kept"] and "gemm.nvfp4" not in doc["informed"]
     assert load_profile(str(tmp_path / "b.yaml")).param("gemm.nvfp4") == base_profile("mine").param("gemm.nvfp4")
+
+
+def test_fit_jacobian_steps_absolutely_where_a_log_parameter_is_one():
+    """The fit's one-sided differences step DIFF_STEP x max(1, |u|) in the fitted scale, as posterior_reduction
+    does: at u = 0 (a log-scaled parameter at 1) scipy's relative diff_step would step by 1e-3 x 0. By hand, for
+    f(u) = (3u + u^2, 5): df/du = 3 + h forwards, 3 - h backwards at the upper bound, and 0 for the constant."""
+    import numpy as np
+
+    from planner.calibration.calibrate import DIFF_STEP, _forward_jacobian
+
+    f = lambda u: np.array([3 * u[0] + u[0] ** 2, 5.0])  # noqa: E731
+    J = _forward_jacobian(f, np.array([1.0]))(np.array([0.0]))
+    assert J[:, 0] == pytest.approx([3 + DIFF_STEP, 0.0], rel=1e-9, abs=1e-12)
+    J = _forward_jacobian(f, np.array([0.0005]))(np.array([0.0]))     # bound closer than one step: backwards
+    assert J[:, 0] == pytest.approx([3 - DIFF_STEP, 0.0], rel=1e-9, abs=1e-12)
+    J = _forward_jacobian(f, np.array([10.0]))(np.array([4.0]))       # |u| > 1: the step is DIFF_STEP x 4
+    assert J[0, 0] == pytest.approx(3 + 2 * 4 + 4 * DIFF_STEP, rel=1e-9)

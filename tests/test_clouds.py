@@ -198,22 +198,17 @@ def test_cli_refuses_deepep_across_efa_and_plans_on_a_cloud_preset(capsys):
 
 
 def test_ep_overlap_pairs_only_the_steady_1f1b_passes():
-    """megatron-core core_v0.17.1 get_pp_rank_microbatches with the EP overlap: rank r warms up
-    2 (pp - r - 1) + (vpp - 1) pp + 1 of its m vpp chunk passes, which have no partner to hide behind
-    (hand counts: PP8 VPP2 m 16 -> 23 on rank 0, 9 on rank 7; no pipelining: the first forward alone).
-    Priced so, every overlap-on B300 cell of the EFA sweeps moves toward its measured time (docs/cloud.md)."""
+    """megatron-core's combined 1F1B hides the all-to-all only in paired passes (compose.unpaired_a2a; the pass
+    counts against the schedule in tests/test_unpaired_a2a.py): every overlap-on B300 cell of the EFA sweeps (PP8 /
+    PP4 VPP2, m 16: 23 / 11 of 32 chunk passes unpaired on rank 0) is nearer its measured time with the term than
+    with the overlap hiding every pass (docs/cloud.md)."""
     import math
 
-    from bench.ab_efa import paired_share, predicted_step, steady_overlap_step
+    from bench.ab_efa import predicted_step, without_unpaired
 
-    assert paired_share(8, 2, 16) == pytest.approx(9 / 32)
-    assert paired_share(8, 2, 16, rank=7) == pytest.approx(23 / 32)
-    assert paired_share(4, 2, 16) == pytest.approx(21 / 32)
-    assert paired_share(8, 2, 4) == 0.0          # all 8 chunk passes in warm-up
-    assert paired_share(1, 1, 8) == pytest.approx(7 / 8)
     cells = [r for r in ab_rows() if r["a2a_overlap"] == "on" and r["dispatcher"] == "alltoall"
              and r["cluster"] == "aws-p6-b300"]
     assert len(cells) == 3
     for r in cells:
         meas = float(r["iter_s"])
-        assert abs(math.log(steady_overlap_step(r) / meas)) < abs(math.log(predicted_step(r) / meas)), r["group"]
+        assert abs(math.log(predicted_step(r) / meas)) < abs(math.log(without_unpaired(r) / meas)), r["group"]

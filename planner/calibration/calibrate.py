@@ -105,11 +105,28 @@ def fit_profile(cases: list, base: Profile, *, progress=None, max_nfev: int = 60
         return np.array(out)
 
     res = least_squares(residuals, pb.u0[free], bounds=(pb.lo[free], pb.hi[free]), method="trf", x_scale="jac",
-                        diff_step=DIFF_STEP, loss=LOSS, f_scale=F_SCALE, max_nfev=max_nfev, xtol=1e-10, ftol=1e-10,
+                        jac=_forward_jacobian(residuals, pb.hi[free]), loss=LOSS, f_scale=F_SCALE, max_nfev=max_nfev, xtol=1e-10, ftol=1e-10,
                         gtol=1e-10)
     vals = dict(zip([keys[i] for i in free], pb.to_v(res.x)))
     vals = {k: float(f"{v:.4g}") for k, v in vals.items()}
     return base.with_values(vals), {**info, "cost": float(res.cost), "nfev": int(res.nfev), "status": int(res.status)}
+
+
+def _forward_jacobian(fun, hi):
+    """One-sided differences of ``fun`` with the absolute step ``posterior_reduction`` uses (``DIFF_STEP`` times
+    max(1, |u|), backwards at the upper bound). scipy's ``diff_step`` is relative to |u|, which vanishes where a
+    log-scaled parameter is 1 (u = 0): the Jacobian came out 0 there and the fit stopped at its first step."""
+    def jac(u):
+        f0 = fun(u)
+        J = np.empty((f0.size, u.size))
+        for j in range(u.size):
+            h = DIFF_STEP * max(1.0, abs(u[j]))
+            h = -h if u[j] + h > hi[j] else h
+            x = u.copy()
+            x[j] += h
+            J[:, j] = (fun(x) - f0) / h
+        return J
+    return jac
 
 
 def per_generation(base: Profile, cases: list) -> tuple[Profile, list[str]]:

@@ -9,7 +9,9 @@ written here, once, as functions of an ``ops`` object:
     rank      = sum_k n_k layer_k + n_mtp mtp + loss head (+ offload)      one micro-batch
     crit      = the first slowest rank;  tmax = its time
     core, p2p = (m + bubble) tmax, p2p_one * p2p_transfers
-    step      = core + p2p + dp + optimizer (+ ``EXTRA_TERMS``)
+    step      = core + p2p + dp + optimizer + unpaired (+ ``EXTRA_TERMS``)
+    unpaired  = passes(pp, vpp, m) hidden_0      the all-to-all the EP overlap hid on rank 0's MoE layers per
+                                                 micro-batch, exposed in its unpaired warm-up / cool-down passes
     dp        = exposed(RS, RS kept, t_bwd) + exposed(AG, AG kept, t_fwd)          distributed optimizer
               = m exposed(g AG + RS, g AG kept + RS kept, t_mb)                    FSDP (g gathers)
 
@@ -137,6 +139,13 @@ def pipeline(ops, m, bubble, tmax, p2p_one, p2p_transfers):
     ``p2p_transfers`` exposed stage-to-stage transfers of ``p2p_one`` seconds each. Their sum is a
     lower bound of the step (the rest is >= 0), which the solver's exhaustive search orders by."""
     return ops.mul(ops.add(m, bubble), tmax), ops.mul(p2p_one, p2p_transfers)
+
+
+def unpaired_a2a(ops, passes, hidden):
+    """The all-to-all the EP overlap hides in steady 1F1B but not in the warm-up and cool-down passes:
+    ``passes`` micro-batches' worth of them (``expert_a2a.unpaired_passes``) times ``hidden``, the seconds
+    the overlap hid on the first pipeline rank's MoE layers per micro-batch (``sum_k n_k (t_a2a - exposed)``)."""
+    return ops.mul(passes, hidden)
 
 
 def step(ops, core, p2p, dp, optimizer, extra=()):

@@ -506,6 +506,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
     call_us = host_call_us(cluster, par)
     inventory = rank_inventory(model, layout, s, pp)
     per_kind = {}
+    hidden = {}   # per kind: the all-to-all seconds the EP overlap hides (compose.unpaired_a2a)
     layer_times = {}
     for kind in {k for inv in inventory for k, _ in inv.kinds}:
         lt = layer_times[kind] = kind_time(eff, model, kind, s, mbs, tp, cp, ep, etp, lp, recompute)
@@ -520,6 +521,7 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
         # "other": the launch overhead and the host floor (terms/host.py), what the layer adds to its GPU time
         per_kind[kind] = (lt.total, lt.fwd, lt.bwd, lt.expert * (balance - 1.0), tp_x, a2a_x, cp_x,
                           t - (lt.total + tp_x + a2a_x + cp_x), t)
+        hidden[kind] = t_a2a_layer - a2a_x if kind[0] == "moe" else 0.0
     head = head_time(eff, model, s, mbs, tp, cp, False)
     mtp_extra = head_time(eff, model, s, mbs, tp, cp, True) if model.mtp_layers else None
 
@@ -543,9 +545,11 @@ def step_time(model, cluster, config: ParallelConfig, training: Training, world:
                           _term_values(term, config, training, world, dispatcher)) for term in K.EXTRA_TERMS]
     core, p2p = K.pipeline(F, m, PPL.bubble_factor(pp, vpp), t_mb_max, p2p_one,
                            PPL.p2p_transfers(pp, vpp, int(round(m)), par("pp.overlap")))
+    unpaired = K.unpaired_a2a(F, EA.unpaired_passes(pp, vpp, m), sum(n * hidden[k] for k, n in inventory[0].kinds))
 
     bd = _breakdown(m, mean, PPL.bubble_factor(pp, vpp) * t_mb_max, t_mb_max, p2p, dp_x, t_opt, extra)
-    total = K.step(F, core, p2p, dp_x, t_opt, extra)
+    bd["ep_a2a"] += unpaired
+    total = K.step(F, core, p2p, dp_x, t_opt, [unpaired] + extra)
     bd["sync"] = SYNC.sync_time(total, world)   # the wait for the slowest of the world's GPUs (terms/sync.py)
     total += bd["sync"]
     details = dict(microbatches=m, dp=dp, edp=edp, t_microbatch_max=t_mb_max, eff_lp=eff.eff_lp,

@@ -321,9 +321,34 @@ class ProgramBuilder:
         for si, node in enumerate(slot_nodes):
             self._slot_windows(si, node, per, H, MX)
         dpx, opt = self._dp_optimizer(slot_nodes, M)
-        total = K.step(ops, core, p2p, dpx, opt, [Val(n) for n in self._extra_terms()])
+        unpaired = self._unpaired_a2a()
+        total = K.step(ops, core, p2p, dpx, opt, ([unpaired] if unpaired is not None else [])
+                       + [Val(n) for n in self._extra_terms()])
         assert total.den == BUBBLE
         return total.node
+
+    def _unpaired_a2a(self):
+        """``compose.unpaired_a2a``: the unpaired passes (``expert_a2a.unpaired_passes``, in units of 1/840) over
+        (gbs, mbs, dp, pp, vpp) times the first pipeline rank's (slot 0's) hidden all-to-all per micro-batch;
+        None without MoE layers."""
+        if not self.hidden:
+            return None
+        P = self.prog
+        parts = []
+        for kj, kind in enumerate(self.kind_list):
+            cnts = self._slot_col(0, lambda v, kj=kj: v[0][kj])
+            if kind in self.hidden and any(cnts.values()):
+                parts.append((Val(P.table_t(self.lay_vars, cnts)), self.hidden[kind]))
+        if not parts:
+            return None
+        u = {}
+        for ix, a in self.combos("gbs", "mbs", "dp", "pp", "vpp"):
+            if a["gbs"] % (a["mbs"] * a["dp"]) == 0:
+                f = BUBBLE * EA.unpaired_passes(a["pp"], a["vpp"], a["gbs"] // (a["mbs"] * a["dp"]))
+                u[ix] = int(round(f))
+                assert abs(f - u[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
+        U = Val(P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), u), BUBBLE)
+        return K.unpaired_a2a(self.ops, U, K.rank_time(self.ops, parts))
 
     def _extra_terms(self) -> list[int]:
         """A table node per ``compose.EXTRA_TERMS`` term over the variables it reads (and the world); none for a
@@ -467,10 +492,12 @@ class ProgramBuilder:
             return K.exposed(ops, Val(t), Val(t1), Val(window))
 
         L = {}
+        self.hidden = {}   # per MoE kind: the all-to-all the EP overlap hides (compose.unpaired_a2a)
         for kind, t in per.items():
             c = [exposed(comm["TPT"], comm["TPT1"], t["g3"])]
             if kind[0] == "moe":
                 c.append(exposed(comm["A"], comm["A1x"], t["wep"]))
+                self.hidden[kind] = ops.sub(Val(comm["A"]), c[-1])
             c.append(exposed(comm["CPT"], comm["CPT1"], t["attn"]))
             hk = {}
             for ix, a in self.combos("ep", "recompute"):

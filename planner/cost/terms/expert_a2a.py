@@ -124,6 +124,25 @@ def overlap_with_sms(overlap: float, sm_fraction: float) -> float:
     return overlap * (1.0 - sm_fraction)
 
 
+def unpaired_passes(pp: int, vpp: int, m: float) -> float:
+    """Micro-batches' worth of a pipeline rank's passes whose all-to-all the EP overlap cannot hide.
+    Megatron's overlap (``overlap_moe_expert_parallel_comm``, the combined 1F1B schedule) hides a forward's
+    all-to-all behind another micro-batch's backward and the other way round (megatron-core core_v0.17.1, commit
+    266f1c97, ``pipeline_parallel/combined_1f1b.py``:39-53). With pipelining it needs the interleaved schedule
+    (``transformer/transformer_config.py``:2099-2103: vpp must be set when pp > 1). That schedule runs rank r's
+    ``W`` warm-up forwards alone (``schedules.py``:1439), pairs forward ``k + W`` with backward ``k`` for the
+    other ``m vpp - W`` chunk passes (:1594-1596, :1746-1748) and runs the last ``W`` backwards alone
+    (:1810-1868). ``W = 2 (pp - r - 1) + (vpp - 1) g + 1``, at most ``m vpp`` (``get_pp_rank_microbatches``,
+    :811-835: the ``+ 1`` is the overlap's extra forward; ``g = microbatch_group_size_per_vp_stage``, default pp,
+    ``model_parallel_config.py``:444-445). Without pipelining the first forward and the last backward run alone
+    (``combined_1f1b.py``:56, :98): ``W = 1``, the same formula at pp = vpp = 1. Returns ``min(m vpp, W) / vpp``
+    at r = 0: W forwards and W backwards of a rank's ``vpp`` chunks are ``W / vpp`` micro-batches' worth of its
+    all-to-all. Rank 0 warms up longest; ``steptime`` prices the step's exposure there."""
+    pp, vpp = max(int(pp), 1), max(int(vpp), 1)
+    warm = 2 * (pp - 1) + (vpp - 1) * pp + 1
+    return min(m * vpp, warm) / vpp
+
+
 def window_with_sms(window: float, sm_fraction: float) -> float:
     """The compute an all-to-all can hide behind, at the speed the GEMMs keep while the
     communication kernels hold ``sm_fraction`` of the SMs."""
