@@ -42,6 +42,15 @@ def rows() -> list[dict]:
     return list(csv.DictReader(CSV.open()))
 
 
+def _flag(r: dict, column: str) -> bool | None:
+    """A true/false column of the CSV; None where it is empty (the stack's default)."""
+    v = (r.get(column) or "").strip().lower()
+    if v not in ("", "true", "false"):
+        raise SystemExit(f"{CSV}: row {r.get('group')} {r.get('tp')}/{r.get('pp')}/{r.get('ep')}: column {column!r} = "
+                         f"{v!r}; give true, false or leave it empty")
+    return None if v == "" else v == "true"
+
+
 def predicted_step(r: dict, **kw) -> float:
     """Predicted seconds per iteration of one CSV row (``predicted``)."""
     return predicted(r, **kw).step_time_s
@@ -57,9 +66,9 @@ def predicted(r: dict, stack: str = "megatron-26.08", dispatcher: str | None = N
                          mbs=int(r["mbs"]), dp=g // (int(r["tp"]) * int(r["pp"])), recompute=r["recompute"],
                          dispatcher=dispatcher or r["dispatcher"])
     tr = Training(seq_len=int(r["seq_len"]), global_batch=int(r["gbs"]), precision=r["precision"], stack=stack,
-                  cuda_graphs=r.get("cuda_graphs", "true") != "false",
+                  cuda_graphs=_flag(r, "cuda_graphs") is not False,
                   recipe={"overlap_moe_expert_parallel_comm": r["a2a_overlap"] == "on",
-                          "tp_comm_overlap": False if r.get("tp_comm_overlap") == "false" else None})
+                          "tp_comm_overlap": _flag(r, "tp_comm_overlap")})
     cluster = load_cluster(r["cluster"], gpus=g)
     if fabric:
         cluster.fabric = fabric

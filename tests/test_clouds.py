@@ -212,3 +212,14 @@ def test_ep_overlap_pairs_only_the_steady_1f1b_passes():
     for r in cells:
         meas = float(r["iter_s"])
         assert abs(math.log(predicted_step(r) / meas)) < abs(math.log(without_unpaired(r) / meas)), r["group"]
+
+
+def test_ab_efa_flag_columns_refuse_a_misspelt_value():
+    """bench/ab_efa.py's true/false columns (tp_comm_overlap, cuda_graphs): a value other than true, false or empty
+    stops with the CSV, the row and the column named (a misspelt 'false' was read as the stack's default before)."""
+    from bench.ab_efa import _flag
+
+    r = ab_rows()[0]
+    assert _flag(r, "tp_comm_overlap") is False and _flag(dict(r, tp_comm_overlap=""), "tp_comm_overlap") is None
+    with pytest.raises(SystemExit, match="ab_efa.csv: row .*'tp_comm_overlap' = 'ture'"):
+        _flag(dict(r, tp_comm_overlap="ture"), "tp_comm_overlap")
