@@ -73,6 +73,14 @@ NS = 1e-9                 # table unit: one nanosecond
 BUBBLE = 840              # lcm(1..8): (pp-1)/vpp * 840 is an integer for every vpp candidate
 
 
+def in_bubble_units(x: float, at) -> int:
+    """``x`` (micro-batches or passes: a multiple of 1/vpp) in units of 1/BUBBLE, exactly: the program's tables are
+    integers and must equal what ``predict`` computes (tests/test_one_composition.py); ``at`` names the layout."""
+    n = int(round(BUBBLE * x))
+    assert abs(BUBBLE * x - n) < 1e-6, (at, x)   # BUBBLE is a multiple of every vpp candidate
+    return n
+
+
 @functools.lru_cache(maxsize=None)
 def _rc_arg(recompute: str):
     """What the compute and communication terms read of a recompute choice (``steptime.recompute_arg``)."""
@@ -344,9 +352,7 @@ class ProgramBuilder:
         u = {}
         for ix, a in self.combos("gbs", "mbs", "dp", "pp", "vpp"):
             if a["gbs"] % (a["mbs"] * a["dp"]) == 0:
-                f = BUBBLE * EA.unpaired_passes(a["pp"], a["vpp"], a["gbs"] // (a["mbs"] * a["dp"]))
-                u[ix] = int(round(f))
-                assert abs(f - u[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
+                u[ix] = in_bubble_units(EA.unpaired_passes(a["pp"], a["vpp"], a["gbs"] // (a["mbs"] * a["dp"])), a)
         U = Val(P.table_t(self.idx("gbs", "mbs", "dp", "pp", "vpp"), u), BUBBLE)
         return K.unpaired_a2a(self.ops, U, K.rank_time(self.ops, parts))
 
@@ -605,9 +611,7 @@ class ProgramBuilder:
         M = P.table_t(self.idx("gbs", "mbs", "dp"), mt)
         M840 = P.table_t(self.idx("gbs", "mbs", "dp"), {k: BUBBLE * v for k, v in mt.items()})
         for ix, a in self.combos("pp", "vpp"):
-            f = BUBBLE * PPL.bubble_factor(a["pp"], a["vpp"])
-            b1[ix] = int(round(f))
-            assert abs(f - b1[ix]) < 1e-6, (a, f)   # BUBBLE is a multiple of every vpp candidate
+            b1[ix] = in_bubble_units(PPL.bubble_factor(a["pp"], a["vpp"]), a)
         return M, mt, b1, M840, P.table_t(self.idx("pp", "vpp"), b1)
 
     def _p2p_tables(self):
@@ -664,9 +668,8 @@ class ProgramBuilder:
 
         dpx_nodes, opt_nodes = [], []
         g = DPc.FSDP_GATHERS
-        # the all-gather's window in forward passes (terms.data_parallel.gather_window_passes), in 1/840: an
-        # integer for every vpp candidate (1, 2, 4, 8 divide 840)
-        GW = Val(P.table_t(self.idx("pp", "vpp"), {ix: int(round(BUBBLE * DPc.gather_window_passes(a["pp"], a["vpp"])))
+        # the all-gather's window in forward passes (terms.data_parallel.gather_window_passes), in 1/840
+        GW = Val(P.table_t(self.idx("pp", "vpp"), {ix: in_bubble_units(DPc.gather_window_passes(a["pp"], a["vpp"]), a)
                                                   for ix, a in self.combos("pp", "vpp")}), BUBBLE)
         for node in slot_nodes:
             exposed_by_pb = {}
